@@ -1,0 +1,96 @@
+"""Settings of the local stack, from environment variables with loopback defaults.
+
+Every port, folder and heap size can be changed, so two stacks (say, a developer's and a
+test run's) can live side by side on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    state_dir: Path
+    pg_port: int
+    pg_user: str
+    pg_password: str
+    pg_db: str
+    kafka_port: int
+    controller_port: int
+    connect_port: int
+    kafka_heap: str
+    connect_heap: str
+    partitions: int
+    connector_name: str
+
+    @classmethod
+    def from_env(cls) -> StackSettings:
+        return cls(
+            state_dir=Path(_env("PAYSTREAM_STATE_DIR", str(PROJECT_ROOT / ".stack"))).resolve(),
+            pg_port=int(_env("PAYSTREAM_PG_PORT", "5433")),
+            pg_user=_env("PAYSTREAM_PG_USER", "paystream"),
+            pg_password=_env("PAYSTREAM_PG_PASSWORD", "paystream"),
+            pg_db=_env("PAYSTREAM_PG_DB", "paystream"),
+            kafka_port=int(_env("PAYSTREAM_KAFKA_PORT", "9092")),
+            controller_port=int(_env("PAYSTREAM_CONTROLLER_PORT", "9093")),
+            connect_port=int(_env("PAYSTREAM_CONNECT_PORT", "8083")),
+            kafka_heap=_env("PAYSTREAM_KAFKA_HEAP", "512m"),
+            connect_heap=_env("PAYSTREAM_CONNECT_HEAP", "768m"),
+            partitions=int(_env("PAYSTREAM_TOPIC_PARTITIONS", "12")),
+            connector_name=_env("PAYSTREAM_CONNECTOR_NAME", "paystream-outbox"),
+        )
+
+    # Folders under the state dir; all git-ignored, all survive `down` + `up`.
+    @property
+    def jars_dir(self) -> Path:
+        return self.state_dir / "jars"
+
+    @property
+    def pg_data(self) -> Path:
+        return self.state_dir / "pgdata"
+
+    @property
+    def kafka_data(self) -> Path:
+        return self.state_dir / "kafka-data"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def connect_url(self) -> str:
+        return f"http://127.0.0.1:{self.connect_port}"
+
+    @property
+    def database_url(self) -> str:
+        return (f"postgresql://{self.pg_user}:{self.pg_password}@127.0.0.1:"
+                f"{self.pg_port}/{self.pg_db}")
+
+    def service_env(self) -> dict[str, str]:
+        """Variables that point paystream processes (and Connect) at this stack."""
+        return {
+            "PAYSTREAM_DATABASE_URL": self.database_url,
+            "PAYSTREAM_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "PAYSTREAM_PG_HOST": "127.0.0.1",
+            "PAYSTREAM_PG_PORT": str(self.pg_port),
+            "PAYSTREAM_PG_USER": self.pg_user,
+            "PAYSTREAM_PG_PASSWORD": self.pg_password,
+            "PAYSTREAM_PG_DB": self.pg_db,
+        }

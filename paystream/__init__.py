@@ -1,0 +1,1 @@
+"""paystream: the `paystream` command that ties the packages together."""

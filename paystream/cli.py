@@ -1,0 +1,50 @@
+"""The `paystream` command. Each package registers its own subcommands.
+
+Subcommand modules are imported lazily so that `paystream stack up` works before the
+service dependencies (FastAPI, confluent-kafka, ...) are importable, and so a failure in
+one area does not break the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (module, function) pairs; each function takes the subparsers object and adds commands
+# whose parsers set `func` (a callable taking the parsed args and returning an exit code).
+COMMAND_MODULES = (
+    "connectors.cli",
+    "schema.cli",
+    "ingest.cli",
+    "consumers.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paystream",
+        description="Payment-event pipeline: webhooks -> outbox -> Debezium -> Kafka -> ledger",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that area has no commands yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

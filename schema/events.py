@@ -1,0 +1,120 @@
+"""The payment event: the contract between ingest (writer) and consumers (readers).
+
+An event travels as the JSON payload of an outbox row, and so as the value of a Kafka
+record: amounts are strings, never JSON numbers. `parse_wire` is what a consumer uses
+to read one back; it raises EventError (a deterministic failure: dead-letter it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from schema.amounts import AmountError, format_amount, parse_amount
+
+# Outbox routing: the Event Router sends aggregatetype X to topic "paystream.X".
+PAYMENTS_AGGREGATE = "payments"
+PAYMENTS_TOPIC = "paystream.payments"
+PAYMENTS_DLQ_TOPIC = "paystream.payments.dlq"
+NOTIFICATIONS_AGGREGATE = "notifications"
+NOTIFICATIONS_TOPIC = "paystream.notifications"
+
+USER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+EVENT_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,200}")  # printable ASCII, no spaces
+ASSET_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+
+
+class EventType(StrEnum):
+    DEPOSIT = "deposit"
+    AIRDROP = "airdrop"
+    WITHDRAWAL = "withdrawal"
+    WITHDRAWAL_FEE = "withdrawal_fee"
+
+    @property
+    def is_credit(self) -> bool:
+        return self in (EventType.DEPOSIT, EventType.AIRDROP)
+
+
+class EventError(ValueError):
+    """A payment event that breaks the contract; `reason` is a short machine label."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class PaymentEvent:
+    event_id: str
+    event_type: EventType
+    user_id: str
+    asset: str
+    amount: Decimal
+    provider: str
+    occurred_at: str | None = None
+    # On-chain identity and block of a chain deposit (network, tx_hash, block_number,
+    # block_hash, log_index / trace_address, token_contract, raw_value, removed ...).
+    chain: dict[str, Any] | None = field(default=None)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON payload written to the outbox (amount as a canonical string)."""
+        wire: dict[str, Any] = {
+            "event_id": self.event_id,
+            "event_type": self.event_type.value,
+            "user_id": self.user_id,
+            "asset": self.asset,
+            "amount": format_amount(self.amount),
+            "provider": self.provider,
+        }
+        if self.occurred_at is not None:
+            wire["occurred_at"] = self.occurred_at
+        if self.chain is not None:
+            wire["chain"] = self.chain
+        return wire
+
+    def content_hash(self) -> str:
+        """A hash of the content that must match for a redelivery to be a duplicate."""
+        canonical = json.dumps(self.to_wire(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def parse_wire(obj: object) -> PaymentEvent:
+    """Read an event back from its wire form; raise EventError saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise EventError("malformed", f"event must be a JSON object, got {type(obj).__name__}")
+    event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
+    raw_type = _text(obj, "event_type", None)
+    try:
+        event_type = EventType(raw_type)
+    except ValueError:
+        raise EventError("unknown_event_type", f"unknown event_type {raw_type!r}") from None
+    user_id = _text(obj, "user_id", USER_ID_PATTERN)
+    asset = _text(obj, "asset", ASSET_PATTERN)
+    try:
+        amount = parse_amount(obj.get("amount"))
+    except AmountError as exc:
+        raise EventError("invalid_amount", str(exc)) from None
+    provider = _text(obj, "provider", None)
+    occurred_at = obj.get("occurred_at")
+    chain = obj.get("chain")
+    if chain is not None and not isinstance(chain, dict):
+        raise EventError("malformed", "chain must be an object")
+    return PaymentEvent(event_id, event_type, user_id, asset, amount, provider,
+                        occurred_at if isinstance(occurred_at, str) else None, chain)
+
+
+def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> str:
+    value = obj.get(name)
+    if value is None:
+        raise EventError("missing_field", f"{name} is required")
+    if not isinstance(value, str):
+        raise EventError("malformed", f"{name} must be a string")
+    if pattern is not None and pattern.fullmatch(value) is None:
+        raise EventError("malformed", f"{name} has an invalid format: {value[:80]!r}")
+    return value

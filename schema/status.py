@@ -1,0 +1,54 @@
+"""Event status: the one transition function every status change goes through."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventStatus(StrEnum):
+    RECEIVED = "received"
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    DEAD_LETTERED = "dead_lettered"
+
+
+# A DLQ replay sends a dead-lettered event back through the outbox, so it becomes
+# `received` again; applied and rejected are final (a retry cannot change an outcome).
+ALLOWED_TRANSITIONS: dict[EventStatus, frozenset[EventStatus]] = {
+    EventStatus.RECEIVED: frozenset(
+        {EventStatus.APPLIED, EventStatus.REJECTED, EventStatus.DEAD_LETTERED}
+    ),
+    EventStatus.DEAD_LETTERED: frozenset({EventStatus.RECEIVED}),
+    EventStatus.APPLIED: frozenset(),
+    EventStatus.REJECTED: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    """A status change the lifecycle does not allow."""
+
+
+def check_transition(current: EventStatus | str, target: EventStatus | str) -> None:
+    """Raise IllegalTransition unless current -> target is allowed."""
+    cur, tgt = EventStatus(current), EventStatus(target)
+    if tgt not in ALLOWED_TRANSITIONS[cur]:
+        raise IllegalTransition(f"event status cannot move from {cur} to {tgt}")
+
+
+def transition(cur, event_ids: list[str], target: EventStatus | str) -> int:
+    """Move events to `target` in the caller's transaction; return how many moved.
+
+    Only rows whose current status may legally move to `target` change: the allowed
+    sources are derived from ALLOWED_TRANSITIONS, so a replayed batch cannot move an
+    applied event back, and a row already at `target` is left alone.
+    """
+    tgt = EventStatus(target)
+    sources = [s.value for s, targets in ALLOWED_TRANSITIONS.items() if tgt in targets]
+    if not event_ids or not sources:
+        return 0
+    cur.execute(
+        "UPDATE payment_events SET status = %s, status_changed_at = now()"
+        " WHERE event_id = ANY(%s) AND status = ANY(%s)",
+        (tgt.value, list(event_ids), sources),
+    )
+    return cur.rowcount
