@@ -4,16 +4,22 @@ Amounts travel as JSON strings and live as NUMERIC(38,18). A JSON number is refu
 (a float has already lost money: Decimal(50.1) is 50.0999999999999943...). Python's
 Decimal is too lenient on its own (it accepts "+1", "1_000", " 1", non-ASCII digits,
 "NaN", "Infinity"), so the text is matched against an ASCII pattern first.
+
+Every check below works on the digits and exponent of the exact Decimal, never through
+a decimal context: context arithmetic (normalize, scaleb, quantize) rounds to the
+context precision (28 digits by default) and underflows tiny exponents to zero, and a
+NUMERIC(38,18) amount has up to 38 significant digits.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation, localcontext
+from decimal import Decimal, InvalidOperation
 
 AMOUNT_PATTERN = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 MAX_SCALE = 18  # digits after the point that NUMERIC(38,18) keeps
-UPPER_BOUND = Decimal(10) ** 20  # NUMERIC(38,18) holds 20 integer digits
+MAX_INTEGER_DIGITS = 20  # NUMERIC(38,18) holds 20 digits before the point
+UPPER_BOUND = Decimal(10) ** MAX_INTEGER_DIGITS
 MAX_TEXT_LENGTH = 100  # refuse absurd strings before Decimal sees them
 
 
@@ -22,7 +28,7 @@ class AmountError(ValueError):
 
 
 def parse_amount(value: object) -> Decimal:
-    """Parse a wire amount into an exact Decimal or raise AmountError with the reason."""
+    """Parse a wire amount into an exact, canonical Decimal or raise AmountError."""
     if isinstance(value, bool) or not isinstance(value, str):
         kind = "a JSON number" if isinstance(value, int | float) else type(value).__name__
         raise AmountError(f"amount must be a JSON string, got {kind}")
@@ -33,42 +39,66 @@ def parse_amount(value: object) -> Decimal:
             "amount must be ASCII digits with an optional fraction and exponent "
             f"(no sign, spaces or separators), got {value!r}"
         )
-    with localcontext() as ctx:
-        # Enough precision that nothing is rounded while we inspect the value.
-        ctx.prec = 200
-        try:
-            amount = Decimal(value)
-        except InvalidOperation as exc:  # pragma: no cover - the pattern prevents it
-            raise AmountError(f"amount is not a number: {value!r}") from exc
-        if not amount.is_finite():  # pragma: no cover - the pattern prevents it
-            raise AmountError("amount must be finite")
-        if amount <= 0:
-            raise AmountError("amount must be strictly positive")
-        if amount >= UPPER_BOUND:
-            raise AmountError("amount must be below 10^20 (NUMERIC(38,18) capacity)")
-        normalized = amount.normalize()
-        if -normalized.as_tuple().exponent > MAX_SCALE:
-            raise AmountError(f"amount has more than {MAX_SCALE} decimal places")
-    return _plain(normalized)
+    try:
+        amount = Decimal(value)  # exact: the constructor never rounds
+    except InvalidOperation as exc:  # pragma: no cover - the pattern prevents it
+        raise AmountError(f"amount is not a number: {value!r}") from exc
+    return _checked(amount)
 
 
 def from_base_units(raw: int, decimals: int) -> Decimal:
     """An on-chain integer amount scaled by 10^decimals, exactly (no float, no rounding)."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise AmountError("on-chain amount must be an integer")
     if raw <= 0:
         raise AmountError("on-chain amount must be strictly positive")
-    if not 0 <= decimals <= 255:
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or not 0 <= decimals <= 255:
         raise AmountError(f"token decimals out of range: {decimals}")
-    amount = Decimal(raw).scaleb(-decimals)
-    return parse_amount(format_amount(amount))
+    if raw >= 10 ** (MAX_INTEGER_DIGITS + decimals):  # before str(): no huge conversions
+        raise AmountError("amount must be below 10^20 (NUMERIC(38,18) capacity)")
+    return _checked(Decimal((0, tuple(int(d) for d in str(raw)), -decimals)))
 
 
 def format_amount(amount: Decimal) -> str:
     """The canonical wire text of an amount: plain notation, no exponent, no trailing zeros."""
-    return format(_plain(amount.normalize()), "f")
+    return format(_canonical(amount), "f")
 
 
-def _plain(amount: Decimal) -> Decimal:
-    # normalize() turns 100 into 1E+2; quantize back to an integer exponent for display.
-    if amount.as_tuple().exponent > 0:
-        return amount.quantize(Decimal(1))
-    return amount
+def _checked(amount: Decimal) -> Decimal:
+    """Apply the money rules to an exact Decimal; return its canonical form."""
+    if not amount.is_finite():  # pragma: no cover - the pattern prevents it
+        raise AmountError("amount must be finite")
+    if amount <= 0:
+        raise AmountError("amount must be strictly positive")
+    # adjusted() is the exact power of ten of the leading digit; checked before
+    # _canonical so "1e999999999" is refused without spelling out its zeros.
+    if amount.adjusted() >= MAX_INTEGER_DIGITS:
+        raise AmountError("amount must be below 10^20 (NUMERIC(38,18) capacity)")
+    canonical = _canonical(amount)
+    exponent = canonical.as_tuple().exponent
+    if -exponent > MAX_SCALE:
+        raise AmountError(f"amount has more than {MAX_SCALE} decimal places")
+    return canonical
+
+
+def _canonical(amount: Decimal) -> Decimal:
+    """Drop trailing fractional zeros and spell out positive exponents, exactly.
+
+    50.000 -> 50, 1.50 -> 1.5, 1E+2 -> 100; built from the digit tuple, so no
+    precision or exponent limit of a decimal context can round it.
+    """
+    if not amount.is_finite():
+        return amount
+    sign, digits, exponent = amount.as_tuple()
+    if not any(digits):
+        return Decimal((sign, (0,), 0))
+    digit_list = list(digits)
+    while exponent < 0 and digit_list[-1] == 0:
+        digit_list.pop()
+        exponent += 1
+    if exponent > 0:
+        digit_list.extend([0] * exponent)
+        exponent = 0
+    while len(digit_list) > 1 and digit_list[0] == 0:
+        digit_list.pop(0)
+    return Decimal((sign, tuple(digit_list), exponent))

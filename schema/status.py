@@ -24,15 +24,15 @@ ALLOWED_TRANSITIONS: dict[EventStatus, frozenset[EventStatus]] = {
 }
 
 
-class IllegalTransition(ValueError):
+class IllegalTransitionError(ValueError):
     """A status change the lifecycle does not allow."""
 
 
 def check_transition(current: EventStatus | str, target: EventStatus | str) -> None:
-    """Raise IllegalTransition unless current -> target is allowed."""
+    """Raise IllegalTransitionError unless current -> target is allowed."""
     cur, tgt = EventStatus(current), EventStatus(target)
     if tgt not in ALLOWED_TRANSITIONS[cur]:
-        raise IllegalTransition(f"event status cannot move from {cur} to {tgt}")
+        raise IllegalTransitionError(f"event status cannot move from {cur} to {tgt}")
 
 
 def transition(cur, event_ids: list[str], target: EventStatus | str) -> int:

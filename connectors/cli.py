@@ -1,0 +1,30 @@
+"""`paystream stack ...` commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from connectors.settings import StackSettings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    stack = sub.add_parser("stack", help="run the local stack (Postgres, Kafka, Connect)")
+    ssub = stack.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
+    ssub.add_parser("up", help="install, start and configure everything (idempotent)") \
+        .set_defaults(func=lambda a: _stack().up(StackSettings.from_env()))
+    ssub.add_parser("down", help="stop every component; data is kept") \
+        .set_defaults(func=lambda a: _stack().down(StackSettings.from_env()))
+    ssub.add_parser("status", help="a table of components; non-zero if one is unhealthy") \
+        .set_defaults(func=lambda a: _stack().status(StackSettings.from_env()))
+    logs = ssub.add_parser("logs", help="show the tail of the components' logs")
+    logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect"])
+    logs.add_argument("-n", "--lines", type=int, default=50)
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.set_defaults(func=lambda a: _stack().logs(StackSettings.from_env(), a.component,
+                                                   a.lines, a.follow))
+
+
+def _stack():
+    # Imported on use: `paystream --help` should not need confluent-kafka loaded.
+    from connectors import stack
+    return stack
