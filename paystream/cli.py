@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "schema.cli",
     "ingest.cli",
     "consumers.cli",
+    "paystream.run",
 )
 
 

@@ -1,0 +1,41 @@
+# The README's two commands are `make run` and `make test`; the rest are helpers.
+VENV   := .venv
+BIN    := $(CURDIR)/$(VENV)/bin
+PYTHON ?= python3
+export PATH := $(BIN):$(PATH)
+
+.PHONY: install stack-up stack-down status run test lint bench-cdc
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+stack-up: install
+	$(BIN)/paystream stack up
+
+stack-down: install
+	$(BIN)/paystream stack down
+
+status: install
+	$(BIN)/paystream stack status
+
+# The main job: the whole pipeline on the local stack, in the foreground (Ctrl-C stops
+# the paystream processes; `make stack-down` stops the stack).
+run: stack-up
+	$(BIN)/paystream run
+
+lint: install
+	$(BIN)/ruff check .
+
+# Unit tests need no services; integration tests run against the stack brought up here.
+test: stack-up lint
+	$(BIN)/pytest
+
+bench-cdc: stack-up
+	$(BIN)/python bench/cdc_latency.py
+
+-include ingest/Makefile.inc consumers/Makefile.inc

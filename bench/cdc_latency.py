@@ -1,0 +1,86 @@
+"""Outbox commit → message on the Kafka topic, through Debezium, on the local stack.
+
+Writes N events (default 100) one at a time, each in its own transaction, as ingest
+does, and times from the COMMIT's return to the message's arrival at a consumer that is
+already assigned to the topic's end. Prints median, p95 and max, and the resident memory
+of the broker and Connect JVMs. Run with `make bench-cdc` (the stack must be up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+from decimal import Decimal
+
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors import connect, kafka
+from connectors.process import read_pid
+from connectors.settings import StackSettings
+from schema.db import connect as db_connect
+from schema.db import kafka_bootstrap
+from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
+from schema.outbox import write_event
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=100)
+    parser.add_argument("--gap-ms", type=float, default=50, help="pause between events")
+    args = parser.parse_args()
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": "bench-cdc",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    md = consumer.list_topics(PAYMENTS_TOPIC, timeout=10).topics[PAYMENTS_TOPIC]
+    parts = []
+    for p in md.partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(PAYMENTS_TOPIC, p))
+        parts.append(TopicPartition(PAYMENTS_TOPIC, p, high))
+    consumer.assign(parts)
+    consumer.poll(1.0)  # let the fetchers start before the clock does
+
+    run_id = uuid.uuid4().hex[:8]
+    committed: dict[str, float] = {}
+    arrived: dict[str, float] = {}
+
+    def writer() -> None:
+        conn = db_connect()
+        for i in range(args.events):
+            event = PaymentEvent(f"bench-cdc-{run_id}-{i}", EventType.DEPOSIT,
+                                 f"bench-user-{i % 10}", "USD", Decimal("1.5"), "bench")
+            with conn, conn.cursor() as cur:
+                write_event(cur, event, f"bench-{run_id}")
+            committed[event.event_id] = time.monotonic()
+            time.sleep(args.gap_ms / 1000)
+        conn.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    deadline = time.monotonic() + 60 + args.events * args.gap_ms / 1000
+    while len(arrived) < args.events and time.monotonic() < deadline:
+        msg = consumer.poll(0.05)
+        if msg is None or msg.error():
+            continue
+        now = time.monotonic()
+        ids = [v.decode() for k, v in msg.headers() or [] if k == "event_id"]
+        if ids and ids[0].startswith(f"bench-cdc-{run_id}-"):
+            arrived[ids[0]] = now
+    thread.join()
+    consumer.close()
+
+    lat = sorted((arrived[k] - committed[k]) * 1000 for k in arrived if k in committed)
+    if not lat:
+        raise SystemExit("no event arrived: is the stack up (paystream stack status)?")
+    s = StackSettings.from_env()
+    print(f"events: {len(lat)}/{args.events} arrived")
+    print(f"outbox commit -> topic: median {statistics.median(lat):.1f} ms, "
+          f"p95 {lat[int(0.95 * (len(lat) - 1))]:.1f} ms, max {lat[-1]:.1f} ms")
+    print(f"broker RSS: {kafka.jvm_rss_mib(read_pid(kafka.pid_file(s)))}, "
+          f"connect RSS: {kafka.jvm_rss_mib(read_pid(connect.pid_file(s)))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""`paystream run`: the whole pipeline on the local stack, in the foreground.
+
+Starts every paystream process that exists (ingest, the ledger consumer, the DLQ
+mirror), restarts one that dies, prints where each listens, and stops them all on
+Ctrl-C / SIGTERM. The stack itself (Postgres, Kafka, Connect) is `paystream stack up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib.util
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from connectors.settings import StackSettings
+
+RESTART_DELAY_S = 2.0
+
+
+@dataclass
+class Service:
+    name: str
+    module: str  # the package whose CLI provides the command
+    args: list[str]
+    listens: str
+    proc: subprocess.Popen | None = None
+
+
+def services(ingest_port: int) -> list[Service]:
+    candidates = [
+        Service("ingest", "ingest.cli", ["ingest", "--port", str(ingest_port)],
+                f"http://127.0.0.1:{ingest_port} (/docs, /metrics)"),
+        Service("ledger", "consumers.cli", ["consume", "ledger", "--metrics-port", "9101"],
+                "metrics http://127.0.0.1:9101/metrics"),
+        Service("dlq-mirror", "consumers.cli",
+                ["consume", "dlq-mirror", "--metrics-port", "9102"],
+                "metrics http://127.0.0.1:9102/metrics"),
+    ]
+    return [s for s in candidates if importlib.util.find_spec(s.module) is not None]
+
+
+def dev_secrets(state_dir: Path) -> dict[str, str]:
+    """Webhook secrets for the local run: from the environment, else generated once and
+    kept under the state dir so signed test requests keep working across restarts."""
+    path = state_dir / "dev-secrets.env"
+    stored: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition("=")
+            stored[key] = value
+    else:
+        stored = {
+            "ALCHEMY_SIGNING_KEY": secrets.token_hex(32),
+            "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(
+                secrets.token_bytes(32)).decode(),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{k}={v}\n" for k, v in stored.items()))
+        path.chmod(0o600)
+    return {k: os.environ.get(k) or v for k, v in stored.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = StackSettings.from_env()
+    env = {**os.environ, **settings.service_env(), **dev_secrets(settings.state_dir)}
+    todo = services(args.ingest_port)
+    if not todo:
+        print("no paystream services are installed yet; the stack is up:")
+        return subprocess.call([sys.argv[0], "stack", "status"], env=env)
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    for svc in todo:
+        svc.proc = subprocess.Popen([sys.argv[0], *svc.args], env=env)
+    print("paystream is running (Ctrl-C stops it; secrets in "
+          f"{settings.state_dir / 'dev-secrets.env'}):")
+    for svc in todo:
+        print(f"  {svc.name:<11} pid {svc.proc.pid:<7} {svc.listens}")
+    while not stopping:
+        time.sleep(0.5)
+        for svc in todo:
+            if svc.proc.poll() is not None and not stopping:
+                print(f"{svc.name} exited with {svc.proc.returncode}; restarting in "
+                      f"{RESTART_DELAY_S:.0f} s", file=sys.stderr)
+                time.sleep(RESTART_DELAY_S)
+                svc.proc = subprocess.Popen([sys.argv[0], *svc.args], env=env)
+    for svc in todo:
+        if svc.proc.poll() is None:
+            svc.proc.send_signal(signal.SIGTERM)
+    for svc in todo:
+        try:
+            svc.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            svc.proc.kill()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run ingest and the consumers on the local stack")
+    p.add_argument("--ingest-port", type=int, default=int(os.environ.get("PORT", "8000")))
+    p.set_defaults(func=run)
