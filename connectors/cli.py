@@ -16,6 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         .set_defaults(func=lambda a: _stack().down(StackSettings.from_env()))
     ssub.add_parser("status", help="a table of components; non-zero if one is unhealthy") \
         .set_defaults(func=lambda a: _stack().status(StackSettings.from_env()))
+    ssub.add_parser("setup", help="migrate, create topics, register the connector on "
+                    "services run elsewhere (PAYSTREAM_DATABASE_URL, PAYSTREAM_KAFKA_BOOTSTRAP,"
+                    " PAYSTREAM_CONNECT_URL)") \
+        .set_defaults(func=lambda a: _stack().setup(StackSettings.from_env()))
     logs = ssub.add_parser("logs", help="show the tail of the components' logs")
     logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect"])
     logs.add_argument("-n", "--lines", type=int, default=50)

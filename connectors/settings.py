@@ -70,18 +70,21 @@ class StackSettings:
     def run_dir(self) -> Path:
         return self.state_dir / "run"
 
+    # Addresses: the local processes, unless overridden (docker-compose's setup service
+    # points these at the other containers).
     @property
     def kafka_bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        return os.environ.get("PAYSTREAM_KAFKA_BOOTSTRAP") or f"127.0.0.1:{self.kafka_port}"
 
     @property
     def connect_url(self) -> str:
-        return f"http://127.0.0.1:{self.connect_port}"
+        return os.environ.get("PAYSTREAM_CONNECT_URL") or f"http://127.0.0.1:{self.connect_port}"
 
     @property
     def database_url(self) -> str:
-        return (f"postgresql://{self.pg_user}:{self.pg_password}@127.0.0.1:"
-                f"{self.pg_port}/{self.pg_db}")
+        return os.environ.get("PAYSTREAM_DATABASE_URL") or (
+            f"postgresql://{self.pg_user}:{self.pg_password}@127.0.0.1:"
+            f"{self.pg_port}/{self.pg_db}")
 
     def service_env(self) -> dict[str, str]:
         """Variables that point paystream processes (and Connect) at this stack."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from connectors import connect, kafka, postgres
 from connectors.packages import ensure_packages
-from connectors.process import StackError, read_pid, tail_file
+from connectors.process import StackError, read_pid, tail_file, wait_until
 from connectors.settings import StackSettings
 from schema.migrate import apply_migrations
 
@@ -47,20 +47,39 @@ def up(s: StackSettings) -> int:
         _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
         _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
         _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
-        _step("schema migrations",
-              lambda: ", ".join(apply_migrations(s.database_url)) or False)
         _step("jars (maven)", lambda: kafka.resolve_jars(s))
         _step("kafka storage format", lambda: kafka.format_storage(s))
         _step(f"kafka start :{s.kafka_port}", lambda: kafka.start(s))
-        _step(f"topics ({s.partitions} partitions)",
-              lambda: ", ".join(kafka.ensure_topics(s)) or False)
         _step(f"connect start :{s.connect_port}", lambda: connect.start(s))
-        _step(f"connector {s.connector_name}", lambda: connect.register(s) or True)
-        _step("connector and task RUNNING", lambda: connect.wait_running(s) or True)
+        _configure(s)
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1
     print(f"stack up in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def _configure(s: StackSettings) -> None:
+    """What makes a running Postgres/Kafka/Connect a paystream stack (idempotent)."""
+    _step("schema migrations", lambda: ", ".join(apply_migrations(s.database_url)) or False)
+    _step(f"topics ({s.partitions} partitions)",
+          lambda: ", ".join(kafka.ensure_topics(s)) or False)
+    _step(f"connector {s.connector_name}", lambda: connect.register(s) or True)
+    _step("connector and task RUNNING", lambda: connect.wait_running(s) or True)
+
+
+def setup(s: StackSettings) -> int:
+    """Configure services someone else runs (docker-compose's one-shot setup service)."""
+    print(f"paystream stack setup (db {s.database_url.rsplit('@', 1)[-1]}, "
+          f"kafka {s.kafka_bootstrap}, connect {s.connect_url})")
+    try:
+        wait_until("postgres", "reachable", lambda: postgres.healthy(s), timeout=120)
+        wait_until("kafka", "reachable", lambda: kafka.healthy(s), timeout=120)
+        wait_until("connect", "reachable", lambda: connect.healthy(s), timeout=300)
+        _configure(s)
+    except StackError as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
