@@ -1,0 +1,59 @@
+"""The migrations and the constraints that carry correctness, on the real Postgres."""
+
+from __future__ import annotations
+
+import psycopg2
+import pytest
+
+from schema.db import database_url
+from schema.migrate import apply_migrations, migration_files
+from tests.conftest import unique
+
+
+def test_rerunning_migrations_applies_nothing(db):
+    assert apply_migrations(database_url()) == []
+    with db.cursor() as cur:
+        cur.execute("SELECT name FROM schema_migrations ORDER BY name")
+        assert [r[0] for r in cur.fetchall()] == [name for name, _ in migration_files()]
+
+
+def test_publication_and_slot_exist(db):
+    with db.cursor() as cur:
+        cur.execute("SELECT tablename FROM pg_publication_tables"
+                    " WHERE pubname = 'paystream_outbox' ORDER BY tablename")
+        assert [r[0] for r in cur.fetchall()] == ["debezium_heartbeat", "outbox"]
+        cur.execute("SELECT plugin FROM pg_replication_slots"
+                    " WHERE slot_name = 'paystream_outbox'")
+        assert cur.fetchone() == ("pgoutput",)
+
+
+def _fails(db, sql: str, params: tuple) -> str:
+    with db.cursor() as cur, pytest.raises(psycopg2.Error) as info:
+        cur.execute(sql, params)
+    return info.value.pgcode
+
+
+def test_constraints_that_protect_money(db):
+    user = unique("u")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+        cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'USD', 5)",
+                    (user,))
+        cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'ETH', 1)",
+                    (user,))  # per (user, asset): another asset is another row
+        cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
+                    " delta) VALUES ('e1', 'deposit', %s, 'USD', 5)", (user,))
+    # balance >= 0
+    assert _fails(db, "UPDATE balances SET balance = -0.000000000000000001"
+                  " WHERE user_id = %s AND asset = 'USD'", (user,)) == "23514"
+    # one journal row per (source event, event type)
+    assert _fails(db, "INSERT INTO balance_events (source_event_id, event_type, user_id,"
+                  " asset, delta) VALUES ('e1', 'deposit', %s, 'USD', 5)", (user,)) == "23505"
+    # status is one of the lifecycle's values
+    assert _fails(db, "INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+                  " asset, amount, status, content_hash, trace_id, payload) VALUES"
+                  " (%s, 'p', 'deposit', %s, 'USD', 1, 'pending', 'h', 't', '{}')",
+                  (unique("e"), user)) == "23514"
+    # NUMERIC(38,18): 10^20 does not fit
+    assert _fails(db, "UPDATE balances SET balance = 100000000000000000000"
+                  " WHERE user_id = %s AND asset = 'USD'", (user,)) == "22003"
