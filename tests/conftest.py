@@ -97,3 +97,10 @@ def topic_reader():
 def headers_of(msg) -> dict[str, str]:
     """A Kafka message's headers as a str -> str dict (last value wins)."""
     return {k: (v.decode("utf-8") if v is not None else "") for k, v in (msg.headers() or [])}
+
+
+def paystream_cmd(*args: str) -> list[str]:
+    """The `paystream` command line, run with this interpreter (no PATH needed)."""
+    import sys
+
+    return [sys.executable, "-m", "paystream.cli", *args]

@@ -13,7 +13,7 @@ from schema.db import connect as db_connect
 from schema.db import kafka_bootstrap
 from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from schema.outbox import WriteOutcome, write_event
-from tests.conftest import headers_of, unique
+from tests.conftest import headers_of, paystream_cmd, unique
 
 
 def _write(db, user: str, amount: str, trace: str) -> PaymentEvent:
@@ -106,7 +106,7 @@ def test_stack_down_and_up_keeps_data_and_unsent_events(db, topic_reader):
     reader = topic_reader(PAYMENTS_TOPIC)  # positioned at the end before the restart
     before = _write(db, unique("user"), "4", unique("t"))
     db.close()
-    subprocess.run(["paystream", "stack", "down"], check=True, timeout=180)
+    subprocess.run(paystream_cmd("stack", "down"), check=True, timeout=180)
     try:
         postgres.start(settings)  # only the database: the broker and Connect stay down
         conn = db_connect()
@@ -120,7 +120,7 @@ def test_stack_down_and_up_keeps_data_and_unsent_events(db, topic_reader):
         finally:
             conn.close()
     finally:
-        subprocess.run(["paystream", "stack", "up"], check=True, timeout=600)
+        subprocess.run(paystream_cmd("stack", "up"), check=True, timeout=600)
     msgs = reader.read(2, timeout=60, match=_for_ids(before.event_id, during.event_id))
     assert sorted(headers_of(m)["event_id"] for m in msgs) == sorted(
         [before.event_id, during.event_id])
