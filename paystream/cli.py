@@ -18,7 +18,9 @@ COMMAND_MODULES = (
     "schema.cli",
     "ingest.cli",
     "consumers.cli",
+    "consumers.ops_cli",
     "paystream.run",
+    "paystream.chaos.cli",
 )
 
 

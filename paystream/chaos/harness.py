@@ -1,0 +1,270 @@
+"""The chaos run: traffic, a fault schedule, the drain, the invariants, the report."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.settings import StackSettings
+from paystream.chaos import processes as px
+from paystream.chaos.invariants import Verdict, check, pending_count
+from paystream.chaos.sender import Sender
+from paystream.chaos.traffic import Kind, TrafficPlan
+from schema.db import connect
+from schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+
+# The fault cycle, as fractions of one cycle's length; each run jitters the points.
+CYCLE = (
+    (0.12, "consumer-sigkill"),
+    (0.22, "consumer-crash-after-db-commit"),
+    (0.34, "connect-restart"),
+    (0.48, "broker-restart"),
+    (0.62, "postgres-restart"),
+    (0.76, "ingest-restart"),
+    (0.88, "consumer-sigkill"),
+)
+CYCLE_S = 100.0
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    rate: float
+    duration_s: float
+    users: int
+    seed: int
+    drain_timeout_s: float = 300.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_group_at_end(group: str, topic: str, bootstrap: str) -> None:
+    """Commit the topic's current end for a new group, so the run's consumers apply the
+    run's events and not what earlier runs and tests left on the shared topic."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 2,
+                  "enable.auto.commit": False})
+    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    offsets = []
+    for p in parts:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        offsets.append(TopicPartition(topic, p, high))
+    c.commit(offsets=offsets, asynchronous=False)
+    c.close()
+
+
+class Chaos:
+    def __init__(self, cfg: ChaosConfig) -> None:
+        self.cfg = cfg
+        self.s = StackSettings.from_env()
+        self.run_id = secrets.token_hex(3)
+        self.rng = random.Random(cfg.seed)
+        self.log_dir = self.s.state_dir / "chaos" / self.run_id
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.secret = secrets.token_bytes(32)
+        self.port = _free_port()
+        self.faults: Counter[str] = Counter()
+        self.last_fault_at = 0.0
+        env = {**os.environ, **self.s.service_env(),
+               "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
+               "ALCHEMY_SIGNING_KEY": secrets.token_hex(32)}
+        group = f"chaos-ledger-{self.run_id}"
+        self.mirror_group = f"chaos-dlq-{self.run_id}"
+        ledger_args = ["consume", "ledger", "--group", group, "--metrics-port", "0",
+                       "--session-timeout-ms", "6000", "--max-poll-interval-ms", "30000"]
+        self.ingest = px.Managed("ingest", ["ingest", "--port", str(self.port)], env,
+                                 self.log_dir)
+        self.ledgers = [px.Managed(f"ledger-{n}", ledger_args, env, self.log_dir)
+                        for n in "ab"]
+        self.mirror = px.Managed("dlq-mirror", ["consume", "dlq-mirror", "--group",
+                                                self.mirror_group, "--metrics-port", "0"],
+                                 env, self.log_dir)
+        self.group = group
+        self.plan = TrafficPlan(self.run_id, cfg.users, cfg.seed)
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    # --- set-up -------------------------------------------------------------------
+    def prepare(self) -> None:
+        conn = connect()
+        with conn, conn.cursor() as cur:
+            cur.executemany("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                            [(u,) for u in self.plan.users])
+        conn.close()
+        _start_group_at_end(self.group, PAYMENTS_TOPIC, self.s.kafka_bootstrap)
+        _start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC, self.s.kafka_bootstrap)
+        self.ingest.start()
+        px.wait_http_ok(f"http://127.0.0.1:{self.port}/readyz", 60)
+        for c in (*self.ledgers, self.mirror):
+            c.start()
+
+    # --- faults ---------------------------------------------------------------------
+    def schedule(self) -> list[tuple[float, str]]:
+        points = []
+        cycles = max(1, round(self.cfg.duration_s / CYCLE_S))
+        length = self.cfg.duration_s / cycles
+        for n in range(cycles):
+            for frac, kind in CYCLE:
+                jitter = self.rng.uniform(-0.03, 0.03)
+                points.append(((n + frac + jitter) * length, kind))
+        return sorted(points)
+
+    def inject(self, kind: str) -> None:
+        self.log(f"fault: {kind}")
+        s = self.s
+        actions: dict[str, Callable[[], None]] = {
+            "consumer-sigkill": self._consumer_sigkill,
+            "consumer-crash-after-db-commit": self._consumer_crash_after_commit,
+            "connect-restart": lambda: self._restart(lambda: px.kill_connect(s),
+                                                     lambda: px.restart_connect(s)),
+            "broker-restart": lambda: self._restart(lambda: px.kill_broker(s),
+                                                    lambda: px.restart_broker(s)),
+            "postgres-restart": lambda: self._restart(lambda: px.kill_postgres(s),
+                                                      lambda: px.restart_postgres(s)),
+            "ingest-restart": self._ingest_restart,
+        }
+        actions[kind]()
+        self.faults[kind] += 1
+        self.last_fault_at = time.monotonic()
+
+    def _restart(self, kill: Callable[[], None], start: Callable[[], None]) -> None:
+        kill()
+        time.sleep(self.rng.uniform(1.0, 3.0))
+        start()
+
+    def _consumer_sigkill(self) -> None:
+        victim = self.rng.choice(self.ledgers)
+        victim.kill()
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        victim.start()
+
+    def _consumer_crash_after_commit(self) -> None:
+        # A fresh consumer armed to SIGKILL itself right after a batch's DB commit,
+        # before the offset commit: the window the commit protocol must survive.
+        victim = self.rng.choice(self.ledgers)
+        victim.kill()
+        victim.start(PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT=str(self.rng.randint(2, 5)))
+        deadline = time.monotonic() + 60
+        while victim.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if victim.alive():
+            raise RuntimeError("the armed consumer did not reach its crash point in 60 s")
+        victim.start()
+
+    def _ingest_restart(self) -> None:
+        self.ingest.kill()
+        self.ingest.start()
+        px.wait_http_ok(f"http://127.0.0.1:{self.port}/healthz", 60)
+
+    def _supervise(self) -> None:
+        """A consumer that died on its own is restarted, as a process manager would."""
+        for c in (*self.ledgers, self.mirror):
+            if not c.alive():
+                self.log(f"{c.name} exited ({c.proc.returncode}); restarting")
+                c.start()
+
+    # --- the run ---------------------------------------------------------------------
+    def run(self) -> tuple[Verdict, dict]:
+        self.prepare()
+        sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan)
+        thread = threading.Thread(
+            target=lambda: asyncio.run(sender.run(self.cfg.rate, self.cfg.duration_s)))
+        started = time.monotonic()
+        self.log(f"run {self.run_id}: {self.cfg.rate:.0f} webhooks/s for "
+                 f"{self.cfg.duration_s:.0f} s, logs in {self.log_dir}")
+        thread.start()
+        for at, kind in self.schedule():
+            while time.monotonic() - started < at:
+                self._supervise()
+                time.sleep(0.2)
+            self.inject(kind)
+        while thread.is_alive():
+            self._supervise()
+            thread.join(0.5)
+        traffic_end = time.monotonic()
+        self.log(f"traffic done: {len(sender.sent)} requests; draining")
+        drained_at = self._drain(sender)
+        conn = connect()
+        try:
+            with conn, conn.cursor() as cur:
+                verdict = check(cur, sender.sent, self.plan.users)
+        finally:
+            conn.close()
+            for c in (*self.ledgers, self.mirror, self.ingest):
+                c.stop()
+        stats = {
+            "sent": sender.sent, "retries": sender.retries,
+            "drain_after_last_fault_s": (drained_at - self.last_fault_at) if drained_at else None,
+            "drain_after_traffic_s": (drained_at - traffic_end) if drained_at else None,
+            "latencies_ms": sender.latencies_ms,
+        }
+        return verdict, stats
+
+    def _drain(self, sender: Sender) -> float | None:
+        deadline = time.monotonic() + self.cfg.drain_timeout_s
+        while time.monotonic() < deadline:
+            self._supervise()
+            try:
+                conn = connect()
+                with conn, conn.cursor() as cur:
+                    left = pending_count(cur, sender.sent)
+                conn.close()
+            except Exception as exc:
+                self.log(f"drain check failed: {exc}")
+                left = -1
+            if left == 0:
+                return time.monotonic()
+            time.sleep(0.5)
+        self.log("drain timed out")
+        return None
+
+
+def report(cfg: ChaosConfig, chaos: Chaos, verdict: Verdict, stats: dict) -> str:
+    sent = stats["sent"]
+    by_kind = Counter(r.kind.value for r in sent)
+    answers = Counter(f"{r.kind.value}:{r.status}" for r in sent)
+    lat = sorted(stats["latencies_ms"])
+    def pct(q):
+        return (lat[int(q * (len(lat) - 1))] if lat else float("nan"))
+    dup = sum(1 for r in sent if r.kind is Kind.REDELIVERY and r.answer == "duplicate")
+    lines = [
+        "== paystream chaos report ==",
+        f"run {chaos.run_id}: {cfg.rate:.0f}/s for {cfg.duration_s:.0f} s, "
+        f"{cfg.users} users, seed {cfg.seed}",
+        "requests sent by class: " + ", ".join(f"{k}={v}" for k, v in sorted(by_kind.items())),
+        "answers: " + ", ".join(f"{k}={v}" for k, v in sorted(answers.items())),
+        "sender retries (no answer / 429 / 5xx): "
+        + (", ".join(f"{k}={v}" for k, v in sorted(stats["retries"].items())) or "none"),
+        "faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(chaos.faults.items())),
+        "final outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(verdict.outcomes.items())),
+        f"duplicates absorbed (identical redeliveries answered duplicate): {dup}",
+        f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
+        f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "
+        f"after the last request: {_secs(stats['drain_after_traffic_s'])}",
+        f"lost = {len(verdict.lost)}",
+        f"double-applied = {len(verdict.double_applied)}",
+        f"other violations = {len(verdict.violations)}",
+    ]
+    for title, items in (("LOST", verdict.lost), ("DOUBLE", verdict.double_applied),
+                         ("VIOLATION", verdict.violations)):
+        lines += [f"  {title}: {item}" for item in items[:20]]
+    lines.append("RESULT: " + ("PASS" if verdict.passed else "FAIL"))
+    return "\n".join(lines)
+
+
+def _secs(value: float | None) -> str:
+    return "did not drain" if value is None else f"{value:.1f} s"

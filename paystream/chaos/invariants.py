@@ -1,0 +1,126 @@
+"""What must hold after a chaos run, checked against the database for every request the
+harness sent and the answer it got."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from paystream.chaos.traffic import Kind, Request
+from schema.idempotency import idempotency_key
+
+FINAL_STATUSES = ("applied", "rejected", "dead_lettered")
+
+
+def ok(req: Request) -> bool:
+    return req.status is not None and 200 <= req.status < 300
+
+
+@dataclass
+class Verdict:
+    lost: list[str] = field(default_factory=list)
+    double_applied: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def passed(self) -> bool:
+        return not (self.lost or self.double_applied or self.violations)
+
+
+def accepted_events(sent: list[Request]) -> dict[str, Request]:
+    """Event id -> the first request that got it accepted (2xx), new events only."""
+    out: dict[str, Request] = {}
+    for req in sent:
+        if req.kind in (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.POISON) and ok(req):
+            out.setdefault(req.event_id, req)
+    return out
+
+
+def pending_count(cur, sent: list[Request]) -> int:
+    """Accepted events without a final status yet, plus poison not yet mirrored."""
+    accepted = accepted_events(sent)
+    cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+                " AND status = ANY(%s)", (list(accepted), list(FINAL_STATUSES)))
+    final = cur.fetchone()[0]
+    poison = [e for e, r in accepted.items() if r.kind is Kind.POISON]
+    cur.execute("SELECT count(DISTINCT event_id) FROM dead_letter_queue"
+                " WHERE event_id = ANY(%s)", (poison,))
+    mirrored = cur.fetchone()[0]
+    return (len(accepted) - final) + (len(poison) - mirrored)
+
+
+def check(cur, sent: list[Request], users: list[str]) -> Verdict:
+    v = Verdict()
+    accepted = accepted_events(sent)
+    ids = list(accepted)
+    cur.execute("SELECT event_id, status, amount FROM payment_events WHERE event_id = ANY(%s)",
+                (ids + [r.event_id for r in sent if r.kind in (Kind.INVALID, Kind.CONFLICT)],))
+    rows = {r[0]: (r[1], r[2]) for r in cur.fetchall()}
+    cur.execute("SELECT idempotency_key, outcome FROM processed_events"
+                " WHERE event_id = ANY(%s)", (ids,))
+    outcomes = dict(cur.fetchall())
+    cur.execute("SELECT source_event_id, event_type, delta FROM balance_events"
+                " WHERE source_event_id = ANY(%s)", (ids,))
+    journal: dict[str, list[Decimal]] = {}
+    for event_id, _type, delta in cur.fetchall():
+        journal.setdefault(event_id, []).append(delta)
+    cur.execute("SELECT DISTINCT event_id FROM dead_letter_queue WHERE event_id LIKE %s",
+                (ids[0].rsplit("-e", 1)[0] + "-%" if ids else "-",))
+    dead = {r[0] for r in cur.fetchall()}
+
+    for event_id, req in accepted.items():
+        if event_id not in rows:
+            v.lost.append(f"{event_id}: answered {req.status} but not in payment_events")
+            continue
+        status, amount = rows[event_id]
+        deltas = journal.get(event_id, [])
+        if len(deltas) > 1:
+            v.double_applied.append(f"{event_id}: {len(deltas)} journal rows")
+        if req.kind is Kind.POISON:
+            v.outcomes["dead_lettered"] += 1
+            if status != "dead_lettered" or event_id not in dead or deltas:
+                v.violations.append(f"{event_id}: poison ended {status}, in DLQ table: "
+                                    f"{event_id in dead}, journal rows {len(deltas)}")
+            continue
+        outcome = outcomes.get(idempotency_key(event_id, req.event_type))
+        v.outcomes[outcome or "none"] += 1
+        if outcome is None or status not in ("applied", "rejected"):
+            v.lost.append(f"{event_id}: status {status}, outcome {outcome}")
+            continue
+        expected = Decimal(req.amount) * (1 if req.event_type == "deposit" else -1)
+        if outcome == "applied" and deltas != [expected]:
+            v.violations.append(f"{event_id}: applied with journal {deltas}, want {expected}")
+        if outcome == "insufficient_funds" and (deltas or status != "rejected"):
+            v.violations.append(f"{event_id}: rejected but journal {deltas}, status {status}")
+        if amount != Decimal(req.amount):
+            v.violations.append(f"{event_id}: stored amount {amount} != sent {req.amount}")
+
+    for req in sent:
+        if req.kind is Kind.INVALID:
+            if req.status is None or not 400 <= req.status < 500:
+                v.violations.append(f"invalid request {req.event_id} answered {req.status}")
+            if req.event_id in rows:
+                v.violations.append(f"invalid request {req.event_id} was written")
+        elif req.kind is Kind.CONFLICT:
+            if req.status != 409:
+                v.violations.append(f"conflict {req.event_id} answered {req.status}")
+        elif req.kind is Kind.REDELIVERY and not (ok(req) and req.answer == "duplicate"):
+            v.violations.append(f"redelivery {req.event_id} answered {req.status} "
+                                f"{req.answer}")
+        elif req.status is None:
+            v.violations.append(f"{req.kind} {req.event_id} never answered")
+    stray = dead - {e for e, r in accepted.items() if r.kind is Kind.POISON}
+    if stray:
+        v.violations.append(f"{len(stray)} events dead-lettered that were not poisoned, "
+                            f"e.g. {sorted(stray)[:3]}")
+
+    cur.execute(
+        "SELECT b.user_id, b.asset, b.balance, coalesce(sum(j.delta), 0) FROM balances b"
+        " LEFT JOIN balance_events j ON j.user_id = b.user_id AND j.asset = b.asset"
+        " WHERE b.user_id = ANY(%s) GROUP BY b.user_id, b.asset, b.balance", (users,))
+    for user, asset, balance, total in cur.fetchall():
+        if balance != total or balance < 0:
+            v.violations.append(f"balance {user}/{asset} = {balance}, journal sum {total}")
+    return v

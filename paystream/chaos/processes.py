@@ -1,0 +1,133 @@
+"""The paystream processes a chaos run owns (ingest, ledger consumers, DLQ mirror), and
+SIGKILL + restart of the stack's own processes (broker, Connect, Postgres)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from connectors import connect, kafka, postgres
+from connectors.process import read_pid
+from connectors.settings import StackSettings
+
+
+@dataclass
+class Managed:
+    """A paystream child process: started, SIGKILLed and restarted by the harness."""
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    log_dir: Path
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def start(self, **extra_env: str) -> None:
+        self.starts += 1
+        log = (self.log_dir / f"{self.name}.log").open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "paystream.cli", *self.args],
+            env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL)
+        log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def wait_http_ok(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
+
+
+def _sigkill(pid: int | None) -> None:
+    if pid is None:
+        raise RuntimeError("process to kill is not running")
+    os.kill(pid, signal.SIGKILL)
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+
+
+def kill_connect(s: StackSettings) -> None:
+    _sigkill(read_pid(connect.pid_file(s)))
+
+
+def restart_connect(s: StackSettings) -> None:
+    connect.start(s)
+    connect.wait_running(s, timeout=180)
+
+
+def kill_broker(s: StackSettings) -> None:
+    _sigkill(read_pid(kafka.pid_file(s)))
+
+
+def restart_broker(s: StackSettings) -> None:
+    kafka.start(s)
+
+
+def kill_postgres(s: StackSettings) -> None:
+    """SIGKILL the postmaster and its children, as a crashed host would leave them."""
+    pm = postgres.pid(s)
+    if pm is None:
+        raise RuntimeError("postgres is not running")
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pm]
+    for pid in [pm, *children]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_exists(p) for p in [pm, *children]):
+        time.sleep(0.05)
+
+
+def restart_postgres(s: StackSettings) -> None:
+    postgres.start(s)
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, IndexError, ValueError, ProcessLookupError):
+        return None
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
