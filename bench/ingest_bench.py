@@ -1,0 +1,249 @@
+"""Ingest benchmark: signed, valid webhooks at saturation and at a fixed 1,000 req/s,
+next to a bare FastAPI endpoint served the same way (the ceiling).
+
+    .venv/bin/python bench/ingest_bench.py [--duration 10] [--rate 1000] [--workers 1]
+
+Needs the stack's Postgres (`paystream stack up`). Every request is a distinct, correctly
+signed payment webhook, so each one is a real outbox write (and a real Kafka message via
+Debezium, which runs on the same machine). The load generator runs in separate
+processes; all traffic is on 127.0.0.1 and bounded in count and time.
+
+Latency at the fixed rate is measured from each request's scheduled send time, so a
+stalled server cannot hide queueing delay (no coordinated omission).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ingest.testing import ingest_server, payment_body, payment_headers  # noqa: E402
+from schema.db import database_url  # noqa: E402
+
+TARGET_SHARE = 0.50   # of the bare endpoint's saturated throughput
+TARGET_P99_MS = 25.0  # at the fixed rate
+PATH = "/webhooks/payments"
+REQUEST_TIMEOUT_S = 10  # every request, and so every phase, is bounded in time
+MAX_LAG_S = 5.0         # open loop: requests this late are not sent at all
+
+
+@dataclass(frozen=True)
+class Result:
+    label: str
+    sent: int
+    ok: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float]
+
+    @property
+    def rps(self) -> float:
+        return self.ok / self.seconds if self.seconds else 0.0
+
+    def pct(self, q: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def line(self) -> str:
+        return (f"{self.label:<34} {self.rps:>9.0f} req/s  p50 {self.pct(0.50):>7.2f} ms"
+                f"  p99 {self.pct(0.99):>7.2f} ms  ok {self.ok}/{self.sent}"
+                f"  errors {self.errors}")
+
+
+def signed_requests(count: int, tag: str) -> list[tuple[bytes, dict[str, str]]]:
+    """Distinct signed deliveries: each is a new event, so each is a real write."""
+    run = uuid.uuid4().hex[:8]
+    out = []
+    for n in range(count):
+        body = payment_body(f"bench-{tag}-{run}-{n}", f"bench-user-{n % 1000}",
+                            f"{n % 997 + 1}.25")
+        out.append((body, payment_headers(body, msg_id=f"msg_{run}_{n}")))
+    return out
+
+
+async def _closed_loop(url: str, reqs: list, concurrency: int, duration: float
+                       ) -> tuple[int, int, int, float, list[float]]:
+    import aiohttp
+
+    latencies: list[float] = []
+    counters = {"sent": 0, "ok": 0, "errors": 0}
+    next_index = iter(range(len(reqs)))
+    stop_at = time.perf_counter() + duration
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for i in next_index:
+            if time.perf_counter() >= stop_at:
+                return
+            body, headers = reqs[i]
+            started = time.perf_counter()
+            counters["sent"] += 1
+            try:
+                async with session.post(url, data=body, headers=headers) as answer:
+                    await answer.read()
+                    good = answer.status == 200
+            except (TimeoutError, aiohttp.ClientError):
+                good = False
+            latencies.append((time.perf_counter() - started) * 1000)
+            counters["ok" if good else "errors"] += 1
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - began
+    return counters["sent"], counters["ok"], counters["errors"], elapsed, latencies
+
+
+async def _open_loop(url: str, reqs: list, rate: float, connections: int
+                     ) -> tuple[int, int, int, float, list[float]]:
+    import aiohttp
+
+    latencies: list[float] = []
+    counters = {"ok": 0, "errors": 0}
+    connector = aiohttp.TCPConnector(limit=connections)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        began = time.perf_counter()
+
+        async def one(i: int) -> None:
+            scheduled = began + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif -delay > MAX_LAG_S:
+                # Far behind schedule: the server cannot keep this rate. Count it as an
+                # error with its lag instead of running the phase on for minutes.
+                latencies.append(-delay * 1000)
+                counters["errors"] += 1
+                return
+            body, headers = reqs[i]
+            try:
+                async with session.post(url, data=body, headers=headers) as answer:
+                    await answer.read()
+                    good = answer.status == 200
+            except (TimeoutError, aiohttp.ClientError):
+                good = False
+            latencies.append((time.perf_counter() - scheduled) * 1000)
+            counters["ok" if good else "errors"] += 1
+
+        await asyncio.gather(*(one(i) for i in range(len(reqs))))
+        elapsed = time.perf_counter() - began
+    return len(reqs), counters["ok"], counters["errors"], elapsed, latencies
+
+
+def _generator(kind: str, url: str, reqs: list, param: float, duration: float, conn) -> None:
+    """Runs in a child process: the load generator never shares a CPU slice with the
+    server's event loop."""
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:  # pragma: no cover
+        pass
+    if kind == "closed":
+        conn.send(asyncio.run(_closed_loop(url, reqs, int(param), duration)))
+    else:
+        conn.send(asyncio.run(_open_loop(url, reqs, param, 256)))
+    conn.close()
+
+
+def run_load(label: str, kind: str, url: str, reqs: list, param: float,
+             duration: float, processes: int) -> Result:
+    """Split the requests over `processes` generator processes and merge the results."""
+    ctx = multiprocessing.get_context("fork")
+    share = len(reqs) // processes
+    pipes, children = [], []
+    for p in range(processes):
+        parent, child = ctx.Pipe(duplex=False)
+        part = reqs[p * share:(p + 1) * share]
+        proc = ctx.Process(target=_generator, args=(
+            kind, url, part, param / processes, duration, child))
+        proc.start()
+        pipes.append(parent)
+        children.append(proc)
+    sent = ok = errors = 0
+    seconds = 0.0
+    latencies: list[float] = []
+    for parent, proc in zip(pipes, children, strict=True):
+        s, o, e, elapsed, lat = parent.recv()
+        proc.join(timeout=60)
+        sent, ok, errors = sent + s, ok + o, errors + e
+        seconds = max(seconds, elapsed)
+        latencies.extend(lat)
+    return Result(label, sent, ok, errors, seconds, latencies)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
+    parser.add_argument("--rate", type=float, default=1000.0, help="fixed rate, req/s")
+    parser.add_argument("--concurrency", type=int, default=32,
+                        help="connections at saturation")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers per server")
+    parser.add_argument("--generators", type=int, default=1,
+                        help="load generator processes")
+    args = parser.parse_args()
+
+    saturation_budget = int(args.duration * 15000)  # upper bound on requests per phase
+    rate_count = int(args.duration * args.rate)
+    env = {"PAYSTREAM_DATABASE_URL": database_url(),
+           # The benchmark measures the pipeline, not the limiter.
+           "PAYSTREAM_INGEST_RATE_PER_SECOND": "1000000",
+           "PAYSTREAM_INGEST_RATE_BURST": "1000000",
+           "PAYSTREAM_INGEST_DB_POOL_SIZE": os.environ.get(
+               "PAYSTREAM_INGEST_DB_POOL_SIZE", "16")}
+    print(f"ingest benchmark: {os.cpu_count()} CPUs, {args.workers} uvicorn worker(s), "
+          f"{args.generators} load generator process(es), {args.duration:.0f} s per phase")
+    print(f"database: {database_url().split('@')[-1]} (Kafka and Connect of the stack "
+          "run on the same machine)")
+    results: dict[str, Result] = {}
+    warm = signed_requests(500, "warm")
+    with ingest_server({"PAYSTREAM_LOG_LEVEL": "WARNING"}, workers=args.workers,
+                       app="bench.ingest_baseline:create_bare_app") as bare:
+        url = bare.url + PATH
+        run_load("warm-up", "closed", url, warm, 8, 2, 1)
+        results["bare_sat"] = run_load("bare FastAPI, saturation", "closed", url,
+                                       signed_requests(saturation_budget, "bare"),
+                                       args.concurrency, args.duration, args.generators)
+        results["bare_rate"] = run_load(f"bare FastAPI, {args.rate:.0f} req/s", "open", url,
+                                        signed_requests(rate_count, "bare-rate"), args.rate,
+                                        args.duration, args.generators)
+    with ingest_server(env, workers=args.workers, log_path=Path("/tmp/ingest-bench.log")) as srv:
+        url = srv.url + PATH
+        run_load("warm-up", "closed", url, warm, 8, 2, 1)
+        results["ingest_sat"] = run_load("ingest /webhooks/payments, saturation", "closed",
+                                         url, signed_requests(saturation_budget, "sat"),
+                                         args.concurrency, args.duration, args.generators)
+        results["ingest_rate"] = run_load(
+            f"ingest /webhooks/payments, {args.rate:.0f} req/s", "open", url,
+            signed_requests(rate_count, "rate"), args.rate, args.duration, args.generators)
+    print()
+    for result in results.values():
+        print(result.line())
+    share = results["ingest_sat"].rps / results["bare_sat"].rps
+    p99 = results["ingest_rate"].pct(0.99)
+    print()
+    print(f"throughput at saturation: {share:.0%} of the bare endpoint "
+          f"(target >= {TARGET_SHARE:.0%}): {'MET' if share >= TARGET_SHARE else 'NOT MET'}")
+    print(f"p99 at {args.rate:.0f} req/s: {p99:.2f} ms (target <= {TARGET_P99_MS:.0f} ms): "
+          f"{'MET' if p99 <= TARGET_P99_MS else 'NOT MET'}")
+    print(f"mean latency at {args.rate:.0f} req/s: "
+          f"{statistics.fmean(results['ingest_rate'].latencies_ms):.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

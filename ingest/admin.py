@@ -1,0 +1,91 @@
+"""Operator actions on the tables the ingest reads: users, deposit addresses, balances."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+import psycopg2.extensions
+
+from ingest.alchemy import ADDRESS_PATTERN, NETWORK_PATTERN
+from schema.amounts import format_amount
+from schema.events import USER_ID_PATTERN
+
+Connection = psycopg2.extensions.connection
+
+
+class AdminError(ValueError):
+    """An operator request that cannot be carried out; the message says why."""
+
+
+def add_user(conn: Connection, user_id: str) -> bool:
+    """Create a user; return False if it already existed."""
+    if USER_ID_PATTERN.fullmatch(user_id) is None:
+        raise AdminError(f"user id must match {USER_ID_PATTERN.pattern}: {user_id!r}")
+    with conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING"
+                    " RETURNING user_id", (user_id,))
+        return cur.fetchone() is not None
+
+
+def add_address(conn: Connection, network: str, address: str, user_id: str) -> bool:
+    """Assign a deposit address to a user; return False if it already was theirs."""
+    network = network.upper()
+    if NETWORK_PATTERN.fullmatch(network) is None:
+        raise AdminError(f"network must match {NETWORK_PATTERN.pattern}: {network!r}")
+    if ADDRESS_PATTERN.fullmatch(address.removeprefix("0x")) is None:
+        raise AdminError(f"not an address: {address!r}")
+    address = address.lower()
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM users WHERE user_id = %s", (user_id,))
+        if cur.fetchone() is None:
+            raise AdminError(f"unknown user {user_id!r}; add it first (paystream users add)")
+        cur.execute("INSERT INTO deposit_addresses (network, address, user_id)"
+                    " VALUES (%s, %s, %s) ON CONFLICT (network, address) DO NOTHING"
+                    " RETURNING user_id", (network, address, user_id))
+        if cur.fetchone() is not None:
+            return True
+        cur.execute("SELECT user_id FROM deposit_addresses WHERE network = %s"
+                    " AND address = %s", (network, address))
+        owner = cur.fetchone()[0]
+    if owner != user_id:
+        # An address credits exactly one user: reassigning it would redirect deposits.
+        raise AdminError(f"{network} {address} already belongs to {owner!r}")
+    return False
+
+
+@dataclass(frozen=True)
+class BalanceRow:
+    user_id: str
+    asset: str
+    balance: Decimal
+    pending: Decimal
+
+
+def balances(conn: Connection, user_id: str | None = None) -> list[BalanceRow]:
+    sql = "SELECT user_id, asset, balance, pending FROM balances"
+    params: tuple[str, ...] = ()
+    if user_id is not None:
+        sql += " WHERE user_id = %s"
+        params = (user_id,)
+    with conn, conn.cursor() as cur:
+        cur.execute(sql + " ORDER BY user_id, asset", params)
+        return [BalanceRow(*row) for row in cur.fetchall()]
+
+
+def render_table(rows: list[BalanceRow]) -> str:
+    """A plain text table; amounts in canonical form (no float, no trailing zeros)."""
+    header = ("user", "asset", "balance", "pending")
+    cells = [header] + [(r.user_id, r.asset, format_amount(r.balance),
+                         format_amount(r.pending)) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
+    lines = []
+    for n, row in enumerate(cells):
+        left = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
+        right = [row[2].rjust(widths[2]), row[3].rjust(widths[3])]
+        lines.append("  ".join(left + right).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+

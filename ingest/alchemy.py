@@ -1,0 +1,303 @@
+"""Alchemy Notify Address Activity: from a verified payload to payment events and notices.
+
+Two pure steps around one database lookup:
+  parse_delivery(obj)      validates the payload's shape (any breach: 400, nothing written)
+  classify(delivery, owners) turns each transfer into a deposit event for the user who owns
+                           the receiving address, or into a notice that is never credited.
+The event id is the transfer's on-chain identity, so a retried delivery and the same
+transfer repeated in another payload both map to the same event. Nothing that varies
+between payloads (delivery id, createdAt, the float `value`) enters an event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.errors import PayloadError
+from ingest.notices import Notice, NoticeKind, notice_id
+from schema.amounts import AmountError, from_base_units
+from schema.events import EventType, PaymentEvent
+
+PROVIDER = "alchemy"
+ADDRESS_ACTIVITY = "ADDRESS_ACTIVITY"
+FUNGIBLE_TOKEN_CATEGORIES = frozenset({"erc20", "token"})
+NATIVE_CATEGORIES = frozenset({"external", "internal"})
+NFT_CATEGORIES = frozenset({"erc721", "erc1155", "specialnft"})
+
+NETWORK_PATTERN = re.compile(r"[A-Z0-9_]{1,64}")
+TX_HASH_PATTERN = re.compile(r"0x[0-9a-fA-F]{64}")
+HEX_PATTERN = re.compile(r"0x[0-9a-fA-F]{0,128}")
+# EVM addresses are 0x + 40 hex; other chains' are alphanumeric. Lowercased for lookup.
+ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9]{20,128}")
+TRACE_PATTERN = re.compile(r"[A-Za-z0-9_]{1,64}")
+
+
+@dataclass(frozen=True)
+class ChainTransfer:
+    """One validated `event.activity[]` item, addresses and hashes lowercased."""
+
+    position: int
+    network: str
+    category: str
+    tx_hash: str
+    block_number: int
+    block_hash: str | None
+    sender: str | None
+    recipient: str | None
+    log_index: int | None
+    trace_address: str | None
+    token_contract: str | None
+    raw_value: int | None  # None when the payload carries no fungible value ("0x")
+    decimals: int | None
+    removed: bool
+    activity: dict[str, Any] = field(repr=False)
+
+    @property
+    def event_id(self) -> str:
+        """The on-chain identity: token log, internal trace, or the external transaction."""
+        base = f"{self.network}:{self.tx_hash}"
+        if self.log_index is not None:
+            return f"{base}:log:{self.log_index}"
+        if self.trace_address is not None:
+            return f"{base}:trace:{self.trace_address}"
+        return f"{base}:external"
+
+    @property
+    def asset(self) -> str:
+        return f"{self.network}:{self.token_contract or 'native'}"
+
+    def chain(self) -> dict[str, Any]:
+        """What a later stage needs for finality and reorgs (PaymentEvent.chain).
+
+        Fields that do not apply (no log index for an external transfer, ...) are left
+        out rather than null: Debezium's JSON payload expansion drops nulls, and the
+        event on Kafka must be exactly the event that was written.
+        """
+        facts = {
+            "network": self.network,
+            "category": self.category,
+            "tx_hash": self.tx_hash,
+            "block_number": self.block_number,
+            "block_hash": self.block_hash,
+            "log_index": self.log_index,
+            "trace_address": self.trace_address,
+            "token_contract": self.token_contract,
+            "raw_value": hex(self.raw_value) if self.raw_value is not None else None,
+            "decimals": self.decimals,
+            "sender": self.sender,
+            "recipient": self.recipient,
+            "removed": self.removed,
+        }
+        return {key: value for key, value in facts.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class AlchemyDelivery:
+    delivery_id: str | None
+    network: str | None
+    transfers: tuple[ChainTransfer, ...]
+    notices: tuple[Notice, ...]  # payload-level: capacity errors, unsupported types
+
+    def addresses(self) -> list[str]:
+        """Every address that may belong to one of our users, for one lookup."""
+        found = {a for t in self.transfers for a in (t.sender, t.recipient) if a}
+        return sorted(found)
+
+
+@dataclass(frozen=True)
+class Classified:
+    events: tuple[PaymentEvent, ...]
+    notices: tuple[Notice, ...]
+
+
+def parse_delivery(obj: Any) -> AlchemyDelivery:
+    """Validate an Alchemy payload; raise PayloadError naming the first broken field."""
+    if not isinstance(obj, dict):
+        raise PayloadError("the payload must be a JSON object")
+    delivery_id = obj.get("id") if isinstance(obj.get("id"), str) else None
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise PayloadError("type is required and must be a string", code="missing_field")
+    event = obj.get("event")
+    if not isinstance(event, dict):
+        raise PayloadError("event is required and must be an object", code="missing_field")
+    if kind != ADDRESS_ACTIVITY:
+        return AlchemyDelivery(delivery_id, None, (), (_payload_notice(
+            NoticeKind.UNSUPPORTED, "unsupported_webhook_type", delivery_id,
+            {"type": kind[:80], "delivery_id": delivery_id}),))
+    if event.get("error"):
+        # Alchemy could not produce the activity: acknowledge (a retry cannot help),
+        # keep it so a reconciliation knows there is a gap to backfill.
+        return AlchemyDelivery(delivery_id, None, (), (_payload_notice(
+            NoticeKind.CAPACITY_ERROR, "capacity_error", delivery_id,
+            {"error": event["error"], "delivery_id": delivery_id}),))
+    network = _text(event, "network", "event.network", NETWORK_PATTERN)
+    activities = event.get("activity")
+    if not isinstance(activities, list):
+        raise PayloadError("event.activity is required and must be a list",
+                           code="missing_field")
+    transfers = tuple(_transfer(network, i, a) for i, a in enumerate(activities))
+    return AlchemyDelivery(delivery_id, network, transfers, ())
+
+
+def classify(delivery: AlchemyDelivery, owners: Mapping[str, str]) -> Classified:
+    """Deposit events for transfers into known addresses; a notice for everything else.
+
+    `owners` maps a lowercased deposit address of the delivery's network to its user.
+    """
+    events: list[PaymentEvent] = []
+    notices = list(delivery.notices)
+    for transfer in delivery.transfers:
+        outcome = _classify_one(transfer, owners)
+        if isinstance(outcome, PaymentEvent):
+            events.append(outcome)
+        else:
+            kind, reason, extra = outcome
+            notices.append(_transfer_notice(transfer, kind, reason, extra,
+                                            delivery.delivery_id))
+    return Classified(tuple(events), tuple(notices))
+
+
+def _classify_one(t: ChainTransfer, owners: Mapping[str, str]
+                  ) -> PaymentEvent | tuple[NoticeKind, str, dict[str, Any]]:
+    if t.removed:
+        return NoticeKind.REORG, "log_removed", {}
+    if t.category in NFT_CATEGORIES:
+        return NoticeKind.NFT, "nft_transfer", {}
+    if t.category not in FUNGIBLE_TOKEN_CATEGORIES | NATIVE_CATEGORIES:
+        return NoticeKind.UNSUPPORTED, "unsupported_category", {}
+    user_id = owners.get(t.recipient) if t.recipient else None
+    if user_id is None:
+        outgoing = t.sender is not None and t.sender in owners
+        return NoticeKind.IGNORED, "outgoing_transfer" if outgoing else "unknown_address", {}
+    if not t.raw_value:
+        return NoticeKind.IGNORED, "zero_value", {"user_id": user_id}
+    if t.decimals is None:
+        return NoticeKind.IGNORED, "unknown_decimals", {"user_id": user_id}
+    try:
+        amount = from_base_units(t.raw_value, t.decimals)
+    except AmountError as exc:
+        # A true transfer we cannot hold exactly in NUMERIC(38,18): kept for review.
+        return NoticeKind.IGNORED, "amount_not_representable", {"user_id": user_id,
+                                                                "detail": str(exc)}
+    return PaymentEvent(event_id=t.event_id, event_type=EventType.DEPOSIT, user_id=user_id,
+                        asset=t.asset, amount=amount, provider=PROVIDER, chain=t.chain())
+
+
+def _transfer(network: str, i: int, a: Any) -> ChainTransfer:
+    where = f"event.activity[{i}]"
+    if not isinstance(a, dict):
+        raise PayloadError(f"{where} must be an object")
+    category = _text(a, "category", f"{where}.category", None)
+    tx_hash = _text(a, "hash", f"{where}.hash", TX_HASH_PATTERN).lower()
+    block_number = _hex_int(a.get("blockNum"), f"{where}.blockNum", required=True)
+    assert block_number is not None
+    raw_contract = a.get("rawContract") or {}
+    if not isinstance(raw_contract, dict):
+        raise PayloadError(f"{where}.rawContract must be an object")
+    log = a.get("log")
+    if log is not None and not isinstance(log, dict):
+        raise PayloadError(f"{where}.log must be an object")
+    log = log or {}
+    fungible = category in FUNGIBLE_TOKEN_CATEGORIES
+    log_index = _hex_int(log.get("logIndex"), f"{where}.log.logIndex", required=fungible)
+    trace = a.get("typeTraceAddress")
+    if category == "internal" and trace is None:
+        raise PayloadError(f"{where}.typeTraceAddress is required for internal transfers",
+                           code="missing_field")
+    if trace is not None and (not isinstance(trace, str) or not TRACE_PATTERN.fullmatch(trace)):
+        raise PayloadError(f"{where}.typeTraceAddress has an invalid format")
+    contract = _address(raw_contract.get("address"), f"{where}.rawContract.address")
+    if fungible and contract is None:
+        raise PayloadError(f"{where}.rawContract.address is required for token transfers",
+                           code="missing_field")
+    block_hash = log.get("blockHash")
+    if block_hash is not None and (not isinstance(block_hash, str)
+                                   or not TX_HASH_PATTERN.fullmatch(block_hash)):
+        raise PayloadError(f"{where}.log.blockHash must be 0x followed by 64 hex digits")
+    removed = log.get("removed", False)
+    if not isinstance(removed, bool):
+        raise PayloadError(f"{where}.log.removed must be a boolean")
+    return ChainTransfer(
+        position=i, network=network, category=category, tx_hash=tx_hash,
+        block_number=block_number,
+        block_hash=block_hash.lower() if block_hash else None,
+        sender=_address(a.get("fromAddress"), f"{where}.fromAddress"),
+        recipient=_address(a.get("toAddress"), f"{where}.toAddress"),
+        log_index=log_index,
+        trace_address=trace if category == "internal" else None,
+        token_contract=contract if fungible else None,
+        raw_value=_hex_int(raw_contract.get("rawValue"), f"{where}.rawContract.rawValue",
+                           required=False),
+        decimals=_decimals(raw_contract.get("decimals"), f"{where}.rawContract.decimals"),
+        removed=removed, activity=a,
+    )
+
+
+def _text(obj: dict[str, Any], key: str, where: str, pattern: re.Pattern[str] | None) -> str:
+    value = obj.get(key)
+    if value is None:
+        raise PayloadError(f"{where} is required", code="missing_field")
+    if not isinstance(value, str):
+        raise PayloadError(f"{where} must be a string")
+    if pattern is not None and not pattern.fullmatch(value):
+        raise PayloadError(f"{where} has an invalid format: {value[:80]!r}")
+    return value
+
+
+def _hex_int(value: Any, where: str, *, required: bool) -> int | None:
+    """A "0x…" quantity (or a JSON integer); "0x" alone means no value (NFTs)."""
+    if value is None:
+        if required:
+            raise PayloadError(f"{where} is required", code="missing_field")
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if not isinstance(value, str) or not HEX_PATTERN.fullmatch(value):
+        raise PayloadError(f"{where} must be a 0x-prefixed hex quantity")
+    if value in ("0x", "0X"):
+        if required:
+            raise PayloadError(f"{where} is empty", code="missing_field")
+        return None
+    return int(value, 16)
+
+
+def _decimals(value: Any, where: str) -> int | None:
+    """Token decimals: an int in Alchemy's examples, a hex string in its docs."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 3:
+        decimals = int(value)
+    else:
+        decimals = _hex_int(value, where, required=False)
+    if decimals is None or decimals > 255:
+        raise PayloadError(f"{where} must be an integer between 0 and 255")
+    return decimals
+
+
+def _address(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not ADDRESS_PATTERN.fullmatch(value.removeprefix("0x")):
+        raise PayloadError(f"{where} is not an address")
+    return value.lower()
+
+
+def _payload_notice(kind: NoticeKind, reason: str, delivery_id: str | None,
+                    detail: dict[str, Any]) -> Notice:
+    return Notice(notice_id=notice_id(PROVIDER, kind, detail), provider=PROVIDER, kind=kind,
+                  reason=reason, detail=detail, delivery_id=delivery_id)
+
+
+def _transfer_notice(t: ChainTransfer, kind: NoticeKind, reason: str,
+                     extra: dict[str, Any], delivery_id: str | None) -> Notice:
+    # The activity itself (not the delivery) identifies the notice: the same transfer
+    # in a retried or another payload is recorded once.
+    detail = {"network": t.network, "activity": t.activity, **extra}
+    return Notice(notice_id=notice_id(PROVIDER, kind, {"network": t.network,
+                                                      "activity": t.activity}),
+                  provider=PROVIDER, kind=kind, reason=reason, detail=detail,
+                  event_id=t.event_id, delivery_id=delivery_id)

@@ -1,0 +1,95 @@
+"""`paystream ingest` (serve the webhooks) and the operator commands around it:
+`paystream users add`, `paystream addresses add`, `paystream balances`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import psycopg2
+
+from ingest.settings import IngestSettings, SettingsError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("ingest", help="serve the webhook ingest API (uvicorn)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1,
+                       help="worker processes (each has its own pool and rate limits)")
+    serve.set_defaults(func=_serve)
+
+    users = sub.add_parser("users", help="manage users")
+    users_sub = users.add_subparsers(dest="users_command", required=True)
+    add_user = users_sub.add_parser("add", help="create a user")
+    add_user.add_argument("user_id")
+    add_user.set_defaults(func=_add_user)
+
+    addresses = sub.add_parser("addresses", help="manage deposit addresses")
+    addresses_sub = addresses.add_subparsers(dest="addresses_command", required=True)
+    add_address = addresses_sub.add_parser("add", help="assign a deposit address to a user")
+    add_address.add_argument("--network", required=True, help="e.g. ETH_MAINNET")
+    add_address.add_argument("--address", required=True)
+    add_address.add_argument("--user", required=True)
+    add_address.set_defaults(func=_add_address)
+
+    balances = sub.add_parser("balances", help="show balances (user, asset, balance, pending)")
+    balances.add_argument("--user", default=None)
+    balances.set_defaults(func=_balances)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    try:
+        IngestSettings.from_env()  # fail here, with the reason, not in every worker
+    except SettingsError as exc:
+        print(f"paystream ingest: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run("ingest.app:create_app_from_env", factory=True, host=args.host,
+                port=args.port, workers=args.workers, access_log=False,
+                log_level="warning", lifespan="on")
+    return 0
+
+
+def _add_user(args: argparse.Namespace) -> int:
+    from ingest import admin
+
+    return _with_db(lambda conn: print(
+        f"user {args.user_id}: " + ("created" if admin.add_user(conn, args.user_id)
+                                    else "already exists")))
+
+
+def _add_address(args: argparse.Namespace) -> int:
+    from ingest import admin
+
+    return _with_db(lambda conn: print(
+        f"{args.network.upper()} {args.address.lower()} -> {args.user}: "
+        + ("added" if admin.add_address(conn, args.network, args.address, args.user)
+           else "already assigned")))
+
+
+def _balances(args: argparse.Namespace) -> int:
+    from ingest import admin
+
+    return _with_db(lambda conn: print(admin.render_table(admin.balances(conn, args.user))))
+
+
+def _with_db(action) -> int:
+    from ingest.admin import AdminError
+    from schema.db import connect, database_url
+
+    try:
+        conn = connect(database_url(), application_name="paystream-admin")
+    except psycopg2.OperationalError as exc:
+        print(f"cannot reach Postgres at {database_url()}: {str(exc).strip()}; "
+              "is the stack up (paystream stack up)?", file=sys.stderr)
+        return 1
+    try:
+        action(conn)
+    except AdminError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        conn.close()
+    return 0

@@ -1,0 +1,75 @@
+"""Answers that are not successes: each carries its HTTP status and a reason.
+
+Every refusal is an IngestError raised where the rule lives and turned into a JSON body
+by the app, so the status codes a provider can see are listed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+
+class IngestError(Exception):
+    """A request the ingest answers with `status`; `code` is a short machine label."""
+
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, detail: str, *, code: str | None = None,
+                 retry_after: int | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if code is not None:
+            self.code = code
+        self.retry_after = retry_after
+
+
+class SignatureError(IngestError):
+    """401: the signature is missing, malformed, stale or does not match."""
+
+    status = 401
+    code = "invalid_signature"
+
+
+class PayloadError(IngestError):
+    """400: malformed JSON, a missing field, or a value that fails validation."""
+
+    status = 400
+    code = "invalid_payload"
+
+
+class ConflictError(IngestError):
+    """409: an event id already recorded with other content; nothing was written."""
+
+    status = 409
+    code = "conflicting_duplicate"
+
+    def __init__(self, detail: str, *, event_id: str) -> None:
+        super().__init__(detail)
+        self.event_id = event_id
+
+
+class BodyTooLargeError(IngestError):
+    """413: the body exceeds the configured limit (it is not read any further)."""
+
+    status = 413
+    code = "body_too_large"
+
+
+class MediaTypeError(IngestError):
+    """415: the request does not declare a JSON body."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
+class RateLimitError(IngestError):
+    """429: the source spent its token bucket; Retry-After says when to come back."""
+
+    status = 429
+    code = "rate_limited"
+
+
+class DatabaseUnavailableError(IngestError):
+    """503: Postgres is unreachable or too slow; the provider must retry later."""
+
+    status = 503
+    code = "database_unavailable"

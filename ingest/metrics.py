@@ -1,0 +1,40 @@
+"""Every ingest metric, declared once, each with what it counts.
+
+Each app owns its registry, so several apps (tests, benchmarks) can live in one process.
+With `--workers N` each worker process counts its own requests (scrape each, or run one
+worker per container).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+# Tuned to the answer budget: milliseconds matter, 5 s is the provider's timeout.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class IngestMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        # HTTP answers by route template (not raw path: bounded cardinality) and status.
+        self.requests = Counter(
+            "paystream_ingest_requests", "HTTP requests answered",
+            ["endpoint", "status"], registry=self.registry)
+        # Time from the first byte of the request to the answer, per route.
+        self.latency = Histogram(
+            "paystream_ingest_request_duration_seconds", "Time to answer a request",
+            ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        # Payment events by outcome: accepted (new, sent to the outbox), duplicate
+        # (identical redelivery), conflict (same id, other content: 409), ignored
+        # (a transfer recorded as a notice, never credited).
+        self.events = Counter(
+            "paystream_ingest_events", "Payment events by outcome",
+            ["provider", "outcome"], registry=self.registry)
+        # Notices newly recorded, by kind (nft, capacity_error, ignored, unsupported, reorg).
+        self.notices = Counter(
+            "paystream_ingest_notices", "Deliveries recorded but never credited",
+            ["provider", "kind"], registry=self.registry)
+        # Requests refused before any work, by reason (signature, rate limit, size ...).
+        self.refusals = Counter(
+            "paystream_ingest_refusals", "Requests refused, by reason code",
+            ["provider", "code"], registry=self.registry)

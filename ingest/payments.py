@@ -1,0 +1,63 @@
+"""The generic payment gateway's body: one payment event, validated field by field.
+
+The gateway names the user itself (it is the system of record for its payments), signs
+with Standard Webhooks, and sends amounts as JSON strings checked by schema.amounts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ingest.errors import PayloadError
+from schema.amounts import AmountError, parse_amount
+from schema.events import (
+    ASSET_PATTERN,
+    EVENT_ID_PATTERN,
+    USER_ID_PATTERN,
+    EventType,
+    PaymentEvent,
+)
+
+PROVIDER = "payments"
+# On-chain event ids ("ETH_MAINNET:0x<hash>:...") belong to chain providers; a gateway
+# must not be able to occupy (and so block) the id of a real chain deposit.
+CHAIN_EVENT_ID = re.compile(r"[A-Z0-9_]+:0x[0-9a-f]{64}(:.*)?")
+EVENT_TYPES = ", ".join(t.value for t in EventType)
+
+
+def parse_payment(obj: Any, default_asset: str) -> PaymentEvent:
+    """Validate a gateway body; raise PayloadError naming the first broken field."""
+    if not isinstance(obj, dict):
+        raise PayloadError("the payload must be a JSON object")
+    event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
+    if CHAIN_EVENT_ID.fullmatch(event_id):
+        raise PayloadError("event_id has the form of an on-chain event id, which is "
+                           "reserved for chain providers")
+    raw_type = _text(obj, "event_type", None)
+    try:
+        event_type = EventType(raw_type)
+    except ValueError:
+        raise PayloadError(f"event_type must be one of {EVENT_TYPES}, got {raw_type[:40]!r}",
+                           code="invalid_event_type") from None
+    user_id = _text(obj, "user_id", USER_ID_PATTERN)
+    if "amount" not in obj:
+        raise PayloadError("amount is required", code="missing_field")
+    try:
+        amount = parse_amount(obj["amount"])
+    except AmountError as exc:
+        raise PayloadError(str(exc), code="invalid_amount") from None
+    asset = default_asset if obj.get("asset") is None else _text(obj, "asset", ASSET_PATTERN)
+    return PaymentEvent(event_id=event_id, event_type=event_type, user_id=user_id,
+                        asset=asset, amount=amount, provider=PROVIDER)
+
+
+def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> str:
+    value = obj.get(name)
+    if value is None:
+        raise PayloadError(f"{name} is required", code="missing_field")
+    if not isinstance(value, str):
+        raise PayloadError(f"{name} must be a string")
+    if pattern is not None and pattern.fullmatch(value) is None:
+        raise PayloadError(f"{name} has an invalid format: {value[:80]!r}")
+    return value

@@ -1,0 +1,110 @@
+"""Reading a webhook body: JSON only, bounded while it streams, parsed strictly.
+
+The body is read chunk by chunk and refused as soon as it passes the limit, so a client
+cannot make the process buffer an unbounded body. Parsing happens only after the
+signature has been checked on the raw bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+
+from ingest.errors import BodyTooLargeError, MediaTypeError, PayloadError
+
+JSON_MEDIA_TYPE = "application/json"
+# Real payloads nest 6 levels at most. The C JSON scanner recurses once per level and
+# can overflow the C stack (a segfault, not an exception) long before a 1 MiB body ends.
+MAX_NESTING = 64
+# One linear pass over the characters that matter: an escape pair (skipped, so an
+# escaped quote does not end a string), a quote (enters or leaves a string), a bracket.
+_STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
+
+
+def require_json(request: Request) -> None:
+    """Raise MediaTypeError unless Content-Type is application/json (or a +json type)."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != JSON_MEDIA_TYPE and not (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    ):
+        raise MediaTypeError(f"Content-Type must be {JSON_MEDIA_TYPE}, "
+                             f"got {media_type or 'nothing'!r}")
+
+
+async def read_bounded(request: Request, limit: int) -> bytes:
+    """The raw body, or BodyTooLargeError as soon as more than `limit` bytes arrive."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise PayloadError("Content-Length is not a number", code="bad_content_length")
+        if int(declared) > limit:
+            raise BodyTooLargeError(f"body of {declared} bytes exceeds the {limit} byte limit")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError(f"body exceeds the {limit} byte limit")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise PayloadError("client disconnected before the body was complete",
+                           code="incomplete_body") from None
+    return b"".join(chunks)
+
+
+def parse_json(body: bytes) -> Any:
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys (parsers disagree on them)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PayloadError("body is not valid UTF-8", code="malformed_json") from None
+    _check_nesting(text)
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise PayloadError("JSON is nested too deeply", code="malformed_json") from None
+    except PayloadError:
+        raise
+    except ValueError as exc:  # JSONDecodeError, and int() of an absurdly long number
+        raise PayloadError(f"malformed JSON: {exc}", code="malformed_json") from None
+
+
+def _check_nesting(text: str) -> None:
+    """Refuse JSON nested deeper than MAX_NESTING before the parser recurses into it."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return  # cannot be deeper than the number of openers (the common, fast case)
+    depth = 0
+    in_string = False
+    for token in _STRUCTURE.finditer(text):
+        char = token.group()
+        if char == '"':
+            in_string = not in_string
+        elif in_string or len(char) == 2:
+            continue  # brackets inside strings, and escape pairs, do not nest
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise PayloadError(f"JSON is nested deeper than {MAX_NESTING} levels",
+                                   code="malformed_json")
+        else:
+            depth -= 1
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise PayloadError(f"duplicate key {key[:80]!r} in a JSON object",
+                                   code="malformed_json")
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise PayloadError(f"{name} is not valid JSON", code="malformed_json")

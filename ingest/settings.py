@@ -1,0 +1,130 @@
+"""The ingest's configuration: one frozen, validated object built from the environment.
+
+A process that would run with a weak or missing webhook secret refuses to start: a
+short key makes forged webhooks, and so forged money, cheap to produce.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from schema.db import database_url
+from schema.events import ASSET_PATTERN
+
+MIN_SECRET_BYTES = 32
+STANDARD_WEBHOOKS_PREFIX = "whsec_"
+
+
+class SettingsError(ValueError):
+    """A configuration the ingest must not run with; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    # HMAC keys, several during a rotation (any one of them may have signed a request).
+    alchemy_signing_keys: tuple[bytes, ...]
+    payments_secrets: tuple[bytes, ...]
+    payments_default_asset: str = "USD"
+    database_url: str = ""
+    max_body_bytes: int = 1024 * 1024
+    # Standard Webhooks reference libraries reject timestamps more than 5 min away.
+    timestamp_tolerance_s: int = 300
+    # Token bucket per (provider, source address): sustained rate and burst size.
+    rate_per_second: float = 1000.0
+    rate_burst: int = 2000
+    db_pool_size: int = 16
+    # Bounded DB waits keep every answer well inside Alchemy's 5 s delivery timeout.
+    db_connect_timeout_s: int = 2
+    db_statement_timeout_ms: int = 2000
+    retry_after_s: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.alchemy_signing_keys:
+            raise SettingsError("ALCHEMY_SIGNING_KEY is required")
+        if not self.payments_secrets:
+            raise SettingsError("PAYMENTS_WEBHOOK_SECRET is required")
+        for name, keys in (("ALCHEMY_SIGNING_KEY", self.alchemy_signing_keys),
+                           ("PAYMENTS_WEBHOOK_SECRET", self.payments_secrets)):
+            for key in keys:
+                if len(key) < MIN_SECRET_BYTES:
+                    raise SettingsError(
+                        f"{name} is {len(key)} bytes after decoding; at least "
+                        f"{MIN_SECRET_BYTES} are required: refusing to start"
+                    )
+        if ASSET_PATTERN.fullmatch(self.payments_default_asset) is None:
+            raise SettingsError(f"PAYMENTS_DEFAULT_ASSET is not a valid asset code: "
+                                f"{self.payments_default_asset!r}")
+        for name, value, low in (("max_body_bytes", self.max_body_bytes, 1024),
+                                 ("timestamp_tolerance_s", self.timestamp_tolerance_s, 1),
+                                 ("rate_burst", self.rate_burst, 1),
+                                 ("db_pool_size", self.db_pool_size, 1),
+                                 ("db_connect_timeout_s", self.db_connect_timeout_s, 1),
+                                 ("db_statement_timeout_ms", self.db_statement_timeout_ms, 1),
+                                 ("retry_after_s", self.retry_after_s, 1)):
+            if value < low:
+                raise SettingsError(f"{name} must be at least {low}, got {value}")
+        if not self.rate_per_second > 0:
+            raise SettingsError(f"rate_per_second must be positive, got {self.rate_per_second}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> IngestSettings:
+        env = os.environ if env is None else env
+        return cls(
+            alchemy_signing_keys=tuple(
+                k.encode("utf-8") for k in _split(env.get("ALCHEMY_SIGNING_KEY", ""))
+            ),
+            payments_secrets=tuple(
+                decode_standard_secret(s)
+                for s in _split(env.get("PAYMENTS_WEBHOOK_SECRET", ""))
+            ),
+            payments_default_asset=env.get("PAYMENTS_DEFAULT_ASSET") or "USD",
+            database_url=env.get("PAYSTREAM_DATABASE_URL") or database_url(),
+            max_body_bytes=_int(env, "PAYSTREAM_INGEST_MAX_BODY_BYTES", 1024 * 1024),
+            timestamp_tolerance_s=_int(env, "PAYSTREAM_INGEST_TIMESTAMP_TOLERANCE_S", 300),
+            rate_per_second=_float(env, "PAYSTREAM_INGEST_RATE_PER_SECOND", 1000.0),
+            rate_burst=_int(env, "PAYSTREAM_INGEST_RATE_BURST", 2000),
+            db_pool_size=_int(env, "PAYSTREAM_INGEST_DB_POOL_SIZE", 16),
+            db_connect_timeout_s=_int(env, "PAYSTREAM_INGEST_DB_CONNECT_TIMEOUT_S", 2),
+            db_statement_timeout_ms=_int(env, "PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS", 2000),
+            retry_after_s=_int(env, "PAYSTREAM_INGEST_RETRY_AFTER_S", 5),
+        )
+
+
+def decode_standard_secret(text: str) -> bytes:
+    """A Standard Webhooks secret `whsec_<base64>` (the prefix is optional) as raw bytes."""
+    body = text.removeprefix(STANDARD_WEBHOOKS_PREFIX)
+    try:
+        return base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        raise SettingsError("PAYMENTS_WEBHOOK_SECRET must be whsec_ followed by base64") \
+            from None
+
+
+def _split(value: str) -> list[str]:
+    # Several secrets, separated by spaces or commas, during a rotation.
+    return [part for part in re.split(r"[\s,]+", value.strip()) if part]
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None

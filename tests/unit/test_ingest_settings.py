@@ -1,0 +1,53 @@
+"""The ingest's settings: frozen, validated, and refusing weak secrets."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from ingest.settings import IngestSettings, SettingsError
+from ingest.testing import ALCHEMY_KEY, PAYMENTS_SECRET, PAYMENTS_SECRET_BYTES
+
+
+def _env(**overrides: str) -> dict[str, str]:
+    return {"ALCHEMY_SIGNING_KEY": ALCHEMY_KEY, "PAYMENTS_WEBHOOK_SECRET": PAYMENTS_SECRET,
+            **overrides}
+
+
+def test_settings_from_env_decode_the_whsec_secret() -> None:
+    settings = IngestSettings.from_env(_env(PAYMENTS_DEFAULT_ASSET="EUR"))
+    assert settings.payments_secrets == (PAYMENTS_SECRET_BYTES,)
+    assert settings.alchemy_signing_keys == (ALCHEMY_KEY.encode(),)
+    assert settings.payments_default_asset == "EUR"
+    assert settings.max_body_bytes == 1024 * 1024
+
+
+def test_settings_accept_several_secrets_for_a_rotation() -> None:
+    other = "whsec_" + base64.b64encode(b"n" * 40).decode()
+    settings = IngestSettings.from_env(_env(PAYMENTS_WEBHOOK_SECRET=f"{PAYMENTS_SECRET} {other}"))
+    assert settings.payments_secrets == (PAYMENTS_SECRET_BYTES, b"n" * 40)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"ALCHEMY_SIGNING_KEY": ""}, "ALCHEMY_SIGNING_KEY is required"),
+    ({"PAYMENTS_WEBHOOK_SECRET": ""}, "PAYMENTS_WEBHOOK_SECRET is required"),
+    ({"ALCHEMY_SIGNING_KEY": "short-key"}, "9 bytes after decoding; at least 32"),
+    ({"PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(b"x" * 31).decode()},
+     "31 bytes after decoding"),
+    # 44 characters of text, but only 31 bytes once decoded: the decoded length counts.
+    ({"PAYMENTS_WEBHOOK_SECRET": base64.b64encode(b"y" * 31).decode()}, "31 bytes"),
+    ({"PAYMENTS_WEBHOOK_SECRET": "whsec_not*base64"}, "whsec_ followed by base64"),
+    ({"PAYSTREAM_INGEST_MAX_BODY_BYTES": "lots"}, "must be an integer"),
+    ({"PAYSTREAM_INGEST_RATE_PER_SECOND": "0"}, "rate_per_second must be positive"),
+    ({"PAYMENTS_DEFAULT_ASSET": "U S D"}, "not a valid asset"),
+])
+def test_settings_refuse_to_start_with_a_clear_message(overrides: dict, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        IngestSettings.from_env(_env(**overrides))
+
+
+def test_settings_are_frozen() -> None:
+    settings = IngestSettings.from_env(_env())
+    with pytest.raises(AttributeError):
+        settings.max_body_bytes = 1  # type: ignore[misc]
