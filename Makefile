@@ -38,4 +38,4 @@ test: stack-up lint
 bench-cdc: stack-up
 	$(BIN)/python bench/cdc_latency.py
 
--include ingest/Makefile.inc consumers/Makefile.inc
+-include ingest/Makefile.inc consumers/Makefile.inc ops/Makefile.inc

@@ -34,7 +34,7 @@ def _fails(db, sql: str, params: tuple) -> str:
 
 
 def test_constraints_that_protect_money(db):
-    user = unique("u")
+    user, source = unique("u"), unique("e")
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
         cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'USD', 5)",
@@ -42,13 +42,14 @@ def test_constraints_that_protect_money(db):
         cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'ETH', 1)",
                     (user,))  # per (user, asset): another asset is another row
         cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
-                    " delta) VALUES ('e1', 'deposit', %s, 'USD', 5)", (user,))
+                    " delta) VALUES (%s, 'deposit', %s, 'USD', 5)", (source, user))
     # balance >= 0
     assert _fails(db, "UPDATE balances SET balance = -0.000000000000000001"
                   " WHERE user_id = %s AND asset = 'USD'", (user,)) == "23514"
     # one journal row per (source event, event type)
     assert _fails(db, "INSERT INTO balance_events (source_event_id, event_type, user_id,"
-                  " asset, delta) VALUES ('e1', 'deposit', %s, 'USD', 5)", (user,)) == "23505"
+                  " asset, delta) VALUES (%s, 'deposit', %s, 'USD', 5)",
+                  (source, user)) == "23505"
     # status is one of the lifecycle's values
     assert _fails(db, "INSERT INTO payment_events (event_id, provider, event_type, user_id,"
                   " asset, amount, status, content_hash, trace_id, payload) VALUES"

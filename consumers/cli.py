@@ -1,0 +1,154 @@
+"""`paystream consume ledger | dlq-mirror` and `paystream dlq list | show | replay`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from consumers.settings import ConfigError, ConsumerSettings
+from schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+
+# group -> (default topic, default DLQ topic, default metrics port, default DLQ limit)
+GROUPS: dict[str, tuple[str, str, int, int]] = {
+    "ledger": (PAYMENTS_TOPIC, PAYMENTS_DLQ_TOPIC, 9401, 100),
+    # The mirror must never lose a dead letter: limit 0 stops it at the first message
+    # it cannot store, and its own DLQ topic is never written.
+    "dlq-mirror": (PAYMENTS_DLQ_TOPIC, PAYMENTS_DLQ_TOPIC + ".unmirrorable", 9402, 0),
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    consume = sub.add_parser("consume", help="run a consumer group (ledger, dlq-mirror)")
+    consume.add_argument("kind", choices=sorted(GROUPS))
+    consume.add_argument("--group", help="consumer group id (default: the kind)")
+    consume.add_argument("--topic", action="append",
+                         help="topic to consume (repeatable; default per kind)")
+    consume.add_argument("--dlq-topic", help="where dead letters go")
+    consume.add_argument("--metrics-port", type=int,
+                         help="Prometheus port (0 disables; default 9401 ledger, 9402 mirror)")
+    consume.add_argument("--batch-size", type=int, default=1000)
+    consume.add_argument("--batch-timeout", type=float, default=0.5,
+                         help="seconds to wait filling a batch")
+    consume.add_argument("--dlq-limit", type=int,
+                         help="max dead letters per window before stopping")
+    consume.add_argument("--dlq-window", type=float, default=60.0, help="seconds")
+    consume.add_argument("--group-protocol", choices=("classic", "consumer"),
+                         default="classic",
+                         help="classic = cooperative-sticky; consumer = KIP-848")
+    consume.add_argument("--session-timeout-ms", type=int, default=10_000)
+    consume.add_argument("--max-poll-interval-ms", type=int, default=60_000)
+    consume.add_argument("--backoff-max", type=float, default=10.0,
+                         help="longest retry delay in seconds")
+    consume.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
+                         help="extra librdkafka property (auto-commit settings are refused)")
+    consume.set_defaults(func=_consume)
+
+    dlq = sub.add_parser("dlq", help="inspect and replay dead letters")
+    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    p_list = dsub.add_parser("list", help="dead letters, newest first")
+    p_list.add_argument("--status", default="open",
+                        help="open, replayed, discarded or all (default open)")
+    p_list.add_argument("--limit", type=int, default=50)
+    p_list.set_defaults(func=_dlq_list)
+    p_show = dsub.add_parser("show", help="one dead letter with payload and attempts")
+    p_show.add_argument("id", type=int)
+    p_show.set_defaults(func=_dlq_show)
+    p_replay = dsub.add_parser("replay", help="send the event back through the outbox")
+    p_replay.add_argument("id", type=int)
+    p_replay.set_defaults(func=_dlq_replay)
+
+
+def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
+    topic, dlq_topic, port, limit = GROUPS[args.kind]
+    overrides = []
+    for item in args.kafka_config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--kafka-config needs KEY=VALUE, got {item!r}")
+        overrides.append((key.strip(), value.strip()))
+    return ConsumerSettings(
+        group=args.group or args.kind,
+        topics=tuple(args.topic or [topic]),
+        dlq_topic=args.dlq_topic or dlq_topic,
+        batch_size=args.batch_size,
+        batch_timeout_s=args.batch_timeout,
+        session_timeout_ms=args.session_timeout_ms,
+        max_poll_interval_ms=args.max_poll_interval_ms,
+        group_protocol=args.group_protocol,
+        metrics_port=port if args.metrics_port is None else args.metrics_port,
+        dlq_limit=limit if args.dlq_limit is None else args.dlq_limit,
+        dlq_window_s=args.dlq_window,
+        backoff_max_s=args.backoff_max,
+        kafka_overrides=tuple(overrides),
+    )
+
+
+def _consume(args: argparse.Namespace) -> int:
+    # Imported here: `paystream --help` must not need a broker client.
+    from consumers import metrics
+    from consumers.client import consumer_config
+    from consumers.runtime import BatchConsumer
+    from schema.logs import configure_logging
+
+    try:
+        settings = settings_from_args(args)
+        consumer_config(settings)  # refuse a bad configuration before anything starts
+    except ConfigError as exc:
+        print(f"paystream consume: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(f"consumer-{settings.group}")
+    handler: Any
+    if args.kind == "ledger":
+        from consumers.ledger import LedgerHandler
+        handler = LedgerHandler()
+    else:
+        from consumers.dlq_mirror import DlqMirrorHandler
+        handler = DlqMirrorHandler()
+    metrics.serve(settings.metrics_port)
+    return BatchConsumer(settings, handler).run()
+
+
+def _with_cursor(action: Any) -> Any:
+    from schema.db import connect
+    conn = connect(application_name="paystream-dlq")
+    try:
+        with conn, conn.cursor() as cur:
+            return action(cur)
+    finally:
+        conn.close()
+
+
+def _dlq_list(args: argparse.Namespace) -> int:
+    from consumers.replay import list_dead_letters
+    status = None if args.status == "all" else args.status
+    rows = _with_cursor(lambda cur: list_dead_letters(cur, status, args.limit))
+    print(f"{'id':>6}  {'status':<9} {'reason':<22} {'event_id':<36} origin")
+    for r in rows:
+        origin = f"{r['source_topic']}[{r['source_partition']}]@{r['source_offset']}"
+        print(f"{r['id']:>6}  {r['status']:<9} {r['error_reason'][:22]:<22} "
+              f"{(r['event_id'] or '-')[:36]:<36} {origin}")
+    return 0
+
+
+def _dlq_show(args: argparse.Namespace) -> int:
+    from consumers.replay import show_dead_letter
+    row = _with_cursor(lambda cur: show_dead_letter(cur, args.id))
+    if row is None:
+        print(f"no dead letter with id {args.id}", file=sys.stderr)
+        return 1
+    print(json.dumps(row, indent=2, default=str))
+    return 0
+
+
+def _dlq_replay(args: argparse.Namespace) -> int:
+    from consumers.replay import ReplayRefused, replay
+    try:
+        done = _with_cursor(lambda cur: replay(cur, args.id))
+    except ReplayRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
+    print(f"replayed dead letter {done.dlq_id}: event {done.event_id} sent again "
+          f"through the outbox (message id {done.outbox_id})")
+    return 0

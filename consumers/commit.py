@@ -1,0 +1,228 @@
+"""The commit protocol: when a batch's effects become durable and when offsets move.
+
+For every polled batch, in this order:
+  1. BEGIN; the handler applies the whole batch with multi-row statements.
+  2. If that raised a deterministic error, ROLLBACK and apply the batch again with one
+     SAVEPOINT per message: a message that fails alone becomes a dead letter.
+     A transient error (at any step up to 5) rolls back and the runtime retries the
+     batch later: nothing is committed, nothing is dead-lettered.
+  3. Check the DLQ rate limit: too many dead letters stops the consumer, uncommitted.
+  4. Produce the dead letters to the DLQ topic, flush, check every delivery report.
+  5. COMMIT the database transaction.
+  6. Commit offset+1 of the batch's last message per partition, synchronously, checking
+     every partition's error and retrying retriable ones within a time budget.
+A crash after 5 and before 6 redelivers the batch; the idempotency rows written in 1
+turn it into a no-op. Offsets that could not be committed in 6 stay pending: retried
+after the next poll, committed in on_revoke (time-bounded), dropped in on_lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from consumers import metrics
+from consumers.connection import Database
+from consumers.crash_hooks import CrashHooks
+from consumers.dlq import DeadLetter, DeadLetterProducer, DlqRateLimit
+from consumers.failures import FailureClass, PoisonError, classify, describe, sqlstate
+from consumers.handler import BatchHandler, BatchResult
+from consumers.records import Record
+
+log = structlog.get_logger("consumers.commit")
+
+# Commit errors worth retrying right away: the coordinator is moving or slow.
+RETRIABLE_COMMIT_ERRORS = frozenset({
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+})
+
+PartitionKey = tuple[str, int]
+
+
+def next_offsets(records: Iterable[Record]) -> dict[PartitionKey, int]:
+    """Offset to commit per partition: the last record's offset + 1."""
+    out: dict[PartitionKey, int] = {}
+    for record in records:
+        key = (record.origin.topic, record.origin.partition)
+        out[key] = max(out.get(key, 0), record.origin.offset + 1)
+    return out
+
+
+def first_offsets(records: Iterable[Record]) -> dict[PartitionKey, int]:
+    """The first (lowest) offset per partition: where a rolled-back batch resumes."""
+    out: dict[PartitionKey, int] = {}
+    for record in records:
+        key = (record.origin.topic, record.origin.partition)
+        out[key] = min(out.get(key, record.origin.offset), record.origin.offset)
+    return out
+
+
+def is_retriable_commit_error(err: KafkaError) -> bool:
+    return err.code() in RETRIABLE_COMMIT_ERRORS or bool(err.retriable())
+
+
+def commit_offsets(consumer: Any, offsets: dict[PartitionKey, int], budget_s: float,
+                   group: str) -> dict[PartitionKey, int]:
+    """Step 6: commit synchronously; return the offsets that could not be committed."""
+    todo = dict(offsets)
+    given_up: dict[PartitionKey, int] = {}
+    deadline = time.monotonic() + budget_s
+    pause = 0.05
+    while todo:
+        tps = [TopicPartition(t, p, o) for (t, p), o in sorted(todo.items())]
+        retry: dict[PartitionKey, int] = {}
+        try:
+            result = consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == KafkaError._NO_OFFSET:
+                return given_up  # nothing new to commit
+            if is_retriable_commit_error(err) and time.monotonic() < deadline:
+                retry = todo
+            else:
+                _give_up(group, err, todo, given_up)
+        else:
+            for tp in result or ():
+                if tp.error is None:
+                    continue
+                key = (tp.topic, tp.partition)
+                if is_retriable_commit_error(tp.error) and time.monotonic() < deadline:
+                    retry[key] = todo[key]
+                else:
+                    _give_up(group, tp.error, {key: todo[key]}, given_up)
+        if not retry:
+            break
+        todo = retry
+        metrics.RETRIES.labels(group, "commit").inc()
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+    return given_up
+
+
+def _give_up(group: str, err: KafkaError, offsets: dict[PartitionKey, int],
+             given_up: dict[PartitionKey, int]) -> None:
+    log.warning("offset_commit_failed", error=str(err),
+                partitions=[f"{t}[{p}]" for t, p in offsets])
+    metrics.COMMIT_FAILURES.labels(group, err.name()).inc()
+    given_up.update(offsets)
+
+
+def apply_with_isolation(conn: Any, handler: BatchHandler,
+                         records: Sequence[Record]) -> BatchResult:
+    """Steps 1 and 2: the whole batch at once, else one SAVEPOINT per message."""
+    try:
+        with conn.cursor() as cur:
+            return handler.apply(cur, records)
+    except Exception as exc:
+        if classify(exc) is not FailureClass.DETERMINISTIC:
+            raise
+        batch_error = describe(exc)
+        log.warning("batch_failed_isolating", error=batch_error, size=len(records))
+        conn.rollback()
+    result = BatchResult()
+    attempt = {"phase": "batch", "error": batch_error}
+    with conn.cursor() as cur:
+        for record in records:
+            cur.execute("SAVEPOINT paystream_message")
+            try:
+                part = handler.apply(cur, [record])
+            except Exception as exc:
+                if classify(exc) is not FailureClass.DETERMINISTIC:
+                    raise
+                cur.execute("ROLLBACK TO SAVEPOINT paystream_message")
+                reason, detail = _poison_cause(exc)
+                result.dead_letters.append(DeadLetter(record, reason, detail, (attempt,)))
+            else:
+                cur.execute("RELEASE SAVEPOINT paystream_message")
+                result.merge(part)
+    return result
+
+
+def _poison_cause(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, PoisonError):
+        return exc.reason, exc.detail
+    code = sqlstate(exc)
+    return (f"db_rejected_{code}" if code else "handler_error"), describe(exc)
+
+
+class CommitProtocol:
+    """Runs steps 1-6 for one batch and keeps the offsets that still need committing."""
+
+    def __init__(self, *, group: str, consumer: Any, db: Database, handler: BatchHandler,
+                 dlq: DeadLetterProducer, dlq_limit: DlqRateLimit, commit_budget_s: float,
+                 hooks: CrashHooks | None = None) -> None:
+        self._group = group
+        self._consumer = consumer
+        self._db = db
+        self._handler = handler
+        self._dlq = dlq
+        self._dlq_limit = dlq_limit
+        self._commit_budget_s = commit_budget_s
+        self._hooks = hooks or CrashHooks()
+        # Offsets whose batch is durable in the DB but not yet committed to Kafka.
+        self.pending: dict[PartitionKey, int] = {}
+
+    def process(self, records: Sequence[Record]) -> BatchResult:
+        """Apply and commit one batch; raise (after rolling back) if it must be retried."""
+        started = time.monotonic()
+        try:
+            conn = self._db.connection()
+            result = apply_with_isolation(conn, self._handler, records)   # steps 1-2
+            self._dlq_limit.check(len(result.dead_letters))                # step 3
+            self._dlq.send(result.dead_letters)                            # step 4
+            self._hooks.before_db_commit()
+            conn.commit()                                                  # step 5
+        except BaseException:
+            self._db.rollback_quietly()
+            raise
+        self._hooks.after_db_commit()
+        metrics.DB_TRANSACTION_SECONDS.labels(self._group).observe(time.monotonic() - started)
+        self._dlq_limit.record(len(result.dead_letters))
+        self._account(records, result)
+        self.pending.update(next_offsets(records))
+        self.commit_pending()                                              # step 6
+        return result
+
+    def commit_pending(self, only: Iterable[PartitionKey] | None = None,
+                       budget_s: float | None = None) -> None:
+        """Commit pending offsets (all, or those of `only`); failures stay pending."""
+        keys = set(self.pending) if only is None else set(only) & set(self.pending)
+        if not keys:
+            return
+        started = time.monotonic()
+        todo = {k: self.pending[k] for k in keys}
+        failed = commit_offsets(self._consumer, todo,
+                                self._commit_budget_s if budget_s is None else budget_s,
+                                self._group)
+        for key in keys:
+            if key not in failed and self.pending.get(key) == todo[key]:
+                del self.pending[key]
+        metrics.COMMIT_SECONDS.labels(self._group).observe(time.monotonic() - started)
+
+    def forget(self, keys: Iterable[PartitionKey]) -> None:
+        """on_lost: the partitions belong to someone else now; never commit them."""
+        for key in keys:
+            self.pending.pop(key, None)
+
+    def _account(self, records: Sequence[Record], result: BatchResult) -> None:
+        metrics.BATCHES.labels(self._group).inc()
+        for outcome, count in result.outcomes.items():
+            metrics.MESSAGES.labels(self._group, outcome).inc(count)
+        for letter in result.dead_letters:
+            metrics.DEAD_LETTERS.labels(self._group, letter.reason).inc()
+            metrics.MESSAGES.labels(self._group, "dead_lettered").inc()
+            log.warning("dead_lettered", reason=letter.reason, detail=letter.detail[:300],
+                        topic=letter.record.origin.topic,
+                        partition=letter.record.origin.partition,
+                        offset=letter.record.origin.offset,
+                        trace_id=letter.record.header("trace_id"))
+        stamps = [r.timestamp_ms for r in records if r.timestamp_ms is not None]
+        if stamps:
+            metrics.LAST_EVENT_AGE.labels(self._group).set(
+                max(0.0, time.time() - max(stamps) / 1000))

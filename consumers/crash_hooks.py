@@ -1,0 +1,49 @@
+"""Test-only crash points, armed by environment variables and inert otherwise.
+
+PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT=N  SIGKILL after the Nth batch's DB commit, before
+                                        its offsets are committed (the window a crash
+                                        between the two commits opens).
+PAYSTREAM_TEST_CRASH_BEFORE_DB_COMMIT=N SIGKILL with the Nth batch applied but not yet
+                                        committed (a consumer killed mid-batch).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+AFTER_DB_COMMIT = "PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT"
+BEFORE_DB_COMMIT = "PAYSTREAM_TEST_CRASH_BEFORE_DB_COMMIT"
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else 0
+
+
+@dataclass
+class CrashHooks:
+    crash_after_db_commit: int = 0
+    crash_before_db_commit: int = 0
+    _commits: int = 0
+    _applies: int = 0
+
+    @classmethod
+    def from_env(cls) -> CrashHooks:
+        return cls(_env_int(AFTER_DB_COMMIT), _env_int(BEFORE_DB_COMMIT))
+
+    def before_db_commit(self) -> None:
+        self._applies += 1
+        if self._applies == self.crash_before_db_commit:
+            _die()
+
+    def after_db_commit(self) -> None:
+        self._commits += 1
+        if self._commits == self.crash_after_db_commit:
+            _die()
+
+
+def _die() -> None:
+    # SIGKILL, like kill -9: no finally blocks, no close(), no flush.
+    os.kill(os.getpid(), signal.SIGKILL)

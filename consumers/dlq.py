@@ -1,0 +1,144 @@
+"""Dead letters: a message that can never succeed, sent to the DLQ topic with its cause.
+
+The DLQ record keeps the original key and value bytes untouched and the original
+headers, and adds `dlq.*` headers naming the error and the origin. A dead letter counts
+only once the broker has acknowledged it (flush + delivery report): the commit protocol
+moves the offset past a poison message only after that.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from consumers.failures import FatalError, TransientError
+from consumers.records import Record
+
+# Headers the DLQ producer adds; the DLQ mirror reads them back.
+H_SOURCE_TOPIC = "dlq.source.topic"
+H_SOURCE_PARTITION = "dlq.source.partition"
+H_SOURCE_OFFSET = "dlq.source.offset"
+H_REASON = "dlq.error.reason"
+H_DETAIL = "dlq.error.detail"
+H_GROUP = "dlq.consumer.group"
+H_FAILED_AT = "dlq.failed_at"
+H_ATTEMPTS = "dlq.attempts"
+DLQ_HEADERS = (H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_REASON, H_DETAIL,
+               H_GROUP, H_FAILED_AT, H_ATTEMPTS)
+MAX_DETAIL = 2000  # a detail is for a person; a stack dump belongs in the logs
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    record: Record
+    reason: str
+    detail: str
+    # How the consumer got here, e.g. the batch error that led to isolating the message.
+    attempts: tuple[dict[str, Any], ...] = field(default=())
+
+
+class DlqLimitExceededError(FatalError):
+    """More dead letters in the window than the policy allows: likely a bad deploy."""
+
+
+@dataclass
+class DlqRateLimit:
+    """At most `limit` dead letters in any `window_s` seconds (0 = dead-lettering off)."""
+
+    limit: int
+    window_s: float
+    _times: deque[float] = field(default_factory=deque)
+
+    def check(self, count: int, now: float | None = None) -> None:
+        """Raise DlqLimitExceededError if `count` more dead letters would break the limit.
+
+        Nothing is recorded here: call `record` once the dead letters are acknowledged,
+        so a batch that is rolled back does not use up the budget.
+        """
+        if count == 0:
+            return
+        now = time.monotonic() if now is None else now
+        self._expire(now)
+        if len(self._times) + count > self.limit:
+            raise DlqLimitExceededError(
+                f"{len(self._times) + count} dead letters within {self.window_s:g}s exceed "
+                f"the limit of {self.limit}: stopping instead of dead-lettering the stream"
+            )
+
+    def record(self, count: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self._times.extend([now] * count)
+        self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        while self._times and self._times[0] <= now - self.window_s:
+            self._times.popleft()
+
+
+def dlq_headers(letter: DeadLetter, group: str,
+                now: datetime | None = None) -> list[tuple[str, bytes]]:
+    origin = letter.record.origin
+    failed_at = (now or datetime.now(UTC)).isoformat()
+    attempts = [*letter.attempts,
+                {"at": failed_at, "group": group, "reason": letter.reason,
+                 "detail": letter.detail[:MAX_DETAIL]}]
+    added = {
+        H_SOURCE_TOPIC: origin.topic,
+        H_SOURCE_PARTITION: str(origin.partition),
+        H_SOURCE_OFFSET: str(origin.offset),
+        H_REASON: letter.reason,
+        H_DETAIL: letter.detail[:MAX_DETAIL],
+        H_GROUP: group,
+        H_FAILED_AT: failed_at,
+        H_ATTEMPTS: json.dumps(attempts, separators=(",", ":")),
+    }
+    kept = [(k, v if v is not None else b"") for k, v in letter.record.headers
+            if k not in added]
+    return kept + [(k, v.encode("utf-8")) for k, v in added.items()]
+
+
+class DeadLetterProducer:
+    """Produces dead letters and waits until the broker acknowledged every one."""
+
+    def __init__(self, producer: Any, topic: str, group: str, flush_timeout_s: float) -> None:
+        self._producer = producer
+        self.topic = topic
+        self._group = group
+        self._flush_timeout_s = flush_timeout_s
+
+    def send(self, letters: Sequence[DeadLetter]) -> None:
+        """Produce, flush and check each delivery report; raise TransientError if any failed."""
+        if not letters:
+            return
+        failures: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for letter in letters:
+            self._produce(letter, on_delivery)
+        remaining = self._producer.flush(self._flush_timeout_s)
+        if remaining:
+            raise TransientError(f"{remaining} dead letters not acknowledged by the broker")
+        if failures:
+            raise TransientError(f"dead letter delivery failed: {failures[0]}")
+
+    def _produce(self, letter: DeadLetter, on_delivery: Any) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, key=letter.record.key, value=letter.record.value,
+                    headers=dlq_headers(letter, self._group), on_delivery=on_delivery)
+                return
+            except BufferError:
+                # Local queue full: serve delivery reports to make room, then retry.
+                self._producer.poll(0.1)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._producer.flush(timeout_s)

@@ -1,0 +1,118 @@
+"""The DLQ mirror (group `dlq-mirror`): the DLQ topic as rows of dead_letter_queue.
+
+A row is keyed by the dead message's origin (source topic, partition, offset), so a
+message dead-lettered twice (its batch was redelivered) stays one row whose `attempts`
+grows by one entry per distinct DLQ record; a redelivered DLQ record adds nothing. The
+first time an origin is seen, its payment event (if it exists) moves to dead_lettered
+through the one transition function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from consumers import dlq
+from consumers.handler import BatchResult
+from consumers.records import Record, printable
+from schema.status import EventStatus, transition
+
+log = structlog.get_logger("consumers.dlq_mirror")
+
+
+class DlqMirrorHandler:
+    name = "dlq-mirror"
+
+    def apply(self, cur: Any, records: Sequence[Record]) -> BatchResult:
+        result = BatchResult()
+        dead_lettered: list[str] = []
+        for record in records:
+            row = mirror_row(record)
+            cur.execute(
+                "INSERT INTO dead_letter_queue (source_topic, source_partition, source_offset,"
+                " message_key, headers, payload, event_id, error_reason, error_detail,"
+                " attempts) VALUES (%(source_topic)s, %(source_partition)s, %(source_offset)s,"
+                " %(message_key)s, %(headers)s, %(payload)s, %(event_id)s, %(error_reason)s,"
+                " %(error_detail)s, %(attempts)s)"
+                " ON CONFLICT (source_topic, source_partition, source_offset) DO UPDATE SET"
+                "   attempts = dead_letter_queue.attempts || EXCLUDED.attempts,"
+                "   error_reason = EXCLUDED.error_reason, error_detail = EXCLUDED.error_detail,"
+                "   last_seen_at = now()"
+                " WHERE NOT dead_letter_queue.attempts @> %(dlq_position)s"
+                " RETURNING id, (xmax = 0) AS inserted",
+                row,
+            )
+            found = cur.fetchone()
+            if found is None:
+                result.outcomes["mirror_duplicate"] += 1
+                continue
+            row_id, inserted = found
+            result.outcomes["mirrored" if inserted else "mirror_attempt_added"] += 1
+            if inserted and row["event_id"]:
+                dead_lettered.append(row["event_id"])
+            log.info("dead_letter_mirrored", id=row_id, reason=row["error_reason"],
+                     trace_id=record.header("trace_id"), event_id=row["event_id"],
+                     source=f"{row['source_topic']}[{row['source_partition']}]"
+                            f"@{row['source_offset']}")
+        transition(cur, sorted(set(dead_lettered)), EventStatus.DEAD_LETTERED)
+        return result
+
+
+def mirror_row(record: Record) -> dict[str, Any]:
+    """The dead_letter_queue row of one DLQ record (pure: unit-tested)."""
+    headers = record.header_map()
+    origin = record.origin
+    try:
+        source = (headers[dlq.H_SOURCE_TOPIC], int(headers[dlq.H_SOURCE_PARTITION]),
+                  int(headers[dlq.H_SOURCE_OFFSET]))
+        reason = headers.get(dlq.H_REASON) or "unknown"
+        detail = headers.get(dlq.H_DETAIL) or ""
+    except (KeyError, ValueError):
+        # Not written by our DLQ producer: keep it, addressed by its own position.
+        source = (origin.topic, origin.partition, origin.offset)
+        reason, detail = "unknown_origin", "DLQ record without dlq.source.* headers"
+    try:
+        attempts = json.loads(headers.get(dlq.H_ATTEMPTS) or "[]")
+        if not isinstance(attempts, list):
+            attempts = []
+    except ValueError:
+        attempts = []
+    position = {"dlq_partition": origin.partition, "dlq_offset": origin.offset}
+    # The last attempt is this dead-lettering; it is tagged with the DLQ position so a
+    # redelivered DLQ record is recognised and not appended twice.
+    attempts = [a for a in attempts if isinstance(a, dict)]
+    if attempts:
+        attempts[-1] = {**attempts[-1], **position}
+    else:
+        attempts = [{"reason": reason, "detail": detail, **position}]
+    original = {k: _clean(v) for k, v in headers.items() if k not in dlq.DLQ_HEADERS}
+    return {
+        "source_topic": source[0],
+        "source_partition": source[1],
+        "source_offset": source[2],
+        "message_key": printable(record.key),
+        "headers": json.dumps(original),
+        "payload": printable(record.value),
+        "event_id": _clean(original.get("event_id") or "") or _payload_event_id(record) or None,
+        "error_reason": _clean(reason),
+        "error_detail": _clean(detail),
+        "attempts": json.dumps(attempts),
+        "dlq_position": json.dumps([position]),
+    }
+
+
+def _payload_event_id(record: Record) -> str | None:
+    try:
+        obj = json.loads(record.value or b"")
+    except (UnicodeDecodeError, ValueError):
+        return None
+    value = obj.get("event_id") if isinstance(obj, dict) else None
+    return _clean(value) if isinstance(value, str) else None
+
+
+def _clean(text: str) -> str:
+    # Postgres text and jsonb cannot hold NUL.
+    return text.replace("\x00", "\\x00")

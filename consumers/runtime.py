@@ -1,0 +1,283 @@
+"""The batch loop every consumer group runs: poll, apply + commit (commit.py), retry.
+
+One thread does everything (librdkafka callbacks run inside consume()), so a rebalance
+callback never races a batch: when on_revoke runs, the batch in hand has been either
+committed or rolled back.
+
+Transient failures stall the consumer without leaving the group: the batch is rolled
+back, every assigned partition is paused, the batch's partitions are rewound to their
+first uncommitted offset, and consume() keeps being called (it returns nothing for
+paused partitions) so max.poll.interval.ms is never exceeded. After the backoff the
+partitions resume and the same messages are read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from consumers import metrics
+from consumers.backoff import Backoff
+from consumers.client import consumer_config, dlq_producer_config, make_consumer, make_producer
+from consumers.commit import CommitProtocol, PartitionKey, first_offsets
+from consumers.connection import Database
+from consumers.crash_hooks import CrashHooks
+from consumers.dlq import DeadLetterProducer, DlqRateLimit
+from consumers.failures import FailureClass, FatalError, TransientError, classify, describe
+from consumers.handler import BatchHandler
+from consumers.records import Record, from_message
+from consumers.settings import ConsumerSettings
+
+log = structlog.get_logger("consumers.runtime")
+
+EXIT_OK = 0
+EXIT_FATAL = 3
+
+
+class BatchConsumer:
+    def __init__(self, settings: ConsumerSettings, handler: BatchHandler, *,
+                 db: Database | None = None, hooks: CrashHooks | None = None) -> None:
+        self.settings = settings
+        self.handler = handler
+        self._db = db or Database(application_name=f"paystream-{settings.group}")
+        self._hooks = hooks or CrashHooks.from_env()
+        self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
+        self._stopping = False
+        self._fatal: str | None = None
+        self._stall_started: float | None = None
+        self._paused: set[PartitionKey] = set()
+        self._consumer: Any = None
+        self._protocol: CommitProtocol | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Consume until SIGTERM/SIGINT (or a fatal error); return the exit code."""
+        s = self.settings
+        self._install_signal_handlers()
+        group = s.group
+        self._consumer = make_consumer(consumer_config(
+            s, stats_cb=lambda js: metrics.record_statistics(group, js),
+            error_cb=self._on_client_error))
+        dlq = DeadLetterProducer(make_producer(dlq_producer_config(s)), s.dlq_topic, group,
+                                 flush_timeout_s=s.max_poll_interval_ms / 1000 / 4)
+        self._protocol = CommitProtocol(
+            group=group, consumer=self._consumer, db=self._db, handler=self.handler,
+            dlq=dlq, dlq_limit=DlqRateLimit(s.dlq_limit, s.dlq_window_s),
+            commit_budget_s=s.commit_retry_budget_s, hooks=self._hooks)
+        self._consumer.subscribe(list(s.topics), on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        log.info("consumer_started", group=group, topics=list(s.topics),
+                 batch_size=s.batch_size, dlq_topic=s.dlq_topic)
+        code = EXIT_OK
+        try:
+            self._loop()
+        except FatalError as exc:
+            self._fatal = str(exc)
+        if self._fatal:
+            log.critical("consumer_stopped_fatal", error=self._fatal)
+            code = EXIT_FATAL
+        self._close(dlq)
+        return code
+
+    def _loop(self) -> None:
+        assert self._protocol is not None
+        s = self.settings
+        while not self._stopping and not self._fatal:
+            if self._protocol.pending:
+                self._protocol.commit_pending()
+            messages = self._consumer.consume(s.batch_size, s.batch_timeout_s)
+            records = self._records(messages)
+            if records:
+                self._process(records)
+            after_batch = getattr(self.handler, "after_batch", None)
+            if after_batch is not None and self._stall_started is None:
+                # Housekeeping checks between batches, never while a failure is retried.
+                after_batch(self._db.connection)
+
+    def _close(self, dlq: DeadLetterProducer) -> None:
+        # close() leaves the group; its on_revoke commits whatever is still pending.
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("consumer_close_failed", error=str(exc))
+        dlq.close()
+        self._db.close()
+        log.info("consumer_closed", group=self.settings.group)
+
+    def _install_signal_handlers(self) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
+            if self._stopping:
+                # Second signal: leave now. The open DB transaction dies with the
+                # connection; uncommitted offsets are redelivered to the next owner.
+                os._exit(128 + signum)
+            self._stopping = True
+            log.info("consumer_stopping", signal=signal.Signals(signum).name)
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    # -- one batch ---------------------------------------------------------------------
+
+    def _records(self, messages: Sequence[Any]) -> list[Record]:
+        records = []
+        for message in messages:
+            err = message.error()
+            if err is None:
+                records.append(from_message(message))
+            elif err.fatal():
+                raise FatalError(f"fatal consumer error: {err}")
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consume_error", error=str(err))
+        return records
+
+    def _process(self, records: list[Record]) -> None:
+        assert self._protocol is not None
+        group = self.settings.group
+        metrics.BATCH_SIZE.labels(group).observe(len(records))
+        try:
+            result = self._protocol.process(records)
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is FailureClass.FATAL:
+                raise FatalError(describe(exc)) from exc
+            if failure is FailureClass.DETERMINISTIC:
+                # Not isolated by the handler (e.g. raised at COMMIT): retry like a
+                # transient failure rather than skip; the stall metric makes it visible.
+                log.error("batch_failed_unexpectedly", error=describe(exc))
+            self._stall(records, exc, failure)
+            return
+        if self._stall_started is not None:
+            self._end_stall()
+        log.info("batch_committed", size=len(records), outcomes=dict(result.outcomes))
+
+    # -- stalls (transient failures) -----------------------------------------------------
+
+    def _stall(self, records: Sequence[Record], exc: BaseException,
+               failure: FailureClass) -> None:
+        group = self.settings.group
+        metrics.RETRIES.labels(group, _retry_kind(exc, failure)).inc()
+        now = time.time()
+        if self._stall_started is None:
+            self._stall_started = now
+            metrics.STALLED.labels(group).set(1)
+            metrics.STALL_STARTED.labels(group).set(now)
+        delay = self._backoff.next_delay()
+        log.error("consumer_stalled", error=describe(exc), retry_in_s=round(delay, 3),
+                  stalled_for_s=round(now - self._stall_started, 1),
+                  attempt=self._backoff.attempt, batch_size=len(records))
+        self._pause_all()
+        self._rewind(records)
+        self._keep_polling(delay)
+        self._resume_all()
+
+    def _end_stall(self) -> None:
+        assert self._stall_started is not None
+        group = self.settings.group
+        log.warning("consumer_recovered", stalled_for_s=round(time.time() - self._stall_started, 1))
+        self._stall_started = None
+        self._backoff.reset()
+        metrics.STALLED.labels(group).set(0)
+        metrics.STALL_STARTED.labels(group).set(0)
+
+    def _rewind(self, records: Sequence[Record]) -> None:
+        """Seek each partition of the rolled-back batch back to its first offset."""
+        for (topic, partition), offset in first_offsets(records).items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # Revoked meanwhile: its new owner starts from the committed offset.
+                log.info("rewind_skipped", topic=topic, partition=partition, error=str(exc))
+
+    def _keep_polling(self, delay_s: float) -> None:
+        """Wait out the backoff inside consume(): heartbeats, callbacks, poll deadline."""
+        deadline = time.monotonic() + delay_s
+        while not self._stopping and not self._fatal:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._pause_all()  # partitions assigned during the stall are paused too
+            stray = self._records(self._consumer.consume(
+                self.settings.batch_size, min(remaining, self.settings.poll_keepalive_s)))
+            if stray:
+                # Fetched before the pause took effect: read them again after resuming.
+                self._rewind(stray)
+
+    def _pause_all(self) -> None:
+        assignment = self._consumer.assignment()
+        if assignment:
+            self._consumer.pause(assignment)
+        self._paused = {(tp.topic, tp.partition) for tp in assignment}
+        metrics.PAUSED_PARTITIONS.labels(self.settings.group).set(len(self._paused))
+
+    def _resume_all(self) -> None:
+        assignment = self._consumer.assignment()
+        if assignment:
+            self._consumer.resume(assignment)
+        self._paused = set()
+        metrics.PAUSED_PARTITIONS.labels(self.settings.group).set(0)
+
+    # -- rebalance callbacks (run inside consume()) -------------------------------------
+
+    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        metrics.REBALANCES.labels(self.settings.group, "assign").inc()
+        log.info("partitions_assigned", partitions=_names(partitions))
+
+    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        metrics.REBALANCES.labels(self.settings.group, "revoke").inc()
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        if self._protocol is not None:
+            # Completed work only: the batch in hand is committed or rolled back by now.
+            self._protocol.commit_pending(keys, budget_s=self.settings.revoke_commit_budget_s)
+            # What could not be committed in time is left to the new owner (it redelivers
+            # and the replay is a no-op); committing it later could move its offset.
+            self._protocol.forget(keys)
+        self._drop_partitions(keys)
+        log.info("partitions_revoked", partitions=_names(partitions))
+
+    def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        metrics.REBALANCES.labels(self.settings.group, "lost").inc()
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        if self._protocol is not None:
+            # Someone else may already own them: committing now could move their offset.
+            self._protocol.forget(keys)
+        self._drop_partitions(keys)
+        log.warning("partitions_lost", partitions=_names(partitions))
+
+    def _drop_partitions(self, keys: list[PartitionKey]) -> None:
+        group = self.settings.group
+        for topic, partition in keys:
+            self._paused.discard((topic, partition))
+            with contextlib.suppress(KeyError):
+                metrics.CONSUMER_LAG.remove(group, topic, str(partition))
+        metrics.PAUSED_PARTITIONS.labels(group).set(len(self._paused))
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = f"fatal client error: {err}"
+        else:
+            log.warning("kafka_client_error", error=str(err))
+
+
+def _retry_kind(exc: BaseException, failure: FailureClass) -> str:
+    """Label for the retries metric: the failure class and where it came from."""
+    if type(exc).__module__.startswith("psycopg2"):
+        source = "db"
+    elif isinstance(exc, KafkaException):
+        source = "broker"
+    elif isinstance(exc, TransientError):
+        source = "dlq"
+    else:
+        source = "other"
+    return f"{failure}_{source}"
+
+
+def _names(partitions: list[TopicPartition]) -> list[str]:
+    return [f"{tp.topic}[{tp.partition}]" for tp in partitions]

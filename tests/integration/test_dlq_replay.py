@@ -1,0 +1,102 @@
+"""`paystream dlq replay`: after the cause is fixed, the event is applied exactly once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from decimal import Decimal
+
+import pytest
+
+from consumers.harness import (
+    ProcessPool,
+    create_topic,
+    create_users,
+    start_group_at_end,
+    wait_until,
+)
+from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
+from schema.outbox import write_event
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def pool(tmp_path):
+    p = ProcessPool(tmp_path)
+    yield p
+    p.kill_all()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paystream.cli", "dlq", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def _one(db, sql: str, *params):
+    with db.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchone()
+
+
+def test_replay_after_the_user_is_created_applies_once(db, pool) -> None:
+    group, mirror_group = unique("replay-ledger"), unique("replay-mirror")
+    dlq_topic = unique("replay-dlq")
+    create_topic(dlq_topic)
+    start_group_at_end(group, PAYMENTS_TOPIC)
+    pool.start("ledger", topic=PAYMENTS_TOPIC, group=group, dlq_topic=dlq_topic,
+               extra_args=["--batch-timeout", "0.05"])
+    pool.start("dlq-mirror", topic=dlq_topic, group=mirror_group, dlq_topic=dlq_topic + ".x",
+               extra_args=["--batch-timeout", "0.05"])
+    user = unique("replay-user")  # not created yet: the event is dead-lettered
+    event = PaymentEvent(unique("replay-ev"), EventType.DEPOSIT, user, "USDC",
+                         Decimal("7.25"), "test")
+    db.autocommit = False
+    with db.cursor() as cur:
+        write_event(cur, event, "trace-replay")  # the real path: outbox -> Debezium
+    db.commit()
+    db.autocommit = True
+
+    def dead_letter():
+        return _one(db, "SELECT id, error_reason, status FROM dead_letter_queue"
+                    " WHERE event_id = %s", event.event_id)
+
+    try:
+        wait_until(lambda: dead_letter() is not None, 60, "the dead letter in the table")
+        wait_until(lambda: _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
+                                event.event_id) == ("dead_lettered",), 30, "dead_lettered")
+    except AssertionError:
+        raise AssertionError(pool.logs()) from None
+    dlq_id, reason, status = dead_letter()
+    assert (reason, status) == ("unknown_user", "open")
+    listed = _cli("list")
+    assert listed.returncode == 0 and event.event_id in listed.stdout
+    shown = _cli("show", str(dlq_id))
+    assert shown.returncode == 0 and "trace-replay" in shown.stdout
+
+    with db.cursor() as cur:
+        create_users(cur, [user])  # a person fixes the cause
+    replayed = _cli("replay", str(dlq_id))
+    assert replayed.returncode == 0, replayed.stderr
+    try:
+        wait_until(lambda: _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
+                                event.event_id) == ("applied",), 60, "the replay applied")
+    except AssertionError:
+        raise AssertionError(pool.logs()) from None
+    assert _one(db, "SELECT balance FROM balances WHERE user_id = %s", user) == \
+        (Decimal("7.25"),)
+    assert _one(db, "SELECT count(*) FROM balance_events WHERE source_event_id = %s",
+                event.event_id) == (1,)
+    assert _one(db, "SELECT status FROM dead_letter_queue WHERE id = %s", dlq_id) == \
+        ("replayed",)
+
+    again = _cli("replay", str(dlq_id))
+    assert again.returncode == 1 and "not open" in again.stderr
+    # Even reopened by hand, an applied event is never sent again.
+    with db.cursor() as cur:
+        cur.execute("UPDATE dead_letter_queue SET status = 'open' WHERE id = %s", (dlq_id,))
+    applied = _cli("replay", str(dlq_id))
+    assert applied.returncode == 1 and "already processed" in applied.stderr
+    for proc in pool.procs:
+        assert proc.terminate() == 0, proc.tail()

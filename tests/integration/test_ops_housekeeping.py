@@ -1,0 +1,197 @@
+"""Housekeeping against the real Postgres: what is purged, in batches, and why a replay
+after the TTL still cannot move money twice."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from consumers.commit import apply_with_isolation
+from consumers.connection import Database
+from consumers.housekeeping import purge_processed_events
+from consumers.ledger import LedgerHandler
+from consumers.reconcile import reconcile
+from consumers.records import Origin, Record
+from schema.idempotency import idempotency_key
+from tests.conftest import unique
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def insert_processed(cur, prefix: str, outcome: str, count: int, age_days: float) -> list[str]:
+    """`count` processed_events rows with `outcome`, processed `age_days` ago; their keys."""
+    keys = []
+    for i in range(count):
+        event_id = f"{prefix}-{outcome}-{age_days:g}-{i}"
+        key = idempotency_key(event_id, "deposit")
+        cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
+                    " outcome, processed_at) VALUES (%s, %s, 'deposit', %s,"
+                    " now() - make_interval(days => %s))",
+                    (key, event_id, outcome, age_days))
+        keys.append(key)
+    return keys
+
+
+def existing(cur, keys: list[str]) -> set[str]:
+    cur.execute("SELECT idempotency_key FROM processed_events WHERE idempotency_key = ANY(%s)",
+                (keys,))
+    return {row[0] for row in cur.fetchall()}
+
+
+def test_purges_only_old_final_entries_in_batches(db) -> None:
+    prefix = unique("ops-hk")
+    # Rows earlier runs left past the TTL would share the first batch with ours.
+    purge_processed_events(db, ttl_days=14)
+    with db.cursor() as cur:
+        old_final = (insert_processed(cur, prefix, "applied", 25, 20)
+                     + insert_processed(cur, prefix, "insufficient_funds", 5, 15)
+                     + insert_processed(cur, prefix, "reorged", 3, 30))
+        old_waiting = insert_processed(cur, prefix, "pending_finality", 4, 400)
+        young = (insert_processed(cur, prefix, "applied", 6, 13)
+                 + insert_processed(cur, prefix, "insufficient_funds", 2, 0))
+
+        # One batch deletes exactly the batch size.
+        one = purge_processed_events(db, ttl_days=14, batch_size=10, max_batches=1)
+        assert (one.deleted, one.batches) == (10, 1)
+        assert len(existing(cur, old_final)) == 33 - 10
+
+        result = purge_processed_events(db, ttl_days=14, batch_size=10)
+        # Other tests' old rows may go too; ours certainly do, 10 per transaction.
+        assert result.deleted >= 23
+        assert result.batches == math.ceil(result.deleted / 10)
+        assert existing(cur, old_final) == set()
+        assert existing(cur, old_waiting) == set(old_waiting)
+        assert existing(cur, young) == set(young)
+
+        # Older than any TTL, still never touched without a final outcome. (Not TTL 0:
+        # the stack may be shared with a running ledger whose recent rows matter.)
+        purge_processed_events(db, ttl_days=300, batch_size=1000)
+        assert existing(cur, old_waiting) == set(old_waiting)
+        cur.execute("DELETE FROM processed_events WHERE idempotency_key = ANY(%s)",
+                    (old_waiting,))
+
+
+def test_cli_reports_what_it_deleted(db) -> None:
+    prefix = unique("ops-hk-cli")
+    with db.cursor() as cur:
+        old = insert_processed(cur, prefix, "applied", 7, 40)
+        dry = subprocess.run([sys.executable, "-m", "paystream.cli", "housekeeping",
+                              "--ttl-days", "30", "--dry-run"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0, dry.stderr
+        assert "would be deleted" in dry.stdout
+        assert existing(cur, old) == set(old)
+        done = subprocess.run([sys.executable, "-m", "paystream.cli", "housekeeping",
+                               "--ttl-days", "30", "--batch-size", "3"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("housekeeping: deleted ")
+        assert int(done.stdout.split()[2]) >= 7
+        assert "of at most 3" in done.stdout
+        assert existing(cur, old) == set()
+
+
+def deposit(user: str, event_id: str, amount: str, event_type: str = "deposit") -> Record:
+    value = {"event_id": event_id, "event_type": event_type, "user_id": user,
+             "asset": "USDC", "amount": amount, "provider": "test"}
+    return Record(Origin("paystream.payments", 0, 0), user.encode(),
+                  json.dumps(value).encode(),
+                  (("event_id", event_id.encode()), ("event_type", event_type.encode()),
+                   ("trace_id", b"trace-ops-hk")), None)
+
+
+def withdrawal(user: str, event_id: str, amount: str) -> Record:
+    return deposit(user, event_id, amount, event_type="withdrawal")
+
+
+def test_replay_after_ttl_purge_moves_no_money(db) -> None:
+    """The idempotency row is gone after the TTL; the journal's UNIQUE (source_event_id,
+    event_type) is what still stops a second credit."""
+    user = unique("ops-hk-user")
+    event_id = unique("ops-hk-ev")
+    key = idempotency_key(event_id, "deposit")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    database = Database(application_name="paystream-test-ops")
+    try:
+        conn = database.connection()
+    except psycopg2.OperationalError as exc:
+        pytest.fail(f"Postgres is not reachable ({exc}); run `paystream stack up`")
+    try:
+        first = apply_with_isolation(conn, LedgerHandler(), [deposit(user, event_id, "10")])
+        conn.commit()
+        assert first.outcomes["applied"] == 1
+
+        with db.cursor() as cur:
+            cur.execute("UPDATE processed_events SET processed_at = now() - interval '30 days'"
+                        " WHERE idempotency_key = %s", (key,))
+            purge_processed_events(db, ttl_days=14)
+            cur.execute("SELECT count(*) FROM processed_events WHERE idempotency_key = %s",
+                        (key,))
+            assert cur.fetchone()[0] == 0
+
+        # The same event arrives again (a replayed topic, a DLQ replay...).
+        again = apply_with_isolation(conn, LedgerHandler(), [deposit(user, event_id, "10")])
+        conn.commit()
+    finally:
+        database.close()
+
+    assert again.outcomes["applied"] == 0, again
+    # The ledger sees the journal row and treats the replay as a duplicate: no money
+    # moves and nothing is dead-lettered (a replayed topic must not flood the DLQ).
+    assert again.outcomes["duplicate"] == 1 and not again.dead_letters, again
+    with db.cursor() as cur:
+        cur.execute("SELECT balance FROM balances WHERE user_id = %s AND asset = 'USDC'",
+                    (user,))
+        assert cur.fetchone()[0] == Decimal(10)
+        cur.execute("SELECT count(*) FROM balance_events WHERE source_event_id = %s",
+                    (event_id,))
+        assert cur.fetchone()[0] == 1
+    assert reconcile(db, users=[user]).clean
+
+
+def test_a_rejection_replayed_after_the_ttl_stays_a_rejection(db):
+    """A withdrawal rejected for insufficient funds, its key purged, replayed after the
+    user got money: it must not turn into a success (the outcome is final)."""
+    user, withdrawal_id = unique("ttl-rej"), unique("wd")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+        cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+                    " asset, amount, content_hash, trace_id, payload) VALUES"
+                    " (%s, 'payments', 'withdrawal', %s, 'USDC', 5, 'h', 't', '{}')",
+                    (withdrawal_id, user))
+    database = Database(application_name="paystream-test-ops")
+    conn = database.connection()
+    try:
+        first = apply_with_isolation(conn, LedgerHandler(),
+                                     [withdrawal(user, withdrawal_id, "5")])
+        conn.commit()
+        assert first.outcomes["insufficient_funds"] == 1
+        funded = apply_with_isolation(conn, LedgerHandler(),
+                                      [deposit(user, unique("dep"), "100")])
+        conn.commit()
+        assert funded.outcomes["applied"] == 1
+        with db.cursor() as cur:
+            cur.execute("DELETE FROM processed_events WHERE idempotency_key = %s",
+                        (idempotency_key(withdrawal_id, "withdrawal"),))
+        again = apply_with_isolation(conn, LedgerHandler(),
+                                     [withdrawal(user, withdrawal_id, "5")])
+        conn.commit()
+    finally:
+        database.close()
+    assert again.outcomes["duplicate"] == 1 and again.outcomes["applied"] == 0
+    with db.cursor() as cur:
+        cur.execute("SELECT balance FROM balances WHERE user_id = %s", (user,))
+        assert cur.fetchone()[0] == Decimal(100)
+        cur.execute("SELECT outcome FROM processed_events WHERE idempotency_key = %s",
+                    (idempotency_key(withdrawal_id, "withdrawal"),))
+        assert cur.fetchone()[0] == "insufficient_funds"

@@ -1,0 +1,110 @@
+"""DLQ rate limit and the headers a dead letter carries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from consumers import dlq
+from consumers.dlq import DeadLetter, DeadLetterProducer, DlqLimitExceededError, DlqRateLimit
+from consumers.dlq_mirror import mirror_row
+from consumers.failures import TransientError
+from consumers.records import Origin, Record
+
+
+def _record(value: bytes | None = b"{}", headers=(("event_id", b"e1"),)) -> Record:
+    return Record(Origin("paystream.payments", 3, 41), b"u1", value, tuple(headers), 1000)
+
+
+def test_rate_limit_allows_up_to_limit_within_window() -> None:
+    limit = DlqRateLimit(limit=3, window_s=10)
+    limit.check(2, now=0)
+    limit.record(2, now=0)
+    limit.check(1, now=1)
+    limit.record(1, now=1)
+    with pytest.raises(DlqLimitExceededError):
+        limit.check(1, now=2)
+
+
+def test_rate_limit_window_slides() -> None:
+    limit = DlqRateLimit(limit=2, window_s=10)
+    limit.record(2, now=0)
+    with pytest.raises(DlqLimitExceededError):
+        limit.check(1, now=9.9)
+    limit.check(2, now=10.0)  # the first two left the window
+
+
+def test_rolled_back_batch_does_not_use_the_budget() -> None:
+    limit = DlqRateLimit(limit=1, window_s=60)
+    limit.check(1, now=0)  # checked, then the batch rolled back: nothing recorded
+    limit.check(1, now=1)
+
+
+def test_limit_zero_refuses_any_dead_letter() -> None:
+    with pytest.raises(DlqLimitExceededError):
+        DlqRateLimit(limit=0, window_s=60).check(1, now=0)
+    DlqRateLimit(limit=0, window_s=60).check(0, now=0)
+
+
+def test_dlq_headers_keep_origin_and_original_headers() -> None:
+    letter = DeadLetter(_record(), "unknown_user", "user 'u1' does not exist")
+    headers = dict(dlq.dlq_headers(letter, "ledger"))
+    assert headers["event_id"] == b"e1"
+    assert headers[dlq.H_SOURCE_TOPIC] == b"paystream.payments"
+    assert headers[dlq.H_SOURCE_PARTITION] == b"3"
+    assert headers[dlq.H_SOURCE_OFFSET] == b"41"
+    assert headers[dlq.H_REASON] == b"unknown_user"
+    attempts = json.loads(headers[dlq.H_ATTEMPTS])
+    assert attempts[-1]["reason"] == "unknown_user" and attempts[-1]["group"] == "ledger"
+
+
+class FakeProducer:
+    """Stands in for confluent_kafka.Producer to exercise the delivery-report checks."""
+
+    def __init__(self, error: str | None = None, stuck: int = 0) -> None:
+        self.error, self.stuck, self.sent, self._callbacks = error, stuck, [], []
+
+    def produce(self, topic, key, value, headers, on_delivery):
+        self.sent.append((topic, key, value, headers))
+        self._callbacks.append(on_delivery)
+
+    def flush(self, _timeout):
+        for cb in self._callbacks:
+            cb(self.error, None)
+        return self.stuck
+
+    def poll(self, _timeout):
+        return 0
+
+
+def test_producer_requires_every_delivery_report() -> None:
+    letters = [DeadLetter(_record(), "malformed_json", "x")]
+    ok = FakeProducer()
+    DeadLetterProducer(ok, "dlq", "ledger", 1).send(letters)
+    assert ok.sent[0][0] == "dlq" and ok.sent[0][2] == b"{}"
+    with pytest.raises(TransientError):
+        DeadLetterProducer(FakeProducer(error="broker down"), "dlq", "g", 1).send(letters)
+    with pytest.raises(TransientError):
+        DeadLetterProducer(FakeProducer(stuck=1), "dlq", "g", 1).send(letters)
+
+
+def test_mirror_row_reads_origin_and_tags_attempt_with_dlq_position() -> None:
+    letter = DeadLetter(_record(value=b"\xff\x00garbage"), "malformed_json", "not JSON")
+    dlq_record = Record(Origin("paystream.payments.dlq", 0, 7), b"u1", letter.record.value,
+                        tuple(dlq.dlq_headers(letter, "ledger")), 2000)
+    row = mirror_row(dlq_record)
+    assert (row["source_topic"], row["source_partition"], row["source_offset"]) == \
+        ("paystream.payments", 3, 41)
+    assert row["error_reason"] == "malformed_json"
+    assert row["payload"] == "\\xff\\x00garbage"  # escaped, storable as text
+    assert row["event_id"] == "e1"
+    assert json.loads(row["headers"]) == {"event_id": "e1"}
+    attempts = json.loads(row["attempts"])
+    assert attempts[-1]["dlq_offset"] == 7 and attempts[-1]["dlq_partition"] == 0
+
+
+def test_mirror_row_of_a_foreign_record_uses_its_own_position() -> None:
+    row = mirror_row(Record(Origin("x.dlq", 2, 5), None, b"hi", (), None))
+    assert (row["source_topic"], row["source_partition"], row["source_offset"]) == ("x.dlq", 2, 5)
+    assert row["error_reason"] == "unknown_origin"
