@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     " PAYSTREAM_CONNECT_URL)") \
         .set_defaults(func=lambda a: _stack().setup(StackSettings.from_env()))
     logs = ssub.add_parser("logs", help="show the tail of the components' logs")
-    logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect"])
+    logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil"])
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=lambda a: _stack().logs(StackSettings.from_env(), a.component,

@@ -41,6 +41,12 @@ def ensure_packages() -> list[str]:
         wanted.append("openjdk-17-jre-headless")
     if shutil.which("mvn") is None:
         wanted.append("maven")
+    if shutil.which("npm") is None:
+        wanted.append("npm")  # anvil, the local Ethereum node, ships in the npm registry
+    if shutil.which("promtool") is None:
+        # promtool checks and unit-tests the alert rules; the server it ships with is
+        # not used (and not started: we only need the tool).
+        wanted.append("prometheus")
     if wanted:
         _apt_install(wanted)
     return wanted

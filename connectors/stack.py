@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from connectors import connect, kafka, postgres
+from connectors import anvil, connect, kafka, postgres
 from connectors.packages import ensure_packages
 from connectors.process import StackError, read_pid, tail_file, wait_until
 from connectors.settings import StackSettings
@@ -51,6 +51,8 @@ def up(s: StackSettings) -> int:
         _step("kafka storage format", lambda: kafka.format_storage(s))
         _step(f"kafka start :{s.kafka_port}", lambda: kafka.start(s))
         _step(f"connect start :{s.connect_port}", lambda: connect.start(s))
+        _step("anvil (npm)", lambda: anvil.ensure_installed(s))
+        _step(f"anvil start :{anvil.AnvilConfig.from_env().port}", lambda: anvil.start(s))
         _configure(s)
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
@@ -86,7 +88,9 @@ def setup(s: StackSettings) -> int:
 def down(s: StackSettings) -> int:
     print(f"paystream stack down (state: {s.state_dir})")
     try:
-        # Producers of data stop first: Connect, then the broker, then the database.
+        # Producers of data stop first: the chain and Connect, then the broker, then
+        # the database.
+        _step("anvil stop", lambda: anvil.stop(s))
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
         _step("postgres stop", lambda: postgres.stop(s))
@@ -107,6 +111,7 @@ def status(s: StackSettings) -> int:
     pg_ok = postgres.healthy(s)
     kafka_ok = kafka.healthy(s)
     connect_ok = connect.healthy(s)
+    anvil_ok = anvil.healthy(s)
     state = connect.connector_state(s) if connect_ok else "unknown"
     kpid, cpid = read_pid(kafka.pid_file(s)), read_pid(connect.pid_file(s))
     rows = [
@@ -118,13 +123,15 @@ def status(s: StackSettings) -> int:
          connect.version(s) if connect_ok else "-", _health(connect_ok),
          kafka.jvm_rss_mib(cpid)),
         (f"connector {s.connector_name}", "-", "-", "debezium", state, "-"),
+        ("anvil", str(anvil.AnvilConfig.from_env().port), str(anvil.pid(s) or "-"),
+         anvil.version(s), _health(anvil_ok), "-"),
         ("kcat", "-", "-", kcat_version, "installed" if kcat else "missing", "-"),
     ]
     header = ("component", "port", "pid", "version", "health", "rss")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-    ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING"
+    ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok
     return 0 if ok else 1
 
 
@@ -136,6 +143,7 @@ LOGS = {
     "postgres": postgres.log_file,
     "kafka": kafka.log_file,
     "connect": connect.log_file,
+    "anvil": anvil.log_file,
 }
 
 

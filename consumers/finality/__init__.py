@@ -1,0 +1,13 @@
+"""Chain-deposit finality: a deposit seen in a block is credited only once that block is
+final, and never if a reorg removed it.
+
+  rpc.py       web3 client per network: timeouts, breaker, finalized-block cache
+  breaker.py   the circuit breaker state machine
+  evidence.py  receipts / transactions / block refs as plain values
+  verify.py    one deposit + evidence → FINAL / REORGED(reason) / NOT_YET (pure)
+  planner.py   group due deposits by block: a tick costs 1 + distinct blocks calls
+  watcher.py   the tick loop, with the DB side behind PendingStore / OutcomeSink
+  events.py    the finalisation / reorg event ids and payloads for the outbox
+  metrics.py   every finality metric, declared once
+  settings.py  per-network settings from the environment
+"""
