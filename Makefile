@@ -4,7 +4,7 @@ BIN    := $(CURDIR)/$(VENV)/bin
 PYTHON ?= python3
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install stack-up stack-down status run test lint bench-cdc
+.PHONY: install stack-up stack-down status run test lint bench-cdc bench-e2e
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,3 +39,6 @@ bench-cdc: stack-up
 	$(BIN)/python bench/cdc_latency.py
 
 -include ingest/Makefile.inc consumers/Makefile.inc ops/Makefile.inc
+
+bench-e2e: stack-up
+	$(BIN)/python bench/e2e_latency.py

@@ -37,11 +37,13 @@ def services(ingest_port: int) -> list[Service]:
     candidates = [
         Service("ingest", "ingest.cli", ["ingest", "--port", str(ingest_port)],
                 f"http://127.0.0.1:{ingest_port} (/docs, /metrics)"),
-        Service("ledger", "consumers.cli", ["consume", "ledger", "--metrics-port", "9101"],
-                "metrics http://127.0.0.1:9101/metrics"),
+        Service("ledger", "consumers.cli", ["consume", "ledger", "--metrics-port", "9401"],
+                "metrics http://127.0.0.1:9401/metrics"),
         Service("dlq-mirror", "consumers.cli",
-                ["consume", "dlq-mirror", "--metrics-port", "9102"],
-                "metrics http://127.0.0.1:9102/metrics"),
+                ["consume", "dlq-mirror", "--metrics-port", "9402"],
+                "metrics http://127.0.0.1:9402/metrics"),
+        Service("health", "consumers.ops_cli", ["health", "--serve-metrics", "9403"],
+                "metrics http://127.0.0.1:9403/metrics (stuck events, slot WAL, lag)"),
     ]
     return [s for s in candidates if importlib.util.find_spec(s.module) is not None]
 
