@@ -1,4 +1,7 @@
-"""`paystream consume ledger | dlq-mirror` and `paystream dlq list | show | replay`."""
+"""`paystream consume ledger | dlq-mirror | finality` and `paystream dlq list | show |
+replay`. `finality` is not a Kafka group: it runs the chain finality watcher
+(consumers/finality/service.py), one thread per network of
+PAYSTREAM_FINALITY_NETWORKS (or --network)."""
 
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ GROUPS: dict[str, tuple[str, str, int, int]] = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    consume = sub.add_parser("consume", help="run a consumer group (ledger, dlq-mirror)")
-    consume.add_argument("kind", choices=sorted(GROUPS))
+    consume = sub.add_parser("consume", help="run a consumer group (ledger, dlq-mirror) "
+                                             "or the chain finality watcher (finality)")
+    consume.add_argument("kind", choices=sorted([*GROUPS, "finality"]))
     consume.add_argument("--group", help="consumer group id (default: the kind)")
     consume.add_argument("--topic", action="append",
                          help="topic to consume (repeatable; default per kind)")
@@ -43,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="longest retry delay in seconds")
     consume.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
                          help="extra librdkafka property (auto-commit settings are refused)")
+    consume.add_argument("--network", action="append",
+                         help="finality only: network to watch (repeatable; default "
+                              "PAYSTREAM_FINALITY_NETWORKS, else ETH_MAINNET)")
     consume.set_defaults(func=_consume)
 
     dlq = sub.add_parser("dlq", help="inspect and replay dead letters")
@@ -85,7 +92,29 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
     )
 
 
+def _finality(args: argparse.Namespace) -> int:
+    import os
+
+    from consumers import metrics
+    from consumers.finality import service, settings
+    from schema.logs import configure_logging
+
+    if args.network:
+        os.environ["PAYSTREAM_FINALITY_NETWORKS"] = ",".join(args.network)
+    try:
+        networks = settings.from_env()
+    except ValueError as exc:
+        print(f"paystream consume finality: {exc}", file=sys.stderr)
+        return 2
+    configure_logging("finality")
+    metrics.serve(service.DEFAULT_METRICS_PORT if args.metrics_port is None
+                  else args.metrics_port)
+    return service.run(networks)
+
+
 def _consume(args: argparse.Namespace) -> int:
+    if args.kind == "finality":
+        return _finality(args)
     # Imported here: `paystream --help` must not need a broker client.
     from consumers import metrics
     from consumers.client import consumer_config

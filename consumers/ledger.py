@@ -17,11 +17,24 @@ All of it runs in the batch transaction the commit protocol opened:
      (balance_events by COPY, UNIQUE (source_event_id, event_type) as the last line),
      the final outcome of rejected debits, a notification intent per rejection, and the
      event status through schema.status.transition.
+
+Chain deposits (issue 6, see ledger_plan.py's table): a deposit carrying `chain` is held
+in balances.pending (journal pending_events) and recorded in chain_deposits for the
+finality watcher, status pending_finality. The watcher's settlement events
+(deposit_finalized / deposit_reorged, same partition, after the deposit) move it to
+available or release it, set chain_deposits.state final / reorged and the deposit's
+status applied / reorged, all in the same batch transaction. The deposit's own
+processed_events outcome follows: pending_finality (waiting: housekeeping keeps it) until
+settled, then applied / reorged. A settlement naming no
+held deposit, or one that contradicts the deposit (other user, asset, amount, or the
+opposite verdict already applied) is a dead letter, checked BEFORE the idempotency claim
+so a replayed dead letter is not mistaken for a duplicate.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
@@ -30,12 +43,14 @@ import structlog
 
 from consumers.dlq import DeadLetter
 from consumers.failures import PoisonError
+from consumers.finality.verify import ExpectedDeposit
 from consumers.handler import BatchResult
 from consumers.ledger_plan import Candidate, Outcome, Pair, dedupe, plan_batch, read_event
 from consumers.reconcile import HotPathReconciler
 from consumers.records import Record
 from schema.amounts import format_amount
-from schema.events import NOTIFICATIONS_AGGREGATE
+from schema.events import NOTIFICATIONS_AGGREGATE, EventType, SettlementType
+from schema.idempotency import idempotency_key
 from schema.outbox import emit
 from schema.status import EventStatus, transition
 
@@ -72,6 +87,7 @@ class LedgerHandler:
             else:
                 result.dead_letters.append(DeadLetter(
                     c.record, "unknown_user", f"user {c.event.user_id!r} does not exist"))
+        valid = _check_settlements(cur, valid, result)
         claimed = _claim(cur, valid)
         settled = _already_settled(cur, [c for c in valid if c.key in claimed])
         fresh = [c for c in valid if c.key in claimed and c.key not in settled]
@@ -80,17 +96,36 @@ class LedgerHandler:
             return result
         opening = _lock_balances(cur, fresh)
         plan = plan_batch(fresh, opening)
-        self.reconciler.note_touched(plan.deltas.keys())
+        self.reconciler.note_touched(plan.touched)
         _write_balances(cur, plan.sorted_deltas())
+        _write_balances(cur, plan.sorted_pending_deltas(), column="pending")
         applied = plan.with_outcome(Outcome.APPLIED)
         rejected = plan.with_outcome(Outcome.INSUFFICIENT_FUNDS)
-        _write_journal(cur, applied)
+        pending = plan.with_outcome(Outcome.PENDING_FINALITY)
+        reorged = plan.with_outcome(Outcome.REORGED)
+        _write_journal(cur, plan.available_journal)
+        _write_journal(cur, plan.pending_journal, table="pending_events")
         if rejected:
             _record_rejections(cur, rejected, plan.closing)
-        transition(cur, sorted({c.event.event_id for c in applied}), EventStatus.APPLIED)
+        _set_outcome(cur, pending, Outcome.PENDING_FINALITY)
+        _set_outcome(cur, reorged, Outcome.REORGED)
+        _hold_chain_deposits(cur, pending)
+        finalized = [c for c in applied if c.event.settles is not None]
+        _settle_chain_deposits(cur, finalized, "final", Outcome.APPLIED)
+        _settle_chain_deposits(cur, reorged, "reorged", Outcome.REORGED)
+        plain = [c for c in applied if c.event.settles is None]
+        transition(cur, sorted({c.event.event_id for c in plain}), EventStatus.APPLIED)
         transition(cur, sorted({c.event.event_id for c in rejected}), EventStatus.REJECTED)
+        transition(cur, sorted({c.event.event_id for c in pending}),
+                   EventStatus.PENDING_FINALITY)
+        transition(cur, sorted({str(c.event.settles) for c in finalized}), EventStatus.APPLIED)
+        transition(cur, sorted({str(c.event.settles) for c in reorged}), EventStatus.REORGED)
         result.outcomes[Outcome.APPLIED.value] += len(applied)
         result.outcomes[Outcome.INSUFFICIENT_FUNDS.value] += len(rejected)
+        if pending:
+            result.outcomes[Outcome.PENDING_FINALITY.value] += len(pending)
+        if reorged:
+            result.outcomes[Outcome.REORGED.value] += len(reorged)
         return result
 
 
@@ -130,17 +165,35 @@ def _already_settled(cur: Any, claimed: Sequence[Candidate]) -> set[str]:
         return set()
     rows = sorted((c.key, c.event.event_id, c.event.event_type.value) for c in claimed)
     cur.execute(
-        "SELECT x.k, p.status = 'rejected' FROM unnest(%s::text[], %s::text[], %s::text[])"
+        "SELECT x.k, p.status FROM unnest(%s::text[], %s::text[], %s::text[])"
         " AS x(k, e, t) LEFT JOIN payment_events p ON p.event_id = x.e"
-        " WHERE p.status IN ('applied', 'rejected') OR EXISTS (SELECT 1 FROM balance_events b"
-        "  WHERE b.source_event_id = x.e AND b.event_type = x.t)",
+        " WHERE p.status IN ('applied', 'rejected', 'pending_finality', 'reorged')"
+        " OR EXISTS (SELECT 1 FROM balance_events b"
+        "  WHERE b.source_event_id = x.e AND b.event_type = x.t)"
+        " OR EXISTS (SELECT 1 FROM pending_events q"
+        "  WHERE q.source_event_id = x.e AND q.event_type = x.t)",
         ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
     )
     settled = dict(cur.fetchall())
-    rejected = sorted(k for k, was_rejected in settled.items() if was_rejected)
-    if rejected:
+    # The outcome the event has now: a chain deposit's follows its status
+    # (pending_finality, then applied / reorged once settled).
+    by_key = {c.key: c.event for c in claimed}
+    corrected: dict[Outcome, list[str]] = {}
+    for key, status in settled.items():
+        event = by_key[key]
+        if event.is_chain_deposit:
+            outcome = {"applied": Outcome.APPLIED, "reorged": Outcome.REORGED}.get(
+                status, Outcome.PENDING_FINALITY)
+        elif event.event_type is SettlementType.DEPOSIT_REORGED:
+            outcome = Outcome.REORGED
+        elif status == "rejected":
+            outcome = Outcome.INSUFFICIENT_FUNDS
+        else:
+            continue
+        corrected.setdefault(outcome, []).append(key)
+    for outcome, keys in corrected.items():
         cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)",
-                    (Outcome.INSUFFICIENT_FUNDS.value, rejected))
+                    (outcome.value, sorted(keys)))
     if settled:
         log.info("replay_after_ttl_ignored", events=len(settled))
     return set(settled)
@@ -167,11 +220,14 @@ def _lock_balances(cur: Any, fresh: Sequence[Candidate]) -> dict[Pair, Decimal]:
     return {(u, a): balance for u, a, balance in cur.fetchall()}
 
 
-def _write_balances(cur: Any, deltas: list[tuple[Pair, Decimal]]) -> None:
+def _write_balances(cur: Any, deltas: list[tuple[Pair, Decimal]],
+                    column: str = "balance") -> None:
+    """Add `deltas` to `column` (balance or pending: a code constant, never input)."""
     if not deltas:
         return
+    assert column in ("balance", "pending")
     cur.execute(
-        "UPDATE balances b SET balance = b.balance + d.delta, updated_at = now()"
+        f"UPDATE balances b SET {column} = b.{column} + d.delta, updated_at = now()"
         " FROM unnest(%s::text[], %s::text[], %s::numeric[]) AS d(u, a, delta)"
         " WHERE b.user_id = d.u AND b.asset = d.a",
         ([p[0] for p, _ in deltas], [p[1] for p, _ in deltas],
@@ -179,15 +235,18 @@ def _write_balances(cur: Any, deltas: list[tuple[Pair, Decimal]]) -> None:
     )
 
 
-def _write_journal(cur: Any, applied: Sequence[Candidate]) -> None:
-    """The journal rows, by COPY: ~40% cheaper per row than INSERT ... unnest here."""
-    if not applied:
+def _write_journal(cur: Any, rows: Sequence[tuple[Candidate, Decimal]],
+                   table: str = "balance_events") -> None:
+    """The journal rows of one book, by COPY: ~40% cheaper per row than INSERT ...
+    unnest here. `table` is balance_events (available) or pending_events (pending)."""
+    if not rows:
         return
+    assert table in ("balance_events", "pending_events")
     lines = "".join(
         f"{_copy_text(c.event.event_id)}\t{c.event.event_type.value}\t"
-        f"{_copy_text(c.event.user_id)}\t{_copy_text(c.event.asset)}\t{_signed_text(c)}\n"
-        for c in applied)
-    cur.copy_expert("COPY balance_events (source_event_id, event_type, user_id, asset, delta)"
+        f"{_copy_text(c.event.user_id)}\t{_copy_text(c.event.asset)}\t{_signed(delta)}\n"
+        for c, delta in rows)
+    cur.copy_expert(f"COPY {table} (source_event_id, event_type, user_id, asset, delta)"
                     " FROM STDIN", io.StringIO(lines))
 
 
@@ -200,9 +259,90 @@ def _copy_text(value: str) -> str:
     return value
 
 
-def _signed_text(c: Candidate) -> str:
-    text = format_amount(c.event.amount)
-    return text if c.event.event_type.is_credit else "-" + text
+def _signed(delta: Decimal) -> str:
+    return format_amount(delta) if delta > 0 else "-" + format_amount(-delta)
+
+
+def _set_outcome(cur: Any, candidates: Sequence[Candidate], outcome: Outcome) -> None:
+    """Correct the provisional 'applied' outcome written by _claim."""
+    if candidates:
+        cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)",
+                    (outcome.value, sorted(c.key for c in candidates)))
+
+
+def _check_settlements(cur: Any, candidates: list[Candidate], result: BatchResult
+                       ) -> list[Candidate]:
+    """Drop (as dead letters) settlement events that no held chain deposit explains."""
+    settling = [c for c in candidates if c.event.settles is not None]
+    if not settling:
+        return candidates
+    cur.execute("SELECT event_id, user_id, asset, amount, state FROM chain_deposits"
+                " WHERE event_id = ANY(%s)", (sorted({str(c.event.settles) for c in settling}),))
+    held = {row[0]: row[1:] for row in cur.fetchall()}
+    contradicting = {SettlementType.DEPOSIT_FINALIZED: "reorged",
+                     SettlementType.DEPOSIT_REORGED: "final"}
+    bad: dict[int, tuple[str, str]] = {}
+    for c in settling:
+        event, row = c.event, held.get(str(c.event.settles))
+        if row is None:
+            bad[id(c)] = ("unknown_deposit", f"no chain deposit {event.settles!r} is held")
+        elif (row[0], row[1], row[2]) != (event.user_id, event.asset, event.amount):
+            bad[id(c)] = ("deposit_mismatch", f"{event.event_id} does not match deposit "
+                          f"{event.settles!r} (user, asset or amount)")
+        elif row[3] == contradicting[event.event_type]:
+            bad[id(c)] = ("deposit_already_settled",
+                          f"deposit {event.settles!r} is already {row[3]}")
+    for c in settling:
+        if id(c) in bad:
+            reason, detail = bad[id(c)]
+            result.dead_letters.append(DeadLetter(c.record, reason, detail))
+    return [c for c in candidates if id(c) not in bad]
+
+
+def _hold_chain_deposits(cur: Any, pending: Sequence[Candidate]) -> None:
+    """The chain_deposits rows the finality watcher reads (same transaction as the
+    pending balance). The chain identity was validated by read_event."""
+    if not pending:
+        return
+    rows = []
+    for c in pending:
+        d = ExpectedDeposit.from_chain(c.event.event_id, c.event.chain or {})
+        rows.append((d.event_id, d.network, d.tx_hash, d.block_number, d.block_hash,
+                     d.log_index, d.token_contract, d.recipient, str(d.raw_value),
+                     json.dumps(c.event.chain, separators=(",", ":")), c.event.user_id,
+                     c.event.asset, format_amount(c.event.amount),
+                     c.trace_id or c.event.event_id))
+    cur.executemany(
+        "INSERT INTO chain_deposits (event_id, network, tx_hash, block_number, block_hash,"
+        " log_index, token_contract, recipient, raw_value, chain, user_id, asset, amount,"
+        " trace_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (event_id) DO NOTHING", rows)
+
+
+def _settle_chain_deposits(cur: Any, settling: Sequence[Candidate], state: str,
+                           outcome: Outcome) -> None:
+    """chain_deposits.state final / reorged, with the block the deposit is final in, and
+    the deposit's own idempotency outcome moved from the waiting pending_finality to
+    `outcome` (final: housekeeping may forget it after its TTL)."""
+    if not settling:
+        return
+    cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)"
+                " AND outcome = %s",
+                (outcome.value, sorted(idempotency_key(str(c.event.settles),
+                                                       EventType.DEPOSIT.value)
+                                       for c in settling),
+                 Outcome.PENDING_FINALITY.value))
+    for c in settling:
+        chain = c.event.chain or {}
+        cur.execute(
+            "UPDATE chain_deposits SET state = %s, settled_at = now(),"
+            " final_block_number = coalesce(%s, final_block_number),"
+            " final_block_hash = coalesce(%s, final_block_hash),"
+            " final_log_index = coalesce(%s, final_log_index),"
+            " verdict_reason = coalesce(%s, verdict_reason)"
+            " WHERE event_id = %s AND state NOT IN ('final', 'reorged')",
+            (state, chain.get("block_number"), chain.get("block_hash"),
+             chain.get("log_index"), chain.get("reason"), c.event.settles))
 
 
 def _record_rejections(cur: Any, rejected: Sequence[Candidate],

@@ -3,7 +3,21 @@
 No I/O here, so the rules are unit-tested without a database: reading a record into an
 event (or a deterministic failure), de-duplicating a batch, and walking the events in
 offset order over the locked balances to decide each outcome and the net delta per
-(user, asset).
+(user, asset) in each book.
+
+Two books per (user, asset): `available` (balances.balance, journal balance_events) and
+`pending` (balances.pending, journal pending_events). What each event does:
+
+  event                          outcome            available   pending
+  deposit / airdrop (no chain)   applied            +amount
+  chain deposit (has `chain`)    pending_finality               +amount
+  deposit_finalized              applied            +amount     -amount
+  deposit_reorged                reorged                        -amount
+  withdrawal / withdrawal_fee    applied            -amount      (only if available
+                                 insufficient_funds              covers it)
+
+A withdrawal therefore only ever spends available funds: pending money is visible but
+not spendable until its deposit is final.
 """
 
 from __future__ import annotations
@@ -15,8 +29,9 @@ from decimal import Decimal
 from enum import StrEnum
 
 from consumers.failures import PoisonError
+from consumers.finality.verify import DepositError, ExpectedDeposit
 from consumers.records import Record
-from schema.events import EventError, PaymentEvent, parse_wire
+from schema.events import EventError, PaymentEvent, SettlementType, parse_wire
 from schema.idempotency import idempotency_key
 
 Pair = tuple[str, str]  # (user_id, asset)
@@ -28,8 +43,8 @@ class Outcome(StrEnum):
 
     APPLIED = "applied"
     INSUFFICIENT_FUNDS = "insufficient_funds"
-    # Chain deposits will wait for finality (issue: finality gating) as PENDING_FINALITY,
-    # credited to `pending` instead of `balance`; `decide` is the one place to add it.
+    PENDING_FINALITY = "pending_finality"  # a chain deposit held in `pending`
+    REORGED = "reorged"  # a pending chain deposit released, never credited
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,12 @@ def read_event(record: Record) -> Candidate:
     if record.key_text != event.user_id:
         raise PoisonError("key_mismatch",
                           f"record key {record.key_text!r} is not the user id {event.user_id!r}")
+    if event.is_chain_deposit:
+        # The finality watcher must be able to judge it: refuse an unusable identity now.
+        try:
+            ExpectedDeposit.from_chain(event.event_id, event.chain or {})
+        except DepositError as exc:
+            raise PoisonError("invalid_chain_identity", str(exc)) from None
     key = idempotency_key(event.event_id, event.event_type.value)
     return Candidate(record, event, key, headers.get("trace_id"))
 
@@ -90,20 +111,46 @@ def dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Candi
 
 def decide(event: PaymentEvent, available: Decimal) -> Outcome:
     """One event's outcome given the spendable balance just before it."""
+    if event.event_type is SettlementType.DEPOSIT_FINALIZED:
+        return Outcome.APPLIED
+    if event.event_type is SettlementType.DEPOSIT_REORGED:
+        return Outcome.REORGED
+    if event.is_chain_deposit:
+        return Outcome.PENDING_FINALITY
     if event.event_type.is_credit:
         return Outcome.APPLIED
     return Outcome.APPLIED if available >= event.amount else Outcome.INSUFFICIENT_FUNDS
 
 
+def effects(event: PaymentEvent, outcome: Outcome) -> tuple[Decimal, Decimal]:
+    """(available delta, pending delta) of an event with `outcome` (the table above)."""
+    amount = event.amount
+    if outcome is Outcome.PENDING_FINALITY:
+        return ZERO, amount
+    if outcome is Outcome.REORGED:
+        return ZERO, -amount
+    if outcome is not Outcome.APPLIED:
+        return ZERO, ZERO
+    if event.event_type is SettlementType.DEPOSIT_FINALIZED:
+        return amount, -amount
+    return (amount if event.event_type.is_credit else -amount), ZERO
+
+
 def signed_amount(event: PaymentEvent) -> Decimal:
-    return event.amount if event.event_type.is_credit else -event.amount
+    """The available-book delta of an applied event."""
+    return effects(event, Outcome.APPLIED)[0]
 
 
 @dataclass
 class Plan:
     decisions: list[tuple[Candidate, Outcome]] = field(default_factory=list)
-    # Net change per (user, asset); pairs whose changes cancel out are omitted.
+    # Net change of the available balance per (user, asset).
     deltas: dict[Pair, Decimal] = field(default_factory=dict)
+    # Net change of the pending balance per (user, asset) (chain deposits).
+    pending_deltas: dict[Pair, Decimal] = field(default_factory=dict)
+    # Journal rows: (candidate, delta) per book, in batch order.
+    available_journal: list[tuple[Candidate, Decimal]] = field(default_factory=list)
+    pending_journal: list[tuple[Candidate, Decimal]] = field(default_factory=list)
     # Balance after the batch per touched pair (the invariant checks use it).
     closing: dict[Pair, Decimal] = field(default_factory=dict)
 
@@ -114,13 +161,21 @@ class Plan:
         """Non-zero deltas in (user_id, asset) order, the order the rows are locked in."""
         return [(pair, d) for pair, d in sorted(self.deltas.items()) if d != ZERO]
 
+    def sorted_pending_deltas(self) -> list[tuple[Pair, Decimal]]:
+        return [(pair, d) for pair, d in sorted(self.pending_deltas.items()) if d != ZERO]
+
+    @property
+    def touched(self) -> set[Pair]:
+        return set(self.deltas) | set(self.pending_deltas)
+
 
 def plan_batch(candidates: Sequence[Candidate], opening: dict[Pair, Decimal]) -> Plan:
     """Walk `candidates` in batch order (offset order per user) over `opening` balances.
 
     A debit sees every credit and debit before it in the batch, so a withdrawal after a
     deposit in the same batch is funded by it; a debit that would go below zero gets
-    INSUFFICIENT_FUNDS and changes nothing.
+    INSUFFICIENT_FUNDS and changes nothing. A chain deposit only moves `pending`, so it
+    funds nothing until its deposit_finalized moves it to available.
     """
     plan = Plan()
     running: dict[Pair, Decimal] = {}
@@ -129,11 +184,13 @@ def plan_batch(candidates: Sequence[Candidate], opening: dict[Pair, Decimal]) ->
         available = running.get(pair, opening.get(pair, ZERO))
         outcome = decide(candidate.event, available)
         plan.decisions.append((candidate, outcome))
-        if outcome is Outcome.APPLIED:
-            delta = signed_amount(candidate.event)
-            running[pair] = available + delta
-            plan.deltas[pair] = plan.deltas.get(pair, ZERO) + delta
-        else:
-            running[pair] = available
+        avail_delta, pending_delta = effects(candidate.event, outcome)
+        running[pair] = available + avail_delta
+        if avail_delta != ZERO:
+            plan.deltas[pair] = plan.deltas.get(pair, ZERO) + avail_delta
+            plan.available_journal.append((candidate, avail_delta))
+        if pending_delta != ZERO:
+            plan.pending_deltas[pair] = plan.pending_deltas.get(pair, ZERO) + pending_delta
+            plan.pending_journal.append((candidate, pending_delta))
     plan.closing = running
     return plan

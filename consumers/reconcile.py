@@ -5,9 +5,9 @@ move it):
 
     balances.<column> == Σ journal.delta   and   balances.<column> >= 0
 
-and a journal without a balance row is a mismatch too. Only one book exists today,
-`available` (balances.balance ⟷ balance_events); chain deposits waiting for finality
-will get a `pending` book (balances.pending ⟷ its own journal): add a Book to BOOKS.
+and a journal without a balance row is a mismatch too. Two books: `available`
+(balances.balance ⟷ balance_events) and `pending` (balances.pending ⟷ pending_events,
+chain deposits held until final; see consumers/ledger_plan.py).
 
 Two ways to run it:
 - `paystream reconcile` checks every balance (or the `--user`s given) in ONE snapshot;
@@ -84,8 +84,9 @@ class Book:
 
 AVAILABLE = Book("available", "balance",
                  "SELECT user_id, asset, delta FROM balance_events")
-# The pending book (finality issue) will be: Book("pending", "pending", "SELECT ...").
-BOOKS: tuple[Book, ...] = (AVAILABLE,)
+PENDING = Book("pending", "pending",
+               "SELECT user_id, asset, delta FROM pending_events")
+BOOKS: tuple[Book, ...] = (AVAILABLE, PENDING)
 
 
 @dataclass(frozen=True)

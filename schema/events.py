@@ -40,6 +40,24 @@ class EventType(StrEnum):
         return self in (EventType.DEPOSIT, EventType.AIRDROP)
 
 
+class SettlementType(StrEnum):
+    """What the finality watcher says about a chain deposit the ledger holds as pending.
+
+    Never accepted from a provider (the ingest parses EventType only): the watcher emits
+    these through the outbox (aggregate `payments`, key = the user id, so they follow the
+    deposit in its partition). `chain.deposit_event_id` names the deposit; the event id
+    is `<deposit event id>:finalized` / `:reorged`, so a verdict recorded twice is one
+    event to the ledger's idempotency.
+    """
+
+    DEPOSIT_FINALIZED = "deposit_finalized"  # pending -> available, credited once
+    DEPOSIT_REORGED = "deposit_reorged"      # pending released, never credited
+
+    @property
+    def is_credit(self) -> bool:
+        return False
+
+
 class EventError(ValueError):
     """A payment event that breaks the contract; `reason` is a short machine label."""
 
@@ -52,7 +70,7 @@ class EventError(ValueError):
 @dataclass(frozen=True)
 class PaymentEvent:
     event_id: str
-    event_type: EventType
+    event_type: EventType | SettlementType
     user_id: str
     asset: str
     amount: Decimal
@@ -61,6 +79,18 @@ class PaymentEvent:
     # On-chain identity and block of a chain deposit (network, tx_hash, block_number,
     # block_hash, log_index / trace_address, token_contract, raw_value, removed ...).
     chain: dict[str, Any] | None = field(default=None)
+
+    @property
+    def is_chain_deposit(self) -> bool:
+        """A provider-reported on-chain deposit: held pending until final."""
+        return self.event_type is EventType.DEPOSIT and self.chain is not None
+
+    @property
+    def settles(self) -> str | None:
+        """The deposit event id a settlement event settles (None for other events)."""
+        if isinstance(self.event_type, SettlementType) and self.chain is not None:
+            return str(self.chain["deposit_event_id"])
+        return None
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON payload written to the outbox (amount as a canonical string)."""
@@ -90,10 +120,15 @@ def parse_wire(obj: object) -> PaymentEvent:
         raise EventError("malformed", f"event must be a JSON object, got {type(obj).__name__}")
     event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
     raw_type = _text(obj, "event_type", None)
+    event_type: EventType | SettlementType
     try:
         event_type = EventType(raw_type)
     except ValueError:
-        raise EventError("unknown_event_type", f"unknown event_type {raw_type!r}") from None
+        try:
+            event_type = SettlementType(raw_type)
+        except ValueError:
+            raise EventError("unknown_event_type",
+                             f"unknown event_type {raw_type!r}") from None
     user_id = _text(obj, "user_id", USER_ID_PATTERN)
     asset = _text(obj, "asset", ASSET_PATTERN)
     try:
@@ -105,6 +140,10 @@ def parse_wire(obj: object) -> PaymentEvent:
     chain = obj.get("chain")
     if chain is not None and not isinstance(chain, dict):
         raise EventError("malformed", "chain must be an object")
+    if isinstance(event_type, SettlementType):
+        deposit_id = (chain or {}).get("deposit_event_id")
+        if not isinstance(deposit_id, str) or not EVENT_ID_PATTERN.fullmatch(deposit_id):
+            raise EventError("malformed", f"{event_type} needs chain.deposit_event_id")
     return PaymentEvent(event_id, event_type, user_id, asset, amount, provider,
                         occurred_at if isinstance(occurred_at, str) else None, chain)
 

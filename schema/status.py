@@ -7,20 +7,28 @@ from enum import StrEnum
 
 class EventStatus(StrEnum):
     RECEIVED = "received"
+    # A chain deposit the ledger holds in balances.pending until its block is final.
+    PENDING_FINALITY = "pending_finality"
     APPLIED = "applied"
     REJECTED = "rejected"
     DEAD_LETTERED = "dead_lettered"
+    # A chain deposit a reorg removed (or that did not match the chain): never credited.
+    REORGED = "reorged"
 
 
 # A DLQ replay sends a dead-lettered event back through the outbox, so it becomes
-# `received` again; applied and rejected are final (a retry cannot change an outcome).
+# `received` again; applied, rejected and reorged are final (a retry cannot change an
+# outcome). A chain deposit goes received -> pending_finality -> applied | reorged.
 ALLOWED_TRANSITIONS: dict[EventStatus, frozenset[EventStatus]] = {
     EventStatus.RECEIVED: frozenset(
-        {EventStatus.APPLIED, EventStatus.REJECTED, EventStatus.DEAD_LETTERED}
+        {EventStatus.APPLIED, EventStatus.REJECTED, EventStatus.DEAD_LETTERED,
+         EventStatus.PENDING_FINALITY}
     ),
+    EventStatus.PENDING_FINALITY: frozenset({EventStatus.APPLIED, EventStatus.REORGED}),
     EventStatus.DEAD_LETTERED: frozenset({EventStatus.RECEIVED}),
     EventStatus.APPLIED: frozenset(),
     EventStatus.REJECTED: frozenset(),
+    EventStatus.REORGED: frozenset(),
 }
 
 

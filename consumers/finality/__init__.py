@@ -7,6 +7,9 @@ final, and never if a reorg removed it.
   verify.py    one deposit + evidence → FINAL / REORGED(reason) / NOT_YET (pure)
   planner.py   group due deposits by block: a tick costs 1 + distinct blocks calls
   watcher.py   the tick loop, with the DB side behind PendingStore / OutcomeSink
+  store.py     that DB side on Postgres: chain_deposits due / suspects / settlements
+               (one transaction: rows marked + settlement event into the outbox)
+  service.py   `paystream consume finality`: a watcher thread per network
   events.py    the finalisation / reorg event ids and payloads for the outbox
   metrics.py   every finality metric, declared once
   settings.py  per-network settings from the environment

@@ -22,6 +22,11 @@ FINALISATIONS = Counter(
 REORGS = Counter(
     "paystream_finality_reorgs_total", "Deposits reorganised out or mismatched",
     ["network", "reason"])
+# Deposits marked reorg suspects from the provider's word (removed log, block re-mined
+# or re-hashed); the chain settles them at finality like any pending deposit.
+SUSPECTS = Counter(
+    "paystream_finality_reorg_suspects_total", "Deposits a provider reorg notice touched",
+    ["network"])
 # JSON-RPC requests sent, by method (a batch counts each request it carries).
 RPC_CALLS = Counter(
     "paystream_finality_rpc_calls_total", "JSON-RPC requests sent", ["network", "method"])

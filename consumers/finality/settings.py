@@ -12,6 +12,10 @@
   PAYSTREAM_FINALITY_RPC_TIMEOUT     5.0 seconds per call
   PAYSTREAM_FINALITY_BREAKER         failures/window/cooldown, default 5/30/10
   PAYSTREAM_FINALITY_BATCH_LIMIT     pending deposits judged per tick, default 10000
+  PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS
+                                     finalized blocks past a deposit's reported block
+                                     before a MISSING transaction is judged reorged
+                                     (it may be re-mined); default 8
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class NetworkSettings:
     rpc_timeout: float
     breaker: BreakerPolicy
     batch_limit: int
+    reorg_grace_blocks: int = 8
 
     @property
     def finalized_ttl(self) -> float:
@@ -64,11 +69,13 @@ def from_env() -> list[NetworkSettings]:
         raise ValueError("PAYSTREAM_FINALITY_RPC_TIMEOUT must be below 10 ticks")
     breaker = _breaker(_env("PAYSTREAM_FINALITY_BREAKER", "5/30/10"))
     limit = int(_env("PAYSTREAM_FINALITY_BATCH_LIMIT", "10000"))
+    grace = int(_env("PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS", "8"))
     result = []
     for network in networks:
         depth = os.environ.get(f"PAYSTREAM_FINALITY_CONFIRMATIONS_{network}")
         result.append(NetworkSettings(
             network=network, rpc_url=_env(f"ETH_RPC_URL_{network}", default_url),
             confirmations=int(depth) if depth else None, tick_seconds=tick,
-            rpc_timeout=timeout, breaker=breaker, batch_limit=limit))
+            rpc_timeout=timeout, breaker=breaker, batch_limit=limit,
+            reorg_grace_blocks=grace))
     return result

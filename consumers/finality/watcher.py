@@ -1,12 +1,21 @@
 """The finality watcher: one per network, one tick per `tick_seconds`.
 
 A tick, step by step:
+  0. store.mark_suspects(network)               DB only (when the store has it): reorg
+                                                notices from the ingest -> suspect
   1. finalized = rpc.finalized_block()          one RPC call (cached for half a tick)
   2. due = store.due(network, finalized, limit) pending deposits at or below it (DB)
   3. verdicts = planner.check(rpc, due, ...)    1-2 RPC calls per distinct block
   4. sink.record(network, decided)              FINAL → finalisation event, REORGED →
                                                 reorg event, both through the outbox, in
                                                 ONE DB transaction (the sink's job)
+A transaction missing from the chain is judged REORGED only once the finalized block is
+`reorg_grace_blocks` past the block it was reported in (until then NOT_YET
+"tx_missing_grace"): a transaction dropped by a reorg goes back to the mempool and is
+usually re-mined within a few blocks; re-mined at a finalized height, it is found by
+hash and becomes FINAL under its new block (verify.py, moved=True). After the grace the
+deposit is reorged for good; a later re-inclusion is a new provider notice, for review.
+
 Failure scenarios:
   - RPC down / slow / breaker open at 1 or 3: the tick records nothing; every deposit
     stays pending; DELAYED_TICKS counts it. Finality is delayed, nothing is credited,
@@ -33,7 +42,7 @@ from consumers.finality.breaker import CircuitOpenError
 from consumers.finality.evidence import BlockRef
 from consumers.finality.planner import check
 from consumers.finality.rpc import ChainRpc, RpcError
-from consumers.finality.verify import ExpectedDeposit, Outcome, Verdict
+from consumers.finality.verify import ExpectedDeposit, Outcome, Verdict, not_yet
 
 log = structlog.get_logger("paystream.finality")
 
@@ -73,12 +82,14 @@ class TickReport:
 
 class FinalityWatcher:
     def __init__(self, rpc: ChainRpc, store: PendingStore, sink: OutcomeSink, *,
-                 limit: int = 10_000, wall_clock: Callable[[], float] = time.time) -> None:
+                 limit: int = 10_000, wall_clock: Callable[[], float] = time.time,
+                 reorg_grace_blocks: int = 0) -> None:
         self.rpc = rpc
         self.network = rpc.network
         self.store = store
         self.sink = sink
         self.limit = limit
+        self.reorg_grace_blocks = reorg_grace_blocks
         self._wall = wall_clock
 
     def tick(self) -> TickReport:
@@ -90,6 +101,9 @@ class FinalityWatcher:
         return TickReport(**{**report.__dict__, "seconds": seconds})
 
     def _tick(self) -> TickReport:
+        mark_suspects = getattr(self.store, "mark_suspects", None)
+        if mark_suspects is not None:
+            mark_suspects(self.network)
         try:
             finalized = self.rpc.finalized_block()
         except (RpcError, CircuitOpenError) as exc:
@@ -102,6 +116,7 @@ class FinalityWatcher:
             verdicts = check(self.rpc, due, finalized.number)
         except (RpcError, CircuitOpenError) as exc:
             return self._delayed(finalized, exc, due=len(due))
+        verdicts = [(d, self._graced(d, v, finalized.number)) for d, v in verdicts]
         decided = [(d, v) for d, v in verdicts if v.outcome is not Outcome.NOT_YET]
         if decided:
             self.sink.record(self.network, decided)
@@ -119,6 +134,12 @@ class FinalityWatcher:
                             block_number=deposit.block_number, reason=verdict.reason)
         return TickReport(self.network, finalized, due=len(due), final=final,
                           reorged=reorged, not_yet=len(due) - final - reorged)
+
+    def _graced(self, deposit: ExpectedDeposit, verdict: Verdict, finalized: int) -> Verdict:
+        if (verdict.outcome is Outcome.REORGED and verdict.reason == "tx_not_in_chain"
+                and finalized < deposit.block_number + self.reorg_grace_blocks):
+            return not_yet("tx_missing_grace")
+        return verdict
 
     def _delayed(self, finalized: BlockRef | None, exc: Exception, due: int = 0
                  ) -> TickReport:

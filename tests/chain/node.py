@@ -24,7 +24,7 @@ from connectors.process import StackError
 from connectors.settings import StackSettings
 
 CONTRACTS = Path(__file__).resolve().parent / "contracts"
-TEST_PORT = 8645
+TEST_PORT = 18645
 
 
 def _cs(address: str) -> str:

@@ -28,7 +28,7 @@ from tests.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
 
 pytestmark = pytest.mark.integration
 
-PORT = 8645
+PORT = 18645
 
 
 @pytest.fixture(scope="module")

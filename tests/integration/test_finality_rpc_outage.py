@@ -23,7 +23,7 @@ from tests.chain.node import AnvilUnavailableError, Chain, running_anvil
 
 pytestmark = pytest.mark.integration
 
-PORT = 8646
+PORT = 18646
 NETWORK = "ANVIL_OUTAGE"
 
 

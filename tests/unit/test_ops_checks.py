@@ -48,8 +48,10 @@ def test_report_formatting() -> None:
                                 "journal_differs"]
 
 
-def test_only_the_available_book_exists_for_now() -> None:
-    assert [(b.name, b.column) for b in BOOKS] == [("available", "balance")]
+def test_two_books_available_and_pending() -> None:
+    assert [(b.name, b.column) for b in BOOKS] == [("available", "balance"),
+                                                    ("pending", "pending")]
+    assert "pending_events" in BOOKS[1].journal_rows
 
 
 def test_hot_path_is_due_only_with_work_and_after_the_interval() -> None:

@@ -20,7 +20,8 @@ def test_idempotency_key_is_length_prefixed():
 
 @pytest.mark.parametrize(("cur", "tgt"), [
     ("received", "applied"), ("received", "rejected"), ("received", "dead_lettered"),
-    ("dead_lettered", "received"),
+    ("dead_lettered", "received"), ("received", "pending_finality"),
+    ("pending_finality", "applied"), ("pending_finality", "reorged"),
 ])
 def test_allowed_transitions(cur, tgt):
     check_transition(cur, tgt)
@@ -29,6 +30,8 @@ def test_allowed_transitions(cur, tgt):
 @pytest.mark.parametrize(("cur", "tgt"), [
     ("applied", "received"), ("applied", "rejected"), ("rejected", "applied"),
     ("dead_lettered", "applied"), ("received", "received"),
+    ("received", "reorged"), ("reorged", "applied"), ("applied", "reorged"),
+    ("pending_finality", "rejected"), ("reorged", "pending_finality"),
 ])
 def test_forbidden_transitions(cur, tgt):
     with pytest.raises(IllegalTransitionError):
