@@ -8,7 +8,6 @@ import pytest
 
 from consumers.crash_hooks import AFTER_DB_COMMIT, BEFORE_DB_COMMIT
 from consumers.harness import (
-    ProcessPool,
     assert_applied_exactly_once,
     committed,
     create_topic,
@@ -22,13 +21,6 @@ from consumers.harness import (
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def pool(tmp_path):
-    p = ProcessPool(tmp_path)
-    yield p
-    p.kill_all()
 
 
 def _setup(db, count: int, users: int = 24):

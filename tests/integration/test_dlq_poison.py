@@ -12,7 +12,6 @@ import pytest
 
 from consumers import dlq
 from consumers.harness import (
-    ProcessPool,
     create_topic,
     create_users,
     drained,
@@ -26,13 +25,6 @@ from schema.events import EventType, PaymentEvent
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def pool(tmp_path):
-    p = ProcessPool(tmp_path)
-    yield p
-    p.kill_all()
 
 
 def _kcat_produce(topic: str, partition: int, key: str, payload_file) -> None:

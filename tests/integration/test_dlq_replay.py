@@ -9,7 +9,6 @@ from decimal import Decimal
 import pytest
 
 from consumers.harness import (
-    ProcessPool,
     create_topic,
     create_users,
     start_group_at_end,
@@ -20,13 +19,6 @@ from schema.outbox import write_event
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def pool(tmp_path):
-    p = ProcessPool(tmp_path)
-    yield p
-    p.kill_all()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

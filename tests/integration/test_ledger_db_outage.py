@@ -13,7 +13,6 @@ import pytest
 from connectors import connect, postgres
 from connectors.settings import StackSettings
 from consumers.harness import (
-    ProcessPool,
     assert_applied_exactly_once,
     committed,
     create_topic,
@@ -31,13 +30,6 @@ from tests.conftest import unique
 pytestmark = pytest.mark.integration
 
 OUTAGE_S = 30
-
-
-@pytest.fixture
-def pool(tmp_path):
-    p = ProcessPool(tmp_path)
-    yield p
-    p.kill_all()
 
 
 def _free_port() -> int:

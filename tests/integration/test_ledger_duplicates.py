@@ -7,7 +7,6 @@ from decimal import Decimal
 import pytest
 
 from consumers.harness import (
-    ProcessPool,
     create_users,
     drained,
     end_offsets,
@@ -20,13 +19,6 @@ from schema.outbox import emit, write_event
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def pool(tmp_path):
-    p = ProcessPool(tmp_path)
-    yield p
-    p.kill_all()
 
 
 def test_same_event_ten_times_by_ten_processes_credits_once(db, pool) -> None:

@@ -9,7 +9,6 @@ from decimal import Decimal
 import pytest
 
 from consumers.harness import (
-    ProcessPool,
     create_topic,
     create_users,
     drained,
@@ -24,13 +23,6 @@ from tests.conftest import unique
 pytestmark = pytest.mark.integration
 
 INITIAL = Decimal(50)
-
-
-@pytest.fixture
-def pool(tmp_path):
-    p = ProcessPool(tmp_path)
-    yield p
-    p.kill_all()
 
 
 def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:

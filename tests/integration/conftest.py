@@ -1,0 +1,15 @@
+"""Fixtures shared by the integration tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers.harness import ProcessPool
+
+
+@pytest.fixture
+def pool(tmp_path):
+    """Consumer processes started by a test; all killed when it ends."""
+    p = ProcessPool(tmp_path)
+    yield p
+    p.kill_all()
