@@ -77,6 +77,7 @@ class Chaos:
         self.secret = secrets.token_bytes(32)
         self.port = _free_port()
         self.faults: Counter[str] = Counter()
+        self.fault_errors: list[str] = []
         self.last_fault_at = 0.0
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
@@ -137,8 +138,13 @@ class Chaos:
                                                       lambda: px.restart_postgres(s)),
             "ingest-restart": self._ingest_restart,
         }
-        actions[kind]()
-        self.faults[kind] += 1
+        try:
+            actions[kind]()
+        except Exception as exc:  # a fault that could not be injected is a failed run
+            self.log(f"fault {kind} failed: {exc}")
+            self.fault_errors.append(f"{kind}: {exc}")
+        else:
+            self.faults[kind] += 1
         self.last_fault_at = time.monotonic()
 
     def _restart(self, kill: Callable[[], None], start: Callable[[], None]) -> None:
@@ -162,6 +168,8 @@ class Chaos:
         while victim.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         if victim.alive():
+            victim.kill()
+            victim.start()
             raise RuntimeError("the armed consumer did not reach its crash point in 60 s")
         victim.start()
 
@@ -179,10 +187,27 @@ class Chaos:
 
     # --- the run ---------------------------------------------------------------------
     def run(self) -> tuple[Verdict, dict]:
-        self.prepare()
+        try:
+            self.prepare()
+            return self._run()
+        finally:
+            for c in (*self.ledgers, self.mirror, self.ingest):
+                c.stop()
+
+    def _progress(self, sender: Sender) -> None:
+        now = time.monotonic()
+        if now - self._last_progress >= 15:
+            self._last_progress = now
+            self.log(f"progress: {len(sender.sent)} sent, {sender.answered} answered, "
+                     f"{sender.in_flight} in flight")
+
+    def _run(self) -> tuple[Verdict, dict]:
+        self._last_progress = time.monotonic()
         sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan)
+        # A daemon: if the harness itself fails, the process must still exit.
         thread = threading.Thread(
-            target=lambda: asyncio.run(sender.run(self.cfg.rate, self.cfg.duration_s)))
+            target=lambda: asyncio.run(sender.run(self.cfg.rate, self.cfg.duration_s)),
+            daemon=True)
         started = time.monotonic()
         self.log(f"run {self.run_id}: {self.cfg.rate:.0f} webhooks/s for "
                  f"{self.cfg.duration_s:.0f} s, logs in {self.log_dir}")
@@ -190,10 +215,12 @@ class Chaos:
         for at, kind in self.schedule():
             while time.monotonic() - started < at:
                 self._supervise()
+                self._progress(sender)
                 time.sleep(0.2)
             self.inject(kind)
         while thread.is_alive():
             self._supervise()
+            self._progress(sender)
             thread.join(0.5)
         traffic_end = time.monotonic()
         self.log(f"traffic done: {len(sender.sent)} requests; draining")
@@ -204,8 +231,7 @@ class Chaos:
                 verdict = check(cur, sender.sent, self.plan.users)
         finally:
             conn.close()
-            for c in (*self.ledgers, self.mirror, self.ingest):
-                c.stop()
+        verdict.violations += [f"fault not injected: {e}" for e in self.fault_errors]
         stats = {
             "sent": sender.sent, "retries": sender.retries,
             "drain_after_last_fault_s": (drained_at - self.last_fault_at) if drained_at else None,

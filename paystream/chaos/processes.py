@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from connectors import connect, kafka, postgres
-from connectors.process import read_pid
+from connectors.process import pid_alive, read_pid
 from connectors.settings import StackSettings
 
 
@@ -72,11 +72,8 @@ def _sigkill(pid: int | None) -> None:
     if pid is None:
         raise RuntimeError("process to kill is not running")
     os.kill(pid, signal.SIGKILL)
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+    # pid_alive counts a zombie as dead: its parent may be gone and nobody reaps it.
+    while pid_alive(pid):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.05)
@@ -109,7 +106,7 @@ def kill_postgres(s: StackSettings) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_exists(p) for p in [pm, *children]):
+    while time.monotonic() < deadline and any(pid_alive(p) for p in [pm, *children]):
         time.sleep(0.05)
 
 
@@ -123,11 +120,3 @@ def _ppid(pid: int) -> int | None:
             return int(fh.read().rsplit(")", 1)[1].split()[1])
     except (FileNotFoundError, IndexError, ValueError, ProcessLookupError):
         return None
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -8,16 +8,20 @@ timestamp and signature, until it gets a 2xx or 4xx answer or its retry budget e
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 
-import httpx
+import aiohttp
 
 from ingest import standard_webhooks
 from paystream.chaos.traffic import Request, TrafficPlan
 
 RETRY_BUDGET_S = 240.0  # Alchemy retries for ~10 minutes; we bound the run
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0)
+REQUEST_TIMEOUT_S = 10.0
+# Transport failures a provider would retry: refused, reset, timed out, cut mid-answer.
+RETRIABLE = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class Sender:
@@ -28,6 +32,8 @@ class Sender:
         self.sent: list[Request] = []
         self.retries: Counter[str] = Counter()
         self.latencies_ms: list[float] = []
+        self.in_flight = 0
+        self.answered = 0
 
     def _headers(self, req: Request) -> dict[str, str]:
         ts = int(time.time())
@@ -37,29 +43,39 @@ class Sender:
                 "webhook-signature": standard_webhooks.sign(req.webhook_id, ts, req.body,
                                                             secret)}
 
-    async def _send(self, client: httpx.AsyncClient, req: Request) -> None:
+    async def _send(self, client: aiohttp.ClientSession, req: Request) -> None:
+        self.in_flight += 1
+        try:
+            await self._send_until_answered(client, req)
+        finally:
+            self.in_flight -= 1
+
+    async def _send_until_answered(self, client: aiohttp.ClientSession, req: Request) -> None:
         deadline = time.monotonic() + RETRY_BUDGET_S
         while True:
             req.attempts += 1
             started = time.monotonic()
             try:
-                resp = await client.post(self.url, content=req.body,
-                                         headers=self._headers(req))
-            except httpx.TransportError as exc:
+                async with client.post(self.url, data=req.body,
+                                       headers=self._headers(req)) as resp:
+                    status = resp.status
+                    text = await resp.text()
+            except RETRIABLE as exc:
                 reason = type(exc).__name__
             else:
-                if resp.status_code < 500 and resp.status_code != 429:
+                if status < 500 and status != 429:
                     self.latencies_ms.append((time.monotonic() - started) * 1000)
-                    req.status = resp.status_code
+                    req.status = status
                     try:
-                        payload = resp.json()
+                        payload = json.loads(text)
                     except ValueError:
                         payload = {}
                     req.answer = str(payload.get("status") or payload.get("reason")
                                      or payload.get("error") or "")
+                    self.answered += 1
                     self.plan.note_answer(req)
                     return
-                reason = str(resp.status_code)
+                reason = str(status)
             self.retries[reason] += 1
             if time.monotonic() > deadline:
                 return  # unanswered: neither accepted nor refused
@@ -67,8 +83,9 @@ class Sender:
 
     async def run(self, rate: float, duration_s: float) -> None:
         interval = 1.0 / rate
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        async with httpx.AsyncClient(timeout=10.0, limits=limits) as client:
+        connector = aiohttp.TCPConnector(limit=128)
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
             tasks: set[asyncio.Task] = set()
             start = time.monotonic()
             n = 0
