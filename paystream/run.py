@@ -42,6 +42,9 @@ def services(ingest_port: int) -> list[Service]:
         Service("dlq-mirror", "consumers.cli",
                 ["consume", "dlq-mirror", "--metrics-port", "9402"],
                 "metrics http://127.0.0.1:9402/metrics"),
+        Service("finality", "consumers.cli",
+                ["consume", "finality", "--metrics-port", "9404"],
+                "metrics http://127.0.0.1:9404/metrics (pending deposits, RPC breaker)"),
         Service("health", "consumers.ops_cli", ["health", "--serve-metrics", "9403"],
                 "metrics http://127.0.0.1:9403/metrics (stuck events, slot WAL, lag)"),
     ]
