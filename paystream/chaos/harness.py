@@ -20,7 +20,7 @@ from connectors.settings import StackSettings
 from paystream.chaos import processes as px
 from paystream.chaos.invariants import Verdict, check, pending_count
 from paystream.chaos.sender import Sender
-from paystream.chaos.traffic import Kind, TrafficPlan
+from paystream.chaos.traffic import MIX, Kind, TrafficPlan
 from schema.db import connect
 from schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
@@ -35,6 +35,7 @@ CYCLE = (
     (0.88, "consumer-sigkill"),
 )
 CYCLE_S = 100.0
+POISON_SHARE = dict(MIX)[Kind.POISON]
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,12 @@ class Chaos:
                "ALCHEMY_SIGNING_KEY": secrets.token_hex(32)}
         group = f"chaos-ledger-{self.run_id}"
         self.mirror_group = f"chaos-dlq-{self.run_id}"
+        # The run poisons ~3% of its events on purpose; the DLQ rate limit (which stops
+        # a consumer dead-lettering a bad deploy's whole stream) is set above that rate.
+        dlq_limit = max(100, int(cfg.rate * POISON_SHARE * 60 * 3))
         ledger_args = ["consume", "ledger", "--group", group, "--metrics-port", "0",
-                       "--session-timeout-ms", "6000", "--max-poll-interval-ms", "30000"]
+                       "--session-timeout-ms", "6000", "--max-poll-interval-ms", "30000",
+                       "--dlq-limit", str(dlq_limit), "--dlq-window", "60"]
         self.ingest = px.Managed("ingest", ["ingest", "--port", str(self.port)], env,
                                  self.log_dir)
         self.ledgers = [px.Managed(f"ledger-{n}", ledger_args, env, self.log_dir)
