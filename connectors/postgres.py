@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg2
 
 from connectors.packages import postgres_bin_dir
-from connectors.process import StackError, run, wait_until
+from connectors.process import StackError, pid_alive, run, wait_until
 from connectors.settings import StackSettings
 
 COMPONENT = "postgres"
@@ -73,6 +73,14 @@ def ensure_cluster(s: StackSettings) -> bool:
 
 
 def is_running(s: StackSettings) -> bool:
+    pm = pid(s)
+    if pm is not None and not pid_alive(pm):
+        # A crashed postmaster that nobody reaped (this container's PID 1 does not) is
+        # a zombie: pg_ctl and postgres's own lock check (kill 0) take it for a live
+        # server and refuse to start. A zombie holds no port, files or shared memory,
+        # so its lock file is stale.
+        (s.pg_data / "postmaster.pid").unlink(missing_ok=True)
+        return False
     try:
         run(["runuser", "-u", OS_USER, "--", _bin("pg_ctl"), "-D", str(s.pg_data), "status"],
             COMPONENT, timeout=10)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from connectors import connect, kafka, postgres
-from connectors.process import pid_alive, read_pid
+from connectors.process import pid_alive, read_pid, wait_until
 from connectors.settings import StackSettings
 
 
@@ -94,6 +94,7 @@ def kill_broker(s: StackSettings) -> None:
 
 def restart_broker(s: StackSettings) -> None:
     kafka.start(s)
+    _must_be_healthy("kafka", lambda: kafka.healthy(s))
 
 
 def kill_postgres(s: StackSettings) -> None:
@@ -112,6 +113,13 @@ def kill_postgres(s: StackSettings) -> None:
 
 def restart_postgres(s: StackSettings) -> None:
     postgres.start(s)
+    _must_be_healthy("postgres", lambda: postgres.healthy(s))
+
+
+def _must_be_healthy(component: str, check) -> None:
+    """A restart that left the component down would make the rest of the run
+    meaningless: fail the fault (and so the run) instead."""
+    wait_until(component, "healthy after the restart", check, timeout=60)
 
 
 def _ppid(pid: int) -> int | None:
