@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 # Tuned to the answer budget: milliseconds matter, 5 s is the provider's timeout.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class IngestMetrics:
@@ -34,7 +35,21 @@ class IngestMetrics:
         self.notices = Counter(
             "paystream_ingest_notices", "Deliveries recorded but never credited",
             ["provider", "kind"], registry=self.registry)
+        # Deliveries per group commit (ingest/writer.py): one COMMIT, one WAL flush each.
+        # Its _count is the number of commits, its _sum the deliveries they carried.
+        self.group_size = Histogram(
+            "paystream_ingest_commit_group_size", "Deliveries committed per transaction",
+            buckets=GROUP_BUCKETS, registry=self.registry)
+        # Wall time of one group commit: BEGIN, every delivery's statements, COMMIT.
+        self.commit_seconds = Histogram(
+            "paystream_ingest_commit_duration_seconds", "Time to write and commit a group",
+            buckets=LATENCY_BUCKETS, registry=self.registry)
         # Requests refused before any work, by reason (signature, rate limit, size ...).
         self.refusals = Counter(
             "paystream_ingest_refusals", "Requests refused, by reason code",
             ["provider", "code"], registry=self.registry)
+
+    def observe_commit(self, deliveries: int, seconds: float) -> None:
+        """One group commit (ingest/writer.py), from a writer thread."""
+        self.group_size.observe(deliveries)
+        self.commit_seconds.observe(seconds)

@@ -2,14 +2,18 @@
 
 The gateway names the user itself (it is the system of record for its payments), signs
 with Standard Webhooks, and sends amounts as JSON strings checked by schema.amounts.
+PaymentWrite is what one such delivery writes, alone or grouped with others.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ingest.errors import PayloadError
+from ingest.errors import ConflictError, IngestError, PayloadError
+from ingest.recording import Cursor, Recorded, record_payment
 from schema.amounts import AmountError, parse_amount
 from schema.events import (
     ASSET_PATTERN,
@@ -18,6 +22,7 @@ from schema.events import (
     EventType,
     PaymentEvent,
 )
+from schema.outbox import WriteOutcome, write_events
 
 PROVIDER = "payments"
 # On-chain event ids ("ETH_MAINNET:0x<hash>:...") belong to chain providers; a gateway
@@ -61,3 +66,34 @@ def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> st
     if pattern is not None and pattern.fullmatch(value) is None:
         raise PayloadError(f"{name} has an invalid format: {value[:80]!r}")
     return value
+
+
+@dataclass(frozen=True)
+class PaymentWrite:
+    """One gateway delivery's database work: its one event, through the outbox.
+
+    Called alone (`write(cur)`), it is ingest.recording.record_payment. Several that
+    meet in one group commit run `together`, in a few multi-row statements for all of
+    them (ingest.store.EventStore.commit_group decides), with the same outcomes.
+    """
+
+    event: PaymentEvent
+    trace_id: str
+
+    def __call__(self, cur: Cursor) -> Recorded:
+        return record_payment(cur, self.event, self.trace_id)
+
+    @staticmethod
+    def together(cur: Cursor, writes: Sequence[PaymentWrite]) -> list[Recorded | IngestError]:
+        """Each write's answer, in order. A conflict wrote nothing: nothing to undo."""
+        outcomes = write_events(cur, [(w.event, w.trace_id) for w in writes])
+        answers: list[Recorded | IngestError] = []
+        for write, outcome in zip(writes, outcomes, strict=True):
+            if outcome is WriteOutcome.CONFLICT:
+                event_id = write.event.event_id
+                answers.append(ConflictError(
+                    f"event {event_id} was already received with different content",
+                    event_id=event_id))
+            else:
+                answers.append(Recorded(events=[(write.event.event_id, outcome)]))
+        return answers

@@ -1,16 +1,20 @@
-"""Postgres access for the ingest: a bounded connection pool and one transaction runner.
+"""Postgres access for the ingest: a connection pool and the group transaction.
 
-psycopg2 blocks, so the app calls `run` in worker threads (never on the event loop), at
-most `pool_size` at a time. Every failure that means "the database cannot answer now"
-(refused connection, dropped connection, statement or lock timeout, deadlock) becomes
-DatabaseUnavailableError, which the app answers 503 + Retry-After so the provider
-retries: nothing the provider sent is lost, because nothing was acknowledged.
+`commit_group` runs several deliveries in ONE transaction, each inside its own SAVEPOINT,
+and commits once (one WAL flush for the whole group; see ingest/writer.py for who calls
+it and when the requests are answered). A delivery that fails on its own (409 conflict,
+400 constraint, a bug: 500) is rolled back to its savepoint and the others carry on.
 
-A failed attempt drops every idle pooled connection and is retried once on a fresh one:
-after a Postgres restart all pooled connections are dead, and the first request after
-the restart must not pay for that. Retrying is
-safe because every write is idempotent by event id (a COMMIT whose answer was lost
-comes back as a duplicate).
+Every failure that means "the database cannot answer now" (refused or dropped
+connection, statement or lock timeout, deadlock) fails the whole group: it is retried
+once on a fresh connection, and if that fails too, raised as DatabaseUnavailableError,
+which the app answers 503 + Retry-After for every delivery of the group. Nothing was
+acknowledged, so nothing the provider sent is lost. The retry exists because after a
+Postgres restart every pooled connection is dead, and the first group after the restart
+must not pay for that. Retrying is safe because every write is idempotent by event id
+(a COMMIT whose answer was lost comes back as duplicates).
+
+psycopg2 blocks, so this runs in the writer threads, never on the event loop.
 """
 
 from __future__ import annotations
@@ -18,32 +22,42 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import psycopg2
 import psycopg2.extensions
 import structlog
 
-from ingest.errors import DatabaseUnavailableError, PayloadError
+from ingest.errors import DatabaseUnavailableError, IngestError, PayloadError
 
-T = TypeVar("T")
 log = structlog.get_logger("ingest.store")
+Cursor = psycopg2.extensions.cursor
+Work = Callable[[Cursor], Any]
 
 # Errors that say the database (not the request) is the problem: answer 503.
 TRANSIENT_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 # A constraint the validation should have caught: the request's fault, answer 400.
 REJECTED_BY_DATABASE = (psycopg2.IntegrityError, psycopg2.DataError)
 
+# One savepoint name, re-used: RELEASE + SAVEPOINT in one round trip between
+# deliveries keeps the transaction one subtransaction deep (a deep stack of open
+# subtransactions overflows Postgres' per-backend subxid cache and slows every reader).
+# BEGIN is sent by us, with the first savepoint (connections are in autocommit mode):
+# every round trip is also a GIL hand-over between a writer thread and the event loop.
+FIRST_SAVEPOINT = "BEGIN; SAVEPOINT delivery"
+NEXT_SAVEPOINT = "RELEASE SAVEPOINT delivery; SAVEPOINT delivery"
+UNDO_DELIVERY = "ROLLBACK TO SAVEPOINT delivery"
+
 
 class ConnectionPool:
     """Idle connections kept for reuse, opened on demand (none at start).
 
-    Concurrency is bounded by the caller (the app's CapacityLimiter, one token per
-    connection), so the pool itself never blocks. psycopg2's own pools close every
-    connection returned beyond `minconn`, and open `minconn` connections at creation
-    (which fails while Postgres is down); neither suits a service that must start, and
-    answer 503, without its database.
+    Concurrency is bounded by the caller (one writer thread per connection), so the
+    pool itself never blocks. psycopg2's own pools close every connection returned
+    beyond `minconn`, and open `minconn` connections at creation (which fails while
+    Postgres is down); neither suits a service that must start, and answer 503,
+    without its database.
     """
 
     def __init__(self, dsn: str, **connect_kwargs: object) -> None:
@@ -56,7 +70,9 @@ class ConnectionPool:
         with self._lock:
             if self._idle:
                 return self._idle.pop()  # the most recently used: warm, least likely stale
-        return psycopg2.connect(self._dsn, **self._connect_kwargs)
+        conn = psycopg2.connect(self._dsn, **self._connect_kwargs)
+        conn.autocommit = True  # EventStore sends BEGIN and COMMIT itself
+        return conn
 
     def put(self, conn: psycopg2.extensions.connection, *, healthy: bool) -> None:
         if healthy and not conn.closed:
@@ -74,9 +90,8 @@ class ConnectionPool:
 
 
 class EventStore:
-    def __init__(self, dsn: str, *, pool_size: int, connect_timeout_s: int,
-                 statement_timeout_ms: int, retry_after_s: int) -> None:
-        self._pool_size = pool_size
+    def __init__(self, dsn: str, *, connect_timeout_s: int, statement_timeout_ms: int,
+                 retry_after_s: int) -> None:
         self._retry_after_s = retry_after_s
         self._pool = ConnectionPool(
             dsn,
@@ -89,58 +104,122 @@ class EventStore:
             keepalives=1, keepalives_idle=30,
         )
 
-    @property
-    def pool_size(self) -> int:
-        """How many transactions may run at once (the caller enforces it)."""
-        return self._pool_size
+    def commit_group(self, works: Sequence[Work]) -> list[Any]:
+        """Run each work in its own savepoint of one transaction, then COMMIT.
 
-    def run(self, work: Callable[[psycopg2.extensions.cursor], T]) -> T:
-        """Run `work` in one transaction and commit; roll back if it raises."""
+        Returns one entry per work, in order: its result, or the exception that rolled
+        it back alone (an IngestError, or any other Exception: a bug, answered 500).
+        Raises DatabaseUnavailableError when the group could not be committed: then
+        nothing of it was written.
+        """
+        if not works:
+            return []
         for attempt in (1, 2):
             try:
-                return self._attempt(work)
+                return self._attempt(works)
             except TRANSIENT_ERRORS as exc:
                 self._pool.discard_idle()
                 log.warning("database attempt failed", attempt=attempt,
-                            error=type(exc).__name__, detail=str(exc).strip()[:200])
-                if attempt == 2:
-                    raise DatabaseUnavailableError(
-                        "the database is unavailable; retry later",
-                        retry_after=self._retry_after_s) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+                            deliveries=len(works), error=type(exc).__name__,
+                            detail=str(exc).strip()[:200])
+        raise DatabaseUnavailableError("the database is unavailable; retry later",
+                                       retry_after=self._retry_after_s)
+
+    def run(self, work: Work) -> Any:
+        """One work in a transaction of its own; its error, if any, is raised."""
+        outcome = self.commit_group([work])[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     def close(self) -> None:
         self._pool.discard_idle()
 
-    def _attempt(self, work: Callable[[psycopg2.extensions.cursor], T]) -> T:
+    def _attempt(self, works: Sequence[Work]) -> list[Any]:
         conn = self._pool.get()
         healthy = True
         try:
             with conn.cursor() as cur:
-                result = work(cur)
-            conn.commit()
-            return result
+                outcomes: list[Any] = []
+                for run in _runs(works):
+                    cur.execute(NEXT_SAVEPOINT if outcomes else FIRST_SAVEPOINT)
+                    outcomes.extend(_run_together(cur, run) if hasattr(run[0], "together")
+                                    else [_one_delivery(cur, run[0])])
+                cur.execute("COMMIT")
+                # COMMIT of a failed transaction answers ROLLBACK, without an error:
+                # never acknowledge a group that was not written.
+                if cur.statusmessage != "COMMIT":
+                    raise psycopg2.OperationalError(f"COMMIT answered {cur.statusmessage}")
+            return outcomes
         except TRANSIENT_ERRORS:
             healthy = False
             raise
-        except REJECTED_BY_DATABASE as exc:
-            healthy = _rollback(conn)
-            raise PayloadError(f"rejected by a database constraint: "
-                               f"{str(exc).splitlines()[0][:200]}",
-                               code="constraint_violation") from None
         except BaseException:
             healthy = _rollback(conn)
             raise
         finally:
-            # A broken connection is closed, never handed to the next request.
+            # A broken connection is closed, never handed to the next group.
             self._pool.put(conn, healthy=healthy)
+
+
+def _runs(works: Sequence[Work]) -> list[Sequence[Work]]:
+    """Split the group, in order, into runs of works that can run `together`.
+
+    A work may carry `together(cur, works) -> outcomes`: the same outcomes as running
+    each of them alone, in order, each in its own savepoint, but in a few multi-row
+    statements (ingest.payments.PaymentWrite). Other works are runs of one.
+    """
+    runs: list[Sequence[Work]] = []
+    start = 0
+    for n in range(1, len(works) + 1):
+        together = getattr(works[start], "together", None)
+        if n == len(works) or together is None or getattr(works[n], "together",
+                                                               None) is not together:
+            runs.append(works[start:n])
+            start = n
+    return runs
+
+
+def _run_together(cur: Cursor, run: Sequence[Work]) -> list[Any]:
+    """One savepoint for the run; if the database rejects it, one savepoint each."""
+    try:
+        return list(run[0].together(cur, run))  # type: ignore[attr-defined]
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception:
+        # A row broke a constraint (or a bug): find which, as if they came one by one.
+        cur.execute(UNDO_DELIVERY)
+        outcomes = []
+        for work in run:
+            cur.execute(NEXT_SAVEPOINT)
+            outcomes.append(_one_delivery(cur, work))
+        return outcomes
+
+
+def _one_delivery(cur: Cursor, work: Work) -> Any:
+    """The work's result, or its error once its savepoint is rolled back."""
+    try:
+        return work(cur)
+    except TRANSIENT_ERRORS:
+        raise  # the database, not this delivery: the whole group fails
+    except REJECTED_BY_DATABASE as exc:
+        cur.execute(UNDO_DELIVERY)
+        return PayloadError(f"rejected by a database constraint: "
+                            f"{str(exc).splitlines()[0][:200]}", code="constraint_violation")
+    except IngestError as exc:  # a conflict (409) or a rule checked in the database
+        cur.execute(UNDO_DELIVERY)
+        return exc
+    except Exception as exc:  # a bug in one delivery must not fail the others
+        cur.execute(UNDO_DELIVERY)
+        return exc
 
 
 def _rollback(conn: psycopg2.extensions.connection) -> bool:
     """Roll back; return False if the connection is unusable afterwards."""
     try:
-        conn.rollback()
-    except TRANSIENT_ERRORS:
+        with conn.cursor() as cur:
+            cur.execute("ROLLBACK")
+    except psycopg2.Error:
         return False
     return True
 

@@ -51,3 +51,18 @@ def test_settings_are_frozen() -> None:
     settings = IngestSettings.from_env(_env())
     with pytest.raises(AttributeError):
         settings.max_body_bytes = 1  # type: ignore[misc]
+
+
+def test_group_commit_settings_have_safe_defaults_and_bounds() -> None:
+    settings = IngestSettings.from_env(_env())
+    assert (settings.db_writers, settings.commit_batch_max, settings.commit_linger_ms) == (
+        2, 128, 0.0)  # natural batching: no added wait when traffic is light
+    tuned = IngestSettings.from_env(_env(PAYSTREAM_INGEST_DB_WRITERS="1",
+                                         PAYSTREAM_INGEST_COMMIT_BATCH_MAX="256",
+                                         PAYSTREAM_INGEST_COMMIT_LINGER_MS="1.5"))
+    assert (tuned.db_writers, tuned.commit_batch_max, tuned.commit_linger_ms) == (1, 256, 1.5)
+    for name, value, message in (("PAYSTREAM_INGEST_DB_WRITERS", "0", "db_writers"),
+                                 ("PAYSTREAM_INGEST_COMMIT_BATCH_MAX", "0", "commit_batch_max"),
+                                 ("PAYSTREAM_INGEST_COMMIT_LINGER_MS", "5000", "0..1000")):
+        with pytest.raises(SettingsError, match=message):
+            IngestSettings.from_env(_env(**{name: value}))
