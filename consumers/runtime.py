@@ -34,6 +34,7 @@ from consumers.failures import FailureClass, FatalError, TransientError, classif
 from consumers.handler import BatchHandler
 from consumers.records import Record, from_message
 from consumers.settings import ConsumerSettings
+from consumers.watchdog import Watchdog
 
 log = structlog.get_logger("consumers.runtime")
 
@@ -55,6 +56,8 @@ class BatchConsumer:
         self._paused: set[PartitionKey] = set()
         self._consumer: Any = None
         self._protocol: CommitProtocol | None = None
+        # Twice max.poll.interval.ms: longer than any bounded step of one iteration.
+        self._watchdog = Watchdog(2 * settings.max_poll_interval_ms / 1000, settings.group)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -74,6 +77,7 @@ class BatchConsumer:
             commit_budget_s=s.commit_retry_budget_s, hooks=self._hooks)
         self._consumer.subscribe(list(s.topics), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._watchdog.start()
         log.info("consumer_started", group=group, topics=list(s.topics),
                  batch_size=s.batch_size, dlq_topic=s.dlq_topic)
         code = EXIT_OK
@@ -91,6 +95,7 @@ class BatchConsumer:
         assert self._protocol is not None
         s = self.settings
         while not self._stopping and not self._fatal:
+            self._watchdog.beat()
             if self._protocol.pending:
                 self._protocol.commit_pending()
             messages = self._consumer.consume(s.batch_size, s.batch_timeout_s)
@@ -200,6 +205,7 @@ class BatchConsumer:
         """Wait out the backoff inside consume(): heartbeats, callbacks, poll deadline."""
         deadline = time.monotonic() + delay_s
         while not self._stopping and not self._fatal:
+            self._watchdog.beat()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
