@@ -72,14 +72,30 @@ def ensure_cluster(s: StackSettings) -> bool:
     return True
 
 
+def _lock_files(s: StackSettings) -> list[Path]:
+    return [s.pg_data / "postmaster.pid", Path(f"/tmp/.s.PGSQL.{s.pg_port}.lock")]
+
+
+def _clear_stale_locks(s: StackSettings) -> None:
+    """A crashed postmaster that nobody reaped (this container's PID 1 does not) is a
+    zombie: pg_ctl and postgres's own lock checks (kill 0) take it for a live server and
+    refuse to start. A zombie holds no port, files or shared memory, so its lock files
+    (the data dir's and the socket's) are stale."""
+    for lock in _lock_files(s):
+        try:
+            holder = int(lock.read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            continue
+        if not pid_alive(holder):
+            lock.unlink(missing_ok=True)
+            if lock.name.endswith(".lock"):
+                Path(str(lock).removesuffix(".lock")).unlink(missing_ok=True)
+
+
 def is_running(s: StackSettings) -> bool:
+    _clear_stale_locks(s)
     pm = pid(s)
-    if pm is not None and not pid_alive(pm):
-        # A crashed postmaster that nobody reaped (this container's PID 1 does not) is
-        # a zombie: pg_ctl and postgres's own lock check (kill 0) take it for a live
-        # server and refuse to start. A zombie holds no port, files or shared memory,
-        # so its lock file is stale.
-        (s.pg_data / "postmaster.pid").unlink(missing_ok=True)
+    if pm is None:
         return False
     try:
         run(["runuser", "-u", OS_USER, "--", _bin("pg_ctl"), "-D", str(s.pg_data), "status"],
