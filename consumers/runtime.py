@@ -232,8 +232,15 @@ class BatchConsumer:
 
     # -- rebalance callbacks (run inside consume()) -------------------------------------
 
-    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         metrics.REBALANCES.labels(self.settings.group, "assign").inc()
+        if partitions:
+            # librdkafka keeps a partition's paused flag across lost/assign: a partition
+            # lost while a stall had it paused would come back paused and never be read
+            # (seen in the chaos run after a broker restart). New partitions start
+            # resumed; a stall in progress pauses them again on its next poll.
+            with contextlib.suppress(KafkaException):
+                consumer.resume(partitions)
         log.info("partitions_assigned", partitions=_names(partitions))
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
