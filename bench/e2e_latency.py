@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Callable
 
-import httpx
+import aiohttp
 
 from connectors.settings import StackSettings
 from ingest import standard_webhooks
@@ -40,8 +40,11 @@ POLL_S = 0.01
 def sender(url: str, secret: bytes, users: list[str], prefix: str, rate: float,
            seconds: float, out: mp.Queue) -> None:
     async def run() -> None:
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        # aiohttp, not httpx: httpx's connection pool wedged under bursts with retries
+        # here (no request left the client while the server sat idle).
+        connector = aiohttp.TCPConnector(limit=200)
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
             tasks = set()
             start = time.monotonic()
             n = 0
@@ -55,7 +58,7 @@ def sender(url: str, secret: bytes, users: list[str], prefix: str, rate: float,
                 n += 1
             await asyncio.gather(*tasks)
 
-    async def one(client: httpx.AsyncClient, event_id: str, user: str) -> None:
+    async def one(client: aiohttp.ClientSession, event_id: str, user: str) -> None:
         body = json.dumps({"event_id": event_id, "event_type": "deposit", "user_id": user,
                            "amount": "1.25", "asset": "USD"}).encode()
         for _attempt in range(60):
@@ -65,11 +68,12 @@ def sender(url: str, secret: bytes, users: list[str], prefix: str, rate: float,
                        "webhook-signature": standard_webhooks.sign("msg_" + event_id, ts,
                                                                    body, secret)}
             try:
-                resp = await client.post(url, content=body, headers=headers)
-                if resp.status_code == 200:
-                    out.put((event_id, time.time()))
-                    return
-            except httpx.TransportError:
+                async with client.post(url, data=body, headers=headers) as resp:
+                    await resp.read()
+                    if resp.status == 200:
+                        out.put((event_id, time.time()))
+                        return
+            except (TimeoutError, aiohttp.ClientError):
                 pass
             await asyncio.sleep(0.5)  # a provider retries; so do we
 
