@@ -31,9 +31,16 @@ run: stack-up
 lint: install
 	$(BIN)/ruff check .
 
-# Unit tests need no services; integration tests run against the stack brought up here.
-test: stack-up lint
-	$(BIN)/pytest
+# The tests get a stack of their own (state dir and ports below), so their events never
+# reach the `make run` stack's ledger, and `make run` after `make test` starts clean.
+TEST_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test PAYSTREAM_PG_PORT=5434 \
+	PAYSTREAM_KAFKA_PORT=9094 PAYSTREAM_CONTROLLER_PORT=9095 PAYSTREAM_CONNECT_PORT=8084 \
+	PAYSTREAM_ANVIL_PORT=8546
+
+# Unit tests need no services; integration tests run against the test stack.
+test: install lint
+	$(TEST_STACK) $(BIN)/paystream stack up
+	$(TEST_STACK) $(BIN)/pytest
 
 bench-cdc: stack-up
 	$(BIN)/python bench/cdc_latency.py
