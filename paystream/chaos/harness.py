@@ -16,9 +16,23 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
+from connectors import anvil
 from connectors.settings import StackSettings
+from ingest import admin
 from paystream.chaos import processes as px
-from paystream.chaos.invariants import Verdict, check, pending_count
+from paystream.chaos.chain import (
+    REORG_GRACE_BLOCKS,
+    RETRY_BUDGET_S,
+    ChainDeposit,
+    ChainDriver,
+)
+from paystream.chaos.invariants import (
+    Verdict,
+    chain_pending_count,
+    check,
+    check_chain,
+    pending_count,
+)
 from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import MIX, Kind, TrafficPlan
 from schema.db import connect
@@ -27,15 +41,21 @@ from schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 # The fault cycle, as fractions of one cycle's length; each run jitters the points.
 CYCLE = (
     (0.12, "consumer-sigkill"),
+    (0.17, "chain-reorg"),
     (0.22, "consumer-crash-after-db-commit"),
     (0.34, "connect-restart"),
+    (0.41, "finality-sigkill"),
     (0.48, "broker-restart"),
+    (0.55, "anvil-restart"),
     (0.62, "postgres-restart"),
+    (0.69, "chain-reorg"),
     (0.76, "ingest-restart"),
     (0.88, "consumer-sigkill"),
 )
 CYCLE_S = 100.0
 POISON_SHARE = dict(MIX)[Kind.POISON]
+CHAIN_SHARE = 0.05   # chain deposits per payments webhook
+CHAIN_USERS = 20     # users that get a deposit address
 
 
 @dataclass(frozen=True)
@@ -76,13 +96,15 @@ class Chaos:
         self.log_dir = self.s.state_dir / "chaos" / self.run_id
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.secret = secrets.token_bytes(32)
+        self.alchemy_key = secrets.token_hex(32)
+        self.network = f"CHAOS_{self.run_id.upper()}"
         self.port = _free_port()
         self.faults: Counter[str] = Counter()
         self.fault_errors: list[str] = []
         self.last_fault_at = 0.0
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
-               "ALCHEMY_SIGNING_KEY": secrets.token_hex(32)}
+               "ALCHEMY_SIGNING_KEY": self.alchemy_key}
         group = f"chaos-ledger-{self.run_id}"
         self.mirror_group = f"chaos-dlq-{self.run_id}"
         # The run poisons ~3% of its events on purpose; the DLQ rate limit (which stops
@@ -98,8 +120,20 @@ class Chaos:
         self.mirror = px.Managed("dlq-mirror", ["consume", "dlq-mirror", "--group",
                                                 self.mirror_group, "--metrics-port", "0"],
                                  env, self.log_dir)
+        # The run's own network name: its watcher judges only the run's deposits.
+        self.finality = px.Managed(
+            "finality", ["consume", "finality", "--network", self.network,
+                         "--metrics-port", "0"],
+            {**env, "ETH_RPC_URL": anvil.AnvilConfig.from_env().rpc_url,
+             "PAYSTREAM_FINALITY_TICK_SECONDS": "0.5", "PAYSTREAM_FINALITY_RPC_TIMEOUT": "1",
+             "PAYSTREAM_FINALITY_BREAKER": "3/30/2",
+             "PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS": str(REORG_GRACE_BLOCKS)},
+            self.log_dir)
         self.group = group
         self.plan = TrafficPlan(self.run_id, cfg.users, cfg.seed)
+        self.chain = ChainDriver(self.s, f"http://127.0.0.1:{self.port}", self.alchemy_key,
+                                 self.network, self.plan.users[:CHAIN_USERS],
+                                 random.Random(cfg.seed + 1), max(1.0, cfg.rate * CHAIN_SHARE))
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -107,15 +141,19 @@ class Chaos:
     # --- set-up -------------------------------------------------------------------
     def prepare(self) -> None:
         conn = connect()
-        with conn, conn.cursor() as cur:
-            cur.executemany("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                            [(u,) for u in self.plan.users])
-        conn.close()
+        try:
+            with conn, conn.cursor() as cur:
+                cur.executemany("INSERT INTO users (user_id) VALUES (%s)"
+                                " ON CONFLICT DO NOTHING", [(u,) for u in self.plan.users])
+            self.chain.prepare(lambda net, address, user: admin.add_address(
+                conn, net, address, user))
+        finally:
+            conn.close()
         _start_group_at_end(self.group, PAYMENTS_TOPIC, self.s.kafka_bootstrap)
         _start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC, self.s.kafka_bootstrap)
         self.ingest.start()
         px.wait_http_ok(f"http://127.0.0.1:{self.port}/readyz", 60)
-        for c in (*self.ledgers, self.mirror):
+        for c in (*self.ledgers, self.mirror, self.finality):
             c.start()
 
     # --- faults ---------------------------------------------------------------------
@@ -142,6 +180,9 @@ class Chaos:
             "postgres-restart": lambda: self._restart(lambda: px.kill_postgres(s),
                                                       lambda: px.restart_postgres(s)),
             "ingest-restart": self._ingest_restart,
+            "chain-reorg": lambda: self.log(f"  reorg: {self.chain.reorg()}"),
+            "anvil-restart": lambda: self.chain.restart_node(self.rng.uniform(1.0, 3.0)),
+            "finality-sigkill": self._finality_sigkill,
         }
         try:
             actions[kind]()
@@ -178,6 +219,11 @@ class Chaos:
             raise RuntimeError("the armed consumer did not reach its crash point in 60 s")
         victim.start()
 
+    def _finality_sigkill(self) -> None:
+        self.finality.kill()
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        self.finality.start()
+
     def _ingest_restart(self) -> None:
         self.ingest.kill()
         self.ingest.start()
@@ -185,7 +231,7 @@ class Chaos:
 
     def _supervise(self) -> None:
         """A consumer that died on its own is restarted, as a process manager would."""
-        for c in (*self.ledgers, self.mirror):
+        for c in (*self.ledgers, self.mirror, self.finality):
             if not c.alive():
                 self.log(f"{c.name} exited ({c.proc.returncode}); restarting")
                 c.start()
@@ -196,7 +242,7 @@ class Chaos:
             self.prepare()
             return self._run()
         finally:
-            for c in (*self.ledgers, self.mirror, self.ingest):
+            for c in (*self.ledgers, self.mirror, self.finality, self.ingest):
                 c.stop()
 
     def _progress(self, sender: Sender) -> None:
@@ -216,7 +262,11 @@ class Chaos:
         started = time.monotonic()
         self.log(f"run {self.run_id}: {self.cfg.rate:.0f} webhooks/s for "
                  f"{self.cfg.duration_s:.0f} s, logs in {self.log_dir}")
+        stop_chain = threading.Event()
+        chain = threading.Thread(target=self.chain.run, args=(self.cfg.duration_s, stop_chain),
+                                 daemon=True)
         thread.start()
+        chain.start()
         for at, kind in self.schedule():
             while time.monotonic() - started < at:
                 self._supervise()
@@ -227,13 +277,18 @@ class Chaos:
             self._supervise()
             self._progress(sender)
             thread.join(0.5)
+        chain.join(RETRY_BUDGET_S)  # its last deliveries may still be retrying
+        stop_chain.set()
         traffic_end = time.monotonic()
-        self.log(f"traffic done: {len(sender.sent)} requests; draining")
+        self.chain.settle()
+        self.log(f"traffic done: {len(sender.sent)} requests, "
+                 f"{len(self.chain.deposits)} chain deposits; draining")
         drained_at = self._drain(sender)
         conn = connect()
         try:
             with conn, conn.cursor() as cur:
                 verdict = check(cur, sender.sent, self.plan.users)
+                check_chain(cur, verdict, self.chain.deposits, self.chain.receipt)
         finally:
             conn.close()
         verdict.violations += [f"fault not injected: {e}" for e in self.fault_errors]
@@ -252,7 +307,8 @@ class Chaos:
             try:
                 conn = connect()
                 with conn, conn.cursor() as cur:
-                    left = pending_count(cur, sender.sent)
+                    left = (pending_count(cur, sender.sent)
+                            + chain_pending_count(cur, self.chain.deposits))
                 conn.close()
             except Exception as exc:
                 self.log(f"drain check failed: {exc}")
@@ -283,6 +339,7 @@ def report(cfg: ChaosConfig, chaos: Chaos, verdict: Verdict, stats: dict) -> str
         "faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(chaos.faults.items())),
         "final outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(verdict.outcomes.items())),
         f"duplicates absorbed (identical redeliveries answered duplicate): {dup}",
+        _chain_line(chaos.chain.deposits, chaos.chain.retries),
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
         f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "
         f"after the last request: {_secs(stats['drain_after_traffic_s'])}",
@@ -295,6 +352,15 @@ def report(cfg: ChaosConfig, chaos: Chaos, verdict: Verdict, stats: dict) -> str
         lines += [f"  {title}: {item}" for item in items[:20]]
     lines.append("RESULT: " + ("PASS" if verdict.passed else "FAIL"))
     return "\n".join(lines)
+
+
+def _chain_line(deposits: list[ChainDeposit], retries: Counter[str]) -> str:
+    accepted = [d for d in deposits if d.accepted]
+    return (f"chain deposits: {len(deposits)} sent on anvil, {len(accepted)} accepted "
+            f"by ingest, {sum(d.remined for d in deposits)} re-mined and "
+            f"{sum(d.dropped for d in deposits)} dropped by reorgs, "
+            f"{sum(len(d.redelivered_as) for d in deposits)} redelivered; retries: "
+            + (", ".join(f"{k}={v}" for k, v in sorted(retries.items())) or "none"))
 
 
 def _secs(value: float | None) -> str:

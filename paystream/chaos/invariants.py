@@ -4,9 +4,11 @@ harness sent and the answer it got."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.traffic import Kind, Request
 from schema.idempotency import idempotency_key
 
@@ -124,3 +126,79 @@ def check(cur, sent: list[Request], users: list[str]) -> Verdict:
         if balance != total or balance < 0:
             v.violations.append(f"balance {user}/{asset} = {balance}, journal sum {total}")
     return v
+
+
+# --- chain deposits -------------------------------------------------------------------
+
+CHAIN_FINAL_STATUSES = ("applied", "reorged")
+
+
+def accepted_chain(deposits: list[ChainDeposit]) -> dict[str, ChainDeposit]:
+    """Event id -> the deposit, for transfers whose delivery the ingest accepted."""
+    return {d.event_id: d for d in deposits if d.accepted and d.event_id}
+
+
+def chain_pending_count(cur, deposits: list[ChainDeposit]) -> int:
+    """Accepted chain deposits the ledger has not yet credited or released."""
+    accepted = accepted_chain(deposits)
+    cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+                " AND status = ANY(%s)", (list(accepted), list(CHAIN_FINAL_STATUSES)))
+    return len(accepted) - cur.fetchone()[0]
+
+
+def check_chain(cur, v: Verdict, deposits: list[ChainDeposit],
+                receipt: Callable[[str], dict | None]) -> None:
+    """Every accepted deposit whose transfer is on the chain now is credited exactly once,
+    under the block it is in; every other one is reorged and never credited; the
+    pending book is empty and matches its journal."""
+    accepted = accepted_chain(deposits)
+    ids = list(accepted)
+    cur.execute("SELECT event_id, state, final_block_hash, amount FROM chain_deposits"
+                " WHERE event_id = ANY(%s)", (ids,))
+    held = {r[0]: r[1:] for r in cur.fetchall()}
+    cur.execute("SELECT event_id, status FROM payment_events WHERE event_id = ANY(%s)",
+                (ids,))
+    status = dict(cur.fetchall())
+    # The deposit itself only moves the pending book; its settlement moves available.
+    sources = {s: e for e in ids for s in (e, f"{e}:finalized", f"{e}:reorged")}
+    cur.execute("SELECT source_event_id, delta FROM balance_events"
+                " WHERE source_event_id = ANY(%s)", (list(sources),))
+    credits: dict[str, list[Decimal]] = {}
+    for source, delta in cur.fetchall():
+        credits.setdefault(sources[source], []).append(delta)
+    for event_id, d in accepted.items():
+        if event_id not in held:
+            v.lost.append(f"chain {event_id}: answered {d.status}, never held as pending")
+            continue
+        state, final_hash, amount = held[event_id]
+        on_chain = receipt(d.tx_hash)
+        landed = on_chain is not None and int(on_chain["status"], 16) == 1
+        got = credits.get(event_id, [])
+        v.outcomes[f"chain_{state}"] += 1
+        if amount != d.amount:
+            v.violations.append(f"chain {event_id}: held {amount}, sent {d.amount}")
+        if len(got) > 1:
+            v.double_applied.append(f"chain {event_id}: credited {len(got)} times")
+        if landed:
+            if state != "final" or status.get(event_id) != "applied" or got != [d.amount]:
+                v.lost.append(f"chain {event_id}: on chain but {state}/"
+                              f"{status.get(event_id)}, credits {got}")
+            elif final_hash != on_chain["blockHash"].lower():
+                v.violations.append(f"chain {event_id}: final in {final_hash}, the chain "
+                                    f"has it in {on_chain['blockHash']}")
+        elif state != "reorged" or status.get(event_id) != "reorged" or got:
+            v.violations.append(f"chain {event_id}: not on chain but {state}/"
+                                f"{status.get(event_id)}, credits {got}")
+    for d in deposits:
+        bad = [a for a in d.redelivered_as if not a.startswith("2")]
+        if d.accepted and bad:
+            v.violations.append(f"chain {d.event_id}: redelivery answered {bad}")
+    users = sorted({d.user_id for d in deposits})
+    cur.execute(
+        "SELECT b.user_id, b.asset, b.pending, coalesce(sum(j.delta), 0) FROM balances b"
+        " LEFT JOIN pending_events j ON j.user_id = b.user_id AND j.asset = b.asset"
+        " WHERE b.user_id = ANY(%s) GROUP BY b.user_id, b.asset, b.pending", (users,))
+    for user, asset, pending, total in cur.fetchall():
+        if pending != 0 or total != 0:
+            v.violations.append(f"pending {user}/{asset} = {pending}, journal sum {total} "
+                                "after every deposit was settled")

@@ -1,5 +1,6 @@
 """The chaos suite's short form on the real stack: faults of every kind under load, then
-lost = 0 and double-applied = 0 (issue 5's must-show)."""
+lost = 0 and double-applied = 0 (issue 5's must-show), chain deposits on the stack's
+anvil included (issue 6): reorgs, a node restart and a watcher kill among the faults."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     faults = {k: int(v) for k, v in faults.items()}
     assert faults["consumer-sigkill"] + faults["consumer-crash-after-db-commit"] >= 3
     assert faults["consumer-crash-after-db-commit"] >= 1
-    for kind in ("connect-restart", "broker-restart", "postgres-restart", "ingest-restart"):
+    for kind in ("connect-restart", "broker-restart", "postgres-restart", "ingest-restart",
+                 "anvil-restart", "finality-sigkill"):
         assert faults[kind] >= 1, kind
+    assert faults["chain-reorg"] >= 2  # one drops its deposits, the next re-mines them
+    outcomes = dict(re.findall(r"([a-z_]+)=(\d+)", re.search(r"final outcomes: (.*)",
+                                                            out).group(1)))
+    # Deposits credited at finality, and accepted deposits a reorg dropped: never credited.
+    assert int(outcomes.get("chain_final", 0)) > 0, out
+    assert int(outcomes.get("chain_reorged", 0)) > 0, out
+    chain = re.search(r"chain deposits: .* (\d+) re-mined and (\d+) dropped", out)
+    assert chain and int(chain.group(1)) > 0 and int(chain.group(2)) > 0, out
     assert re.search(r"redelivery=\d+", out) and re.search(r"poison=\d+", out)

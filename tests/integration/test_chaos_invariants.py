@@ -3,7 +3,10 @@ would make every chaos report a pass."""
 
 from __future__ import annotations
 
-from paystream.chaos.invariants import check
+import uuid
+
+from paystream.chaos.chain import ChainDeposit
+from paystream.chaos.invariants import Verdict, check, check_chain
 from paystream.chaos.traffic import Kind, Request
 from tests.conftest import unique
 
@@ -44,3 +47,82 @@ def test_a_written_invalid_request_and_a_non_duplicate_redelivery_are_violations
         verdict = check(cur, sent, [])
     assert any("was written" in v for v in verdict.violations)
     assert any(v.startswith("redelivery") for v in verdict.violations)
+
+
+# --- chain deposits: the chain's answer is the checker's input, the books are real ----
+
+BLOCK_HASH = "0x" + "ab" * 32
+
+
+def _chain_deposit(cur, *, state: str, status: str, credits: list[str]) -> ChainDeposit:
+    """One chain deposit planted in the real tables, in the given end state."""
+    user, tx = unique("u"), "0x" + uuid.uuid4().hex * 2
+    event_id = f"CHAOS_T:{tx}:external"
+    d = ChainDeposit(tx, user, "0x" + "11" * 20, 10**17, 7, event_id=event_id, status=200)
+    cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'ETH', %s)",
+                (user, d.amount * len(credits)))
+    cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
+                " amount, status, content_hash, trace_id, payload) VALUES"
+                " (%s, 'alchemy', 'deposit', %s, 'ETH', %s, %s, 'h', 't', '{}')",
+                (event_id, user, d.amount, status))
+    cur.execute("INSERT INTO chain_deposits (event_id, network, tx_hash, block_number,"
+                " recipient, raw_value, chain, user_id, asset, amount, trace_id, state,"
+                " final_block_hash) VALUES (%s, 'CHAOS_T', %s, 7, %s, %s, '{}', %s, 'ETH', %s,"
+                " 't', %s, %s)", (event_id, tx, d.address, d.wei, user, d.amount, state,
+                                  BLOCK_HASH if state == "final" else None))
+    for source in credits:
+        cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
+                    " delta) VALUES (%s, 'deposit_finalized', %s, 'ETH', %s)",
+                    (source.format(event_id), user, d.amount))
+    return d
+
+
+def _on_chain(receipt_status: str = "0x1"):
+    return lambda tx: {"status": receipt_status, "blockHash": BLOCK_HASH}
+
+
+def test_chain_deposits_settled_as_the_chain_says_pass(db):
+    with db.cursor() as cur:
+        good = _chain_deposit(cur, state="final", status="applied",
+                              credits=["{}:finalized"])
+        verdict = Verdict()
+        check_chain(cur, verdict, [good], _on_chain())
+        dropped = _chain_deposit(cur, state="reorged", status="reorged", credits=[])
+        check_chain(cur, verdict, [dropped], lambda tx: None)
+    assert verdict.passed, verdict
+    assert verdict.outcomes == {"chain_final": 1, "chain_reorged": 1}
+
+
+def test_a_deposit_on_chain_but_never_credited_is_lost(db):
+    with db.cursor() as cur:
+        d = _chain_deposit(cur, state="reorged", status="reorged", credits=[])
+        verdict = Verdict()
+        check_chain(cur, verdict, [d], _on_chain())
+    assert len(verdict.lost) == 1 and "on chain but reorged" in verdict.lost[0]
+
+
+def test_a_credited_deposit_the_chain_does_not_have_is_a_violation(db):
+    with db.cursor() as cur:
+        d = _chain_deposit(cur, state="final", status="applied", credits=["{}:finalized"])
+        verdict = Verdict()
+        check_chain(cur, verdict, [d], lambda tx: None)
+    assert any("not on chain but final" in v for v in verdict.violations)
+
+
+def test_a_deposit_credited_twice_is_double_applied(db):
+    with db.cursor() as cur:
+        d = _chain_deposit(cur, state="final", status="applied",
+                           credits=["{}:finalized", "{}"])
+        verdict = Verdict()
+        check_chain(cur, verdict, [d], _on_chain())
+    assert len(verdict.double_applied) == 1
+
+
+def test_an_accepted_deposit_the_ledger_never_held_is_lost(db):
+    d = ChainDeposit("0xfeed", unique("u"), "0x" + "22" * 20, 10**15, 3,
+                     event_id=unique("CHAOS_T:0xfeed:external"), status=200)
+    with db.cursor() as cur:
+        verdict = Verdict()
+        check_chain(cur, verdict, [d], _on_chain())
+    assert len(verdict.lost) == 1 and "never held" in verdict.lost[0]

@@ -1,0 +1,277 @@
+"""Chain deposits in a chaos run, on the stack's own anvil.
+
+A ChainDriver plays the chain's depositors and the provider at once: it sends real native
+transfers to the run's deposit addresses, builds the Alchemy payload from the real
+receipt, signs it as Alchemy does and POSTs it to the run's ingest (retrying 5xx, 429 and
+transport errors, as Alchemy does), and now and then delivers a payload twice.
+
+Its faults are the chain's own:
+  reorg         anvil_reorg of the last 1-3 blocks, never a finalized one. The transfers
+                in them are either dropped, or re-mined in the new blocks (same tx hash,
+                another block), and then the provider's new payload is posted.
+  node-restart  anvil stopped (SIGTERM, so it dumps its state) and started again: an RPC
+                outage for the finality watcher, which must only delay finality.
+After the traffic, settle() mines past finality and the watcher's reorg grace, so every
+deposit gets its verdict.
+
+All anvil calls hold one lock. A reorg runs on the driver's own thread, between two
+deposits, so the blocks it replaces hold deposits the ingest has already accepted (the
+interesting case: a credit that must not happen); reorgs alternate between dropping and
+re-mining, so a run with two of them has both.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import httpx
+
+from connectors import anvil
+from connectors.settings import StackSettings
+from paystream.chaos import alchemy
+
+RETRY_BUDGET_S = 240.0
+BACKOFF_S = (0.25, 0.5, 1.0, 2.0)
+REORG_GRACE_BLOCKS = 4  # the run's finality watcher: PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS
+SENDER_ACCOUNT = 9  # a dev account nothing else on the stack's anvil spends from
+
+
+@dataclass
+class ChainDeposit:
+    """One real transfer to a deposit address, and what the ingest answered for it."""
+
+    tx_hash: str
+    user_id: str
+    address: str
+    wei: int
+    block_number: int
+    event_id: str | None = None  # from the ingest's answer
+    status: int | None = None    # the first delivery's final HTTP answer
+    deliveries: int = 0
+    redelivered_as: list[str] = field(default_factory=list)  # answers to later deliveries
+    remined: bool = False
+    dropped: bool = False
+
+    @property
+    def amount(self) -> Decimal:
+        return Decimal(self.wei).scaleb(-18)
+
+    @property
+    def accepted(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+class ChainDriver:
+    def __init__(self, settings: StackSettings, ingest_url: str, signing_key: str,
+                 network: str, users: list[str], rng: random.Random, rate: float) -> None:
+        self.s = settings
+        self.cfg = anvil.AnvilConfig.from_env()
+        self.url = ingest_url + "/webhooks/alchemy"
+        self.key = signing_key.encode()
+        self.network = network
+        self.users = users
+        self.rng = rng
+        self.rate = rate
+        self.addresses: dict[str, str] = {}  # user -> deposit address
+        self.deposits: list[ChainDeposit] = []
+        self.retries: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.sender = ""
+        self.reorgs = 0
+        # A restarted anvil has no state for the blocks it loaded (anvil_reorg answers
+        # "Required data unavailable"): a reorg's fork point must be above this block.
+        self.floor = 0
+        self._jobs: queue.Queue[Future[str]] = queue.Queue()
+
+    # --- JSON-RPC ---------------------------------------------------------------------
+
+    def rpc(self, method: str, *params: Any) -> Any:
+        return anvil.rpc(self.cfg.rpc_url, method, list(params), timeout=10)
+
+    def head(self) -> int:
+        return int(self.rpc("eth_blockNumber"), 16)
+
+    def finalized(self) -> int:
+        return int(self.rpc("eth_getBlockByNumber", "finalized", False)["number"], 16)
+
+    def receipt(self, tx_hash: str) -> dict[str, Any] | None:
+        return self.rpc("eth_getTransactionReceipt", tx_hash)
+
+    # --- set-up -----------------------------------------------------------------------
+
+    def prepare(self, add_address: Callable[[str, str, str], None]) -> None:
+        """A fresh deposit address per user (registered through `add_address(network,
+        address, user)`), and the dev account the transfers are sent from."""
+        if not anvil.healthy(self.s, self.cfg):
+            raise RuntimeError(f"anvil is not answering on {self.cfg.rpc_url}: "
+                               "run `paystream stack up`")
+        self.sender = self.rpc("eth_accounts")[SENDER_ACCOUNT].lower()
+        for user in self.users:
+            address = "0x" + self.rng.randbytes(20).hex()
+            add_address(self.network, address, user)
+            self.addresses[user] = address
+
+    # --- traffic ----------------------------------------------------------------------
+
+    def run(self, duration_s: float, stop: threading.Event) -> None:
+        """Send a deposit every 1/rate seconds for `duration_s`, and deliver each one."""
+        interval = 1.0 / self.rate
+        started = time.monotonic()
+        n = 0
+        with httpx.Client(timeout=10) as client:
+            while time.monotonic() - started < duration_s and not stop.is_set():
+                delay = started + n * interval - time.monotonic()
+                if delay > 0:
+                    stop.wait(delay)
+                n += 1
+                deposit = self._transfer()
+                if deposit is None:
+                    continue
+                deposit.status = self._deliver(client, deposit)
+                if deposit.accepted and self.rng.random() < 0.1:
+                    # A provider retry of a delivery that did arrive: answered duplicate.
+                    self._redeliver(client, deposit)
+                self._run_jobs(client)
+
+    def _run_jobs(self, client: httpx.Client) -> None:
+        """Run the reorgs asked for, once there are blocks to replace (after a node
+        restart, wait for a few deposits)."""
+        while not self._jobs.empty():
+            with self.lock:
+                room = self._reorg_room()
+            if room < 1:
+                return
+            job = self._jobs.get_nowait()
+            if not job.set_running_or_notify_cancel():
+                continue  # its caller gave up waiting
+            try:
+                job.set_result(self._reorg(client, room))
+            except Exception as exc:  # reported to the fault's caller
+                job.set_exception(exc)
+
+    def _reorg_room(self) -> int:
+        """How many blocks a reorg may replace now: none finalized, none loaded."""
+        head = self.head()
+        return min(head - self.finalized(), head - self.floor) - 1
+
+    def _transfer(self) -> ChainDeposit | None:
+        user = self.rng.choice(self.users)
+        wei = self.rng.randint(1, 5_000) * 10**14  # 0.0001 .. 0.5 ETH
+        with self.lock:
+            try:
+                tx_hash = self.rpc("eth_sendTransaction", {
+                    "from": self.sender, "to": self.addresses[user], "value": hex(wei)})
+                receipt = self.receipt(tx_hash)
+            except (httpx.HTTPError, RuntimeError) as exc:
+                self.retries[f"rpc:{type(exc).__name__}"] += 1
+                return None
+        deposit = ChainDeposit(tx_hash.lower(), user, self.addresses[user], wei,
+                               int(receipt["blockNumber"], 16))
+        self.deposits.append(deposit)
+        return deposit
+
+    def _payload(self, deposit: ChainDeposit) -> tuple[bytes, dict[str, str]] | None:
+        with self.lock:
+            tx = self.rpc("eth_getTransactionByHash", deposit.tx_hash)
+            receipt = self.receipt(deposit.tx_hash)
+        if tx is None or receipt is None:
+            return None  # reorged out before the provider saw it: nothing to deliver
+        activity = alchemy.external_activity(tx, receipt)
+        return alchemy.signed(alchemy.payload([activity], network=self.network), self.key)
+
+    def _post(self, client: httpx.Client, deposit: ChainDeposit
+              ) -> tuple[int | None, dict[str, Any]]:
+        """POST until a 2xx or 4xx answer (a fresh payload each attempt, as the block may
+        have moved) or the retry budget ends."""
+        deadline = time.monotonic() + RETRY_BUDGET_S
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                signed = self._payload(deposit)
+                if signed is None:
+                    return None, {}
+                body, headers = signed
+                resp = client.post(self.url, content=body, headers=headers)
+            except (httpx.HTTPError, RuntimeError) as exc:
+                reason = type(exc).__name__
+            else:
+                if resp.status_code < 500 and resp.status_code != 429:
+                    deposit.deliveries += 1
+                    try:
+                        return resp.status_code, resp.json()
+                    except ValueError:
+                        return resp.status_code, {}
+                reason = str(resp.status_code)
+            self.retries[reason] += 1
+            if time.monotonic() > deadline:
+                return None, {}
+            time.sleep(BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)])
+
+    def _deliver(self, client: httpx.Client, deposit: ChainDeposit) -> int | None:
+        status, answer = self._post(client, deposit)
+        events = answer.get("events") or []
+        if events:
+            deposit.event_id = events[0].get("event_id")
+        return status
+
+    def _redeliver(self, client: httpx.Client, deposit: ChainDeposit) -> None:
+        status, answer = self._post(client, deposit)
+        deposit.redelivered_as.append(f"{status}:{answer.get('status')}")
+
+    # --- faults -----------------------------------------------------------------------
+
+    def reorg(self, timeout: float = 60.0) -> str:
+        """Ask the driver's thread for a reorg at its next pause; wait for the result."""
+        job: Future[str] = Future()
+        self._jobs.put(job)
+        try:
+            return job.result(timeout=timeout)
+        except TimeoutError:
+            job.cancel()
+            raise
+
+    def _reorg(self, client: httpx.Client, room: int) -> str:
+        """Replace the last 1-3 unfinalized blocks; drop or re-mine their transfers."""
+        remine = self.reorgs % 2 == 1
+        self.reorgs += 1
+        with self.lock:
+            head = self.head()
+            depth = min(self.rng.randint(1, 3), room)
+            hashes = [tx.lower() for n in range(head - depth + 1, head + 1)
+                      for tx in self.rpc("eth_getBlockByNumber", hex(n), False)
+                      ["transactions"]]
+            raws = ([self.rpc("eth_getRawTransactionByHash", h) for h in hashes]
+                    if remine else [])
+            # All re-mined transfers go into the last new block: another block, same tx.
+            self.rpc("anvil_reorg", depth, [[raw, depth - 1] for raw in raws])
+        ours = {d.tx_hash: d for d in self.deposits}
+        moved = [ours[h] for h in hashes if h in ours]
+        for deposit in moved:
+            deposit.remined, deposit.dropped = remine, not remine
+        for deposit in moved:
+            if remine and deposit.accepted:  # the provider tells us about the new block
+                self._redeliver(client, deposit)
+        return (f"depth {depth}, {len(moved)} deposit(s) "
+                f"{'re-mined' if remine else 'dropped'}")
+
+    def restart_node(self, pause: float) -> None:
+        with self.lock:
+            anvil.stop(self.s, self.cfg)
+            time.sleep(pause)
+            anvil.start(self.s, self.cfg)
+            self.floor = self.head()
+
+    def settle(self) -> None:
+        """Mine past finality and the reorg grace: every deposit can now be judged."""
+        with self.lock:
+            self.rpc("anvil_mine", hex(self.cfg.finality_depth + REORG_GRACE_BLOCKS + 2))
