@@ -11,6 +11,8 @@ move it (so a dead consumer or a stopped Connect worker is still seen):
 | replication_slot | pg_replication_slots `paystream_outbox` | missing, inactive, WAL piling up |
 | consumer_lag     | committed offsets vs high watermarks    | lag, or lag with no member       |
 | dead_letters     | dead_letter_queue.first_seen_at         | many in the last hour            |
+| chain_deposits   | chain_deposits open / settling rows     | waiting far past finality, or a  |
+|                  |                                         | settlement the ledger never took |
 | connector        | Kafka Connect REST status               | not RUNNING                      |
 
 `paystream health` prints them as a table and exits 1 if one is unhealthy;
@@ -68,6 +70,15 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "paystream_consumer_group_members": ("Consumer group members", ("group",)),
     # Dead letters first seen within the last hour (dead_letter_queue.first_seen_at).
     "paystream_dead_letters_last_hour": ("Dead letters in the last hour", ()),
+    # Chain deposits waiting for finality (pending or suspect), and the oldest one's age:
+    # mainnet finalises in ~13 min, so hours mean the watcher or its node is not working.
+    "paystream_chain_deposits_waiting": ("Chain deposits waiting for finality", ()),
+    "paystream_oldest_waiting_chain_deposit_age_seconds": (
+        "Age of the oldest chain deposit waiting for finality", ()),
+    # Settlements the watcher emitted that the ledger has not applied within the stuck
+    # threshold: CDC or the ledger is not moving them (or one was dead-lettered).
+    "paystream_stuck_chain_settlements": (
+        "Chain settlements emitted but not applied in time", ()),
     # 1 when the connector and all its tasks are RUNNING.
     "paystream_connector_running": ("Debezium connector running", ("connector",)),
     # Each check's verdict: 0 ok, 1 warn, 2 unhealthy.
@@ -76,7 +87,11 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
-               "consumer_lag", "dead_letters", "connector")
+               "consumer_lag", "dead_letters", "chain_deposits", "connector")
+# chain_deposits states: waiting for the finalized block; settled by the watcher and
+# waiting for the ledger to apply the settlement event.
+WAITING_STATES = ("pending", "suspect")
+SETTLING_STATES = ("finalizing", "reorging")
 DEFAULT_GROUPS: tuple[tuple[str, str], ...] = (
     ("ledger", PAYMENTS_TOPIC), ("dlq-mirror", PAYMENTS_DLQ_TOPIC))
 
@@ -125,6 +140,8 @@ class HealthSettings:
     lag_unhealthy: float = 100_000
     dead_letters_warn: float = 1
     dead_letters_unhealthy: float = 50
+    deposit_wait_warn_s: float = 1800.0
+    deposit_wait_unhealthy_s: float = 7200.0
     groups: tuple[tuple[str, str], ...] = DEFAULT_GROUPS
     timeout_s: float = 5.0
     dsn: str = field(default_factory=database_url)
@@ -143,6 +160,9 @@ class HealthSettings:
             lag_unhealthy=_env_float("PAYSTREAM_HEALTH_LAG_UNHEALTHY", 100_000),
             dead_letters_warn=_env_float("PAYSTREAM_HEALTH_DLQ_WARN", 1),
             dead_letters_unhealthy=_env_float("PAYSTREAM_HEALTH_DLQ_UNHEALTHY", 50),
+            deposit_wait_warn_s=_env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_WARN_S", 1800),
+            deposit_wait_unhealthy_s=_env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_UNHEALTHY_S",
+                                                7200),
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -168,7 +188,7 @@ class HealthChecker:
         wanted = set(only or CHECK_NAMES)
         results: list[CheckResult] = []
         db_checks = wanted & {"database", "stuck_events", "oldest_unapplied",
-                              "replication_slot", "dead_letters"}
+                              "replication_slot", "dead_letters", "chain_deposits"}
         if db_checks:
             results += self._database_checks(db_checks)
         if "consumer_lag" in wanted:
@@ -208,6 +228,8 @@ class HealthChecker:
                     out.append(self._slot_check(cur))
                 if "dead_letters" in wanted:
                     out.append(self._dead_letter_check(cur))
+                if "chain_deposits" in wanted:
+                    out += self._chain_deposit_checks(cur)
         except psycopg2.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             out = [CheckResult("database", "postgres", "reachable", f"error: {reason[:80]}",
@@ -279,6 +301,35 @@ class HealthChecker:
             f"warn >= {s.dead_letters_warn:g}, unhealthy >= {s.dead_letters_unhealthy:g}",
             _grade(count, s.dead_letters_warn, s.dead_letters_unhealthy),
             (Sample("paystream_dead_letters_last_hour", count),))
+
+    def _chain_deposit_checks(self, cur: Any) -> list[CheckResult]:
+        s = self.settings
+        cur.execute(
+            "SELECT count(*) FILTER (WHERE state = ANY(%s)),"
+            "       coalesce(extract(epoch FROM now() - min(recorded_at)"
+            "                FILTER (WHERE state = ANY(%s))), 0),"
+            "       count(*) FILTER (WHERE state = ANY(%s)"
+            "                        AND decided_at < now() - make_interval(secs => %s))"
+            " FROM chain_deposits WHERE state = ANY(%s)",
+            (list(WAITING_STATES), list(WAITING_STATES), list(SETTLING_STATES),
+             s.stuck_after_s, [*WAITING_STATES, *SETTLING_STATES]))
+        waiting, oldest, stuck = cur.fetchone()
+        waiting, oldest, stuck = int(waiting), max(0.0, float(oldest)), int(stuck)
+        wait_verdict = _grade(oldest, s.deposit_wait_warn_s, s.deposit_wait_unhealthy_s)
+        return [
+            CheckResult("chain_deposits", "finality", "oldest deposit waiting for finality",
+                        f"{oldest:.1f} s ({waiting} waiting)",
+                        f"warn > {s.deposit_wait_warn_s:g} s, "
+                        f"unhealthy > {s.deposit_wait_unhealthy_s:g} s", wait_verdict,
+                        (Sample("paystream_chain_deposits_waiting", waiting),
+                         Sample("paystream_oldest_waiting_chain_deposit_age_seconds",
+                                oldest))),
+            CheckResult("chain_deposits", "ledger",
+                        f"settlements unapplied > {s.stuck_after_s:g} s", str(stuck),
+                        "0 (more: CDC or ledger stuck, or a dead letter)",
+                        Verdict.UNHEALTHY if stuck else Verdict.OK,
+                        (Sample("paystream_stuck_chain_settlements", stuck),)),
+        ]
 
     # -- Kafka -----------------------------------------------------------------------
 

@@ -145,7 +145,7 @@ def test_serve_metrics_publishes_every_gauge(stuck_event) -> None:
 def test_full_health_run_reports_every_check() -> None:
     code, rows = health_json()
     assert set(rows) == {"database", "stuck_events", "oldest_unapplied", "replication_slot",
-                         "consumer_lag", "dead_letters", "connector"}
+                         "consumer_lag", "dead_letters", "chain_deposits", "connector"}
     assert rows["database"][0]["verdict"] == "ok"
     slot = rows["replication_slot"][0]
     assert slot["value"].endswith("(active)"), slot
@@ -227,3 +227,48 @@ def test_unreachable_database_is_unhealthy_not_a_crash() -> None:
     registry = CollectorRegistry()
     registry.register(HealthCollector(HealthChecker(settings), ["database"]))
     assert registry.get_sample_value("paystream_database_up") == 0
+
+
+@pytest.fixture
+def old_chain_deposits(db):
+    """A deposit waiting for finality for ten years, and one whose settlement the watcher
+    emitted ten years ago and the ledger never applied; removed afterwards."""
+    ids = {state: unique(f"ops-chain-{state}") for state in ("pending", "finalizing")}
+    with db.cursor() as cur:
+        for state, event_id in ids.items():
+            cur.execute(
+                "INSERT INTO chain_deposits (event_id, network, tx_hash, block_number,"
+                " recipient, raw_value, chain, user_id, asset, amount, trace_id, state,"
+                " recorded_at, decided_at) VALUES (%s, 'OPS_TEST', %s, 1, '0xabc', 1, '{}',"
+                " 'ops-nobody', 'OPS_TEST:native', 1, 't', %s, now() - interval '10 years',"
+                " CASE WHEN %s = 'finalizing' THEN now() - interval '10 years' END)",
+                (event_id, "0x" + event_id, state, state))
+    yield ids
+    with db.cursor() as cur:
+        cur.execute("DELETE FROM chain_deposits WHERE event_id = ANY(%s)", (list(ids.values()),))
+
+
+def test_chain_deposits_waiting_and_settlements_stuck_show_in_health(old_chain_deposits):
+    settings = HealthSettings.from_env(stuck_after_s=float(STUCK_AFTER),
+                                       deposit_wait_warn_s=1e8, deposit_wait_unhealthy_s=3e8)
+    waiting, settling = HealthChecker(settings).run(["chain_deposits"])
+    assert waiting.component == "finality" and waiting.verdict.name == "UNHEALTHY"
+    assert float(waiting.value.split()[0]) > 3e8
+    assert settling.component == "ledger" and settling.value == "1"
+    assert settling.verdict.name == "UNHEALTHY"
+    registry = CollectorRegistry()
+    registry.register(HealthCollector(HealthChecker(settings), ["chain_deposits"]))
+    assert registry.get_sample_value("paystream_stuck_chain_settlements") == 1
+    assert registry.get_sample_value(
+        "paystream_oldest_waiting_chain_deposit_age_seconds") > 3e8
+    assert registry.get_sample_value("paystream_health_check_verdict",
+                                     {"check": "chain_deposits"}) == 2
+
+
+def test_chain_deposit_check_is_ok_below_its_thresholds(old_chain_deposits):
+    # The same rows, judged with thresholds above their age: nothing to report.
+    settings = HealthSettings.from_env(stuck_after_s=1e10, deposit_wait_warn_s=1e10,
+                                       deposit_wait_unhealthy_s=2e10)
+    waiting, settling = HealthChecker(settings).run(["chain_deposits"])
+    assert (waiting.verdict.name, settling.verdict.name) == ("OK", "OK")
+    assert settling.value == "0"

@@ -46,7 +46,8 @@ def test_rules_use_only_declared_metric_names() -> None:
     """Every paystream_* metric a rule reads is declared in the code that exports it."""
     sources = "\n".join(p.read_text() for p in [
         ROOT / "consumers" / "metrics.py", ROOT / "consumers" / "reconcile.py",
-        ROOT / "consumers" / "health.py", ROOT / "ingest" / "metrics.py"])
+        ROOT / "consumers" / "health.py", ROOT / "ingest" / "metrics.py",
+        ROOT / "consumers" / "finality" / "metrics.py"])
     rules = "\n".join(line for line in RULES.read_text().splitlines()
                       if not line.lstrip().startswith("#"))
     used = set(re.findall(r"\b(paystream_\w+)", rules))
