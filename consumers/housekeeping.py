@@ -6,8 +6,8 @@ one does arrive, the journal's UNIQUE (source_event_id, event_type) still refuse
 second ledger effect: the ledger's batch fails on the journal insert and rolls back its
 balance update with it (tests/integration/test_ops_housekeeping.py shows it).
 
-Only final outcomes are deleted. An entry still waiting (e.g. `pending_finality`) is the
-state of an event in progress and is never touched, whatever its age; an outcome this
+Only final outcomes are deleted. An entry still waiting (`pending_finality`, `credited`)
+is the state of an event in progress and is never touched, whatever its age; an outcome this
 module does not know is kept too (allow-list, not deny-list).
 
 Rows go in small batches, each one DELETE statement = one short transaction on an
@@ -28,7 +28,12 @@ import psycopg2.extensions
 
 # Outcomes after which an event's processing can never change (TigerBeetle's rule: a
 # result is final for its id). Keep in step with processed_events' CHECK constraint.
-FINAL_OUTCOMES: tuple[str, ...] = ("applied", "insufficient_funds", "reorged")
+# Not here, so kept whatever their age: `pending_finality` (a chain deposit not final,
+# credited before finality or not) and `credited` (a deposit_credited whose deposit is
+# not final yet: a reorg may still reverse it). The ledger moves both to a final
+# outcome when the deposit settles (applied, reorged or reversed).
+FINAL_OUTCOMES: tuple[str, ...] = ("applied", "insufficient_funds", "reorged", "reversed",
+                                   "shortfall", "account_flagged")
 DEFAULT_TTL_DAYS = 14.0
 DEFAULT_BATCH_SIZE = 1000
 

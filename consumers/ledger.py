@@ -29,6 +29,17 @@ settled, then applied / reorged. A settlement naming no
 held deposit, or one that contradicts the deposit (other user, asset, amount, or the
 opposite verdict already applied) is a dead letter, checked BEFORE the idempotency claim
 so a replayed dead letter is not mistaken for a duplicate.
+
+Credit before finality (a network with a credit depth): deposit_credited moves pending
+to available (state credited, status credited, its own outcome `credited` until the
+deposit settles: housekeeping keeps it); deposit_finalized with chain.credited moves no
+money (state final, status applied); deposit_reversed debits available by the amount,
+never below zero: what it cannot take is an account_shortfalls row, the user is flagged
+(every later debit refused, outcome account_flagged), a critical log line, the shortfall
+metrics and a notification intent, all in the batch transaction (state reversed, status
+reversed). The journal records exactly what moved, so reconcile holds. A reversal of a
+deposit that was never credited is a dead letter (deposit_not_credited): the watcher
+only reverses what the ledger credited, so it means a bug or a forged event, for review.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from consumers.dlq import DeadLetter
 from consumers.failures import PoisonError
 from consumers.finality.verify import ExpectedDeposit
 from consumers.handler import BatchResult
+from consumers.ledger_metrics import ShortfallGauge, count_reversal
 from consumers.ledger_plan import Candidate, Outcome, Pair, dedupe, plan_batch, read_event
 from consumers.reconcile import HotPathReconciler
 from consumers.records import Record
@@ -57,6 +69,7 @@ from schema.status import EventStatus, transition
 log = structlog.get_logger("consumers.ledger")
 
 NOTIFICATION_WITHDRAWAL_REJECTED = "withdrawal_rejected"
+NOTIFICATION_DEPOSIT_REVERSED = "deposit_reversed"
 
 
 class LedgerHandler:
@@ -64,10 +77,13 @@ class LedgerHandler:
 
     def __init__(self, reconciler: HotPathReconciler | None = None) -> None:
         self.reconciler = reconciler if reconciler is not None else HotPathReconciler.from_env()
+        self.shortfalls = ShortfallGauge(self.reconciler.interval_s)
 
     def after_batch(self, connection: Callable[[], Any]) -> None:
-        """Between batches: re-check recently touched balances against their journal."""
+        """Between batches: re-check recently touched balances against their journal,
+        and refresh the open-shortfall gauge (operators resolve them elsewhere)."""
         self.reconciler.maybe_check(connection)
+        self.shortfalls.maybe_refresh(connection)
 
     def apply(self, cur: Any, records: Sequence[Record]) -> BatchResult:
         result = BatchResult()
@@ -95,38 +111,65 @@ class LedgerHandler:
         if not fresh:
             return result
         opening = _lock_balances(cur, fresh)
-        plan = plan_batch(fresh, opening)
+        plan = plan_batch(fresh, opening, _flagged_users(cur, fresh))
         self.reconciler.note_touched(plan.touched)
         _write_balances(cur, plan.sorted_deltas())
         _write_balances(cur, plan.sorted_pending_deltas(), column="pending")
-        applied = plan.with_outcome(Outcome.APPLIED)
-        rejected = plan.with_outcome(Outcome.INSUFFICIENT_FUNDS)
-        pending = plan.with_outcome(Outcome.PENDING_FINALITY)
-        reorged = plan.with_outcome(Outcome.REORGED)
         _write_journal(cur, plan.available_journal)
         _write_journal(cur, plan.pending_journal, table="pending_events")
-        if rejected:
-            _record_rejections(cur, rejected, plan.closing)
-        _set_outcome(cur, pending, Outcome.PENDING_FINALITY)
-        _set_outcome(cur, reorged, Outcome.REORGED)
-        _hold_chain_deposits(cur, pending)
-        finalized = [c for c in applied if c.event.settles is not None]
-        _settle_chain_deposits(cur, finalized, "final", Outcome.APPLIED)
-        _settle_chain_deposits(cur, reorged, "reorged", Outcome.REORGED)
-        plain = [c for c in applied if c.event.settles is None]
-        transition(cur, sorted({c.event.event_id for c in plain}), EventStatus.APPLIED)
-        transition(cur, sorted({c.event.event_id for c in rejected}), EventStatus.REJECTED)
-        transition(cur, sorted({c.event.event_id for c in pending}),
-                   EventStatus.PENDING_FINALITY)
-        transition(cur, sorted({str(c.event.settles) for c in finalized}), EventStatus.APPLIED)
-        transition(cur, sorted({str(c.event.settles) for c in reorged}), EventStatus.REORGED)
-        result.outcomes[Outcome.APPLIED.value] += len(applied)
-        result.outcomes[Outcome.INSUFFICIENT_FUNDS.value] += len(rejected)
-        if pending:
-            result.outcomes[Outcome.PENDING_FINALITY.value] += len(pending)
-        if reorged:
-            result.outcomes[Outcome.REORGED.value] += len(reorged)
+        _write_outcomes(cur, plan)
+        for outcome in Outcome:
+            if plan.with_outcome(outcome):
+                result.outcomes[outcome.value] += len(plan.with_outcome(outcome))
         return result
+
+
+def _write_outcomes(cur: Any, plan: Any) -> None:
+    """Step 6 past the money: outcomes, chain_deposits, statuses, notifications."""
+    def of_type(candidates: Sequence[Candidate], kind: SettlementType) -> list[Candidate]:
+        return [c for c in candidates if c.event.event_type is kind]
+
+    applied = plan.with_outcome(Outcome.APPLIED)
+    rejected = (plan.with_outcome(Outcome.INSUFFICIENT_FUNDS)
+                + plan.with_outcome(Outcome.ACCOUNT_FLAGGED))
+    pending = plan.with_outcome(Outcome.PENDING_FINALITY)
+    reorged = plan.with_outcome(Outcome.REORGED)
+    credited = plan.with_outcome(Outcome.CREDITED)
+    reversals = (of_type(applied, SettlementType.DEPOSIT_REVERSED)
+                 + plan.with_outcome(Outcome.SHORTFALL))
+    if rejected:
+        _record_rejections(cur, rejected, plan)
+    _set_outcome(cur, pending, Outcome.PENDING_FINALITY)
+    _set_outcome(cur, reorged, Outcome.REORGED)
+    _set_outcome(cur, credited, Outcome.CREDITED)
+    _hold_chain_deposits(cur, pending)
+    finalized = of_type(applied, SettlementType.DEPOSIT_FINALIZED)
+    _settle_chain_deposits(cur, finalized, "final", Outcome.APPLIED)
+    _settle_chain_deposits(cur, reorged, "reorged", Outcome.REORGED)
+    _credit_chain_deposits(cur, credited)
+    if reversals:
+        _record_reversals(cur, reversals, plan)
+    plain = [c for c in applied if c.event.settles is None]
+    transition(cur, sorted({c.event.event_id for c in plain}), EventStatus.APPLIED)
+    transition(cur, sorted({c.event.event_id for c in rejected}), EventStatus.REJECTED)
+    transition(cur, sorted({c.event.event_id for c in pending}),
+               EventStatus.PENDING_FINALITY)
+    transition(cur, sorted({str(c.event.settles) for c in finalized}), EventStatus.APPLIED)
+    transition(cur, sorted({str(c.event.settles) for c in reorged}), EventStatus.REORGED)
+    transition(cur, sorted({str(c.event.settles) for c in credited}), EventStatus.CREDITED)
+    transition(cur, sorted({str(c.event.settles) for c in reversals}), EventStatus.REVERSED)
+
+
+def _flagged_users(cur: Any, fresh: Sequence[Candidate]) -> set[str]:
+    """Users of the batch's debits with an open shortfall: their debits are refused."""
+    debtors = sorted({c.event.user_id for c in fresh
+                      if isinstance(c.event.event_type, EventType)
+                      and not c.event.event_type.is_credit})
+    if not debtors:
+        return set()
+    cur.execute("SELECT DISTINCT user_id FROM account_shortfalls"
+                " WHERE resolved_at IS NULL AND user_id = ANY(%s)", (debtors,))
+    return {row[0] for row in cur.fetchall()}
 
 
 def _known_users(cur: Any, user_ids: set[str]) -> set[str]:
@@ -157,35 +200,41 @@ def _claim(cur: Any, candidates: Sequence[Candidate]) -> set[str]:
 
 
 def _already_settled(cur: Any, claimed: Sequence[Candidate]) -> set[str]:
-    """Keys claimed now whose event already had its effect (journal row, or status
-    applied/rejected): their processed_events row was purged by housekeeping. The claim
-    is kept, with the outcome the event had, and nothing is applied again; a rejection
-    stays a rejection (a replay cannot turn it into a success)."""
+    """Keys claimed now whose event already had its effect (journal row, a final or
+    waiting status, or - for a settlement - its deposit already in the state it leads
+    to): their processed_events row was purged by housekeeping. The claim is kept, with
+    the outcome the event had, and nothing is applied again; a rejection stays a
+    rejection (a replay cannot turn it into a success)."""
     if not claimed:
         return set()
     rows = sorted((c.key, c.event.event_id, c.event.event_type.value) for c in claimed)
     cur.execute(
         "SELECT x.k, p.status FROM unnest(%s::text[], %s::text[], %s::text[])"
         " AS x(k, e, t) LEFT JOIN payment_events p ON p.event_id = x.e"
-        " WHERE p.status IN ('applied', 'rejected', 'pending_finality', 'reorged')"
+        " WHERE p.status IN ('applied', 'rejected', 'pending_finality', 'reorged',"
+        "  'credited', 'reversed')"
         " OR EXISTS (SELECT 1 FROM balance_events b"
         "  WHERE b.source_event_id = x.e AND b.event_type = x.t)"
         " OR EXISTS (SELECT 1 FROM pending_events q"
         "  WHERE q.source_event_id = x.e AND q.event_type = x.t)",
         ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
     )
-    settled = dict(cur.fetchall())
+    settled: dict[str, str | None] = dict(cur.fetchall())
+    settled.update(_settlements_on_record(cur, claimed))
     # The outcome the event has now: a chain deposit's follows its status
-    # (pending_finality, then applied / reorged once settled).
+    # (pending_finality, then applied / reorged / reversed once settled).
     by_key = {c.key: c.event for c in claimed}
     corrected: dict[Outcome, list[str]] = {}
     for key, status in settled.items():
         event = by_key[key]
         if event.is_chain_deposit:
-            outcome = {"applied": Outcome.APPLIED, "reorged": Outcome.REORGED}.get(
-                status, Outcome.PENDING_FINALITY)
+            outcome = {"applied": Outcome.APPLIED, "reorged": Outcome.REORGED,
+                       "reversed": Outcome.REVERSED}.get(status or "",
+                                                         Outcome.PENDING_FINALITY)
         elif event.event_type is SettlementType.DEPOSIT_REORGED:
             outcome = Outcome.REORGED
+        elif isinstance(event.event_type, SettlementType) and status is not None:
+            outcome = Outcome(status)  # from _settlements_on_record
         elif status == "rejected":
             outcome = Outcome.INSUFFICIENT_FUNDS
         else:
@@ -197,6 +246,36 @@ def _already_settled(cur: Any, claimed: Sequence[Candidate]) -> set[str]:
     if settled:
         log.info("replay_after_ttl_ignored", events=len(settled))
     return set(settled)
+
+
+def _settlements_on_record(cur: Any, claimed: Sequence[Candidate]) -> dict[str, str]:
+    """Settlement keys whose deposit is already where the settlement takes it (a
+    finalisation of a credited deposit and a reversal that took nothing leave no
+    journal row, so the journal alone cannot tell). Value: the outcome it had."""
+    settling = [c for c in claimed if c.event.settles is not None]
+    if not settling:
+        return {}
+    cur.execute("SELECT event_id, state, credited_at IS NOT NULL FROM chain_deposits"
+                " WHERE event_id = ANY(%s)", (sorted({str(c.event.settles) for c in settling}),))
+    deposits = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
+    cur.execute("SELECT source_event_id FROM account_shortfalls WHERE source_event_id = ANY(%s)",
+                (sorted(c.event.event_id for c in settling),))
+    short = {row[0] for row in cur.fetchall()}
+    found: dict[str, str] = {}
+    for c in settling:
+        state, was_credited = deposits.get(str(c.event.settles), (None, False))
+        kind = c.event.event_type
+        if kind is SettlementType.DEPOSIT_FINALIZED and state == "final":
+            found[c.key] = Outcome.APPLIED.value
+        elif kind is SettlementType.DEPOSIT_REORGED and state == "reorged":
+            found[c.key] = Outcome.REORGED.value
+        elif kind is SettlementType.DEPOSIT_CREDITED and was_credited:
+            found[c.key] = (Outcome.CREDITED if state in ("credited", "finalizing", "reversing")
+                            else Outcome.APPLIED).value
+        elif kind is SettlementType.DEPOSIT_REVERSED and state == "reversed":
+            found[c.key] = (Outcome.SHORTFALL if c.event.event_id in short
+                            else Outcome.APPLIED).value
+    return found
 
 
 def _lock_balances(cur: Any, fresh: Sequence[Candidate]) -> dict[Pair, Decimal]:
@@ -276,11 +355,10 @@ def _check_settlements(cur: Any, candidates: list[Candidate], result: BatchResul
     settling = [c for c in candidates if c.event.settles is not None]
     if not settling:
         return candidates
-    cur.execute("SELECT event_id, user_id, asset, amount, state FROM chain_deposits"
-                " WHERE event_id = ANY(%s)", (sorted({str(c.event.settles) for c in settling}),))
+    cur.execute("SELECT event_id, user_id, asset, amount, state, credited_at IS NOT NULL"
+                " FROM chain_deposits WHERE event_id = ANY(%s)",
+                (sorted({str(c.event.settles) for c in settling}),))
     held = {row[0]: row[1:] for row in cur.fetchall()}
-    contradicting = {SettlementType.DEPOSIT_FINALIZED: "reorged",
-                     SettlementType.DEPOSIT_REORGED: "final"}
     bad: dict[int, tuple[str, str]] = {}
     for c in settling:
         event, row = c.event, held.get(str(c.event.settles))
@@ -289,14 +367,44 @@ def _check_settlements(cur: Any, candidates: list[Candidate], result: BatchResul
         elif (row[0], row[1], row[2]) != (event.user_id, event.asset, event.amount):
             bad[id(c)] = ("deposit_mismatch", f"{event.event_id} does not match deposit "
                           f"{event.settles!r} (user, asset or amount)")
-        elif row[3] == contradicting[event.event_type]:
-            bad[id(c)] = ("deposit_already_settled",
-                          f"deposit {event.settles!r} is already {row[3]}")
+        else:
+            problem = settlement_conflict(event, row[3], row[4])
+            if problem is not None:
+                bad[id(c)] = (problem, f"{event.event_id}: deposit {event.settles!r} is "
+                              f"{row[3]}{' (credited)' if row[4] else ''}")
     for c in settling:
         if id(c) in bad:
             reason, detail = bad[id(c)]
             result.dead_letters.append(DeadLetter(c.record, reason, detail))
     return [c for c in candidates if id(c) not in bad]
+
+
+def settlement_conflict(event: Any, state: str, credited: bool) -> str | None:
+    """Why a settlement contradicts its deposit's state (None: it does not). Replays of
+    a settlement already applied must pass (idempotency turns them into duplicates), so
+    only the states it can never legitimately meet are refused. `credited`: the ledger
+    credited the deposit before finality (chain_deposits.credited_at)."""
+    kind = event.event_type
+    if kind is SettlementType.DEPOSIT_REVERSED:
+        # Only a credited deposit can be reversed; reorged before any credit is
+        # deposit_reorged's job, and a final deposit is final.
+        if not credited:
+            return "deposit_not_credited"
+        return "deposit_already_settled" if state in ("final", "finalizing") else None
+    if kind is SettlementType.DEPOSIT_CREDITED:
+        if state in ("pending", "suspect", "reorging", "reorged"):
+            return "deposit_not_crediting"
+        return None if credited or state == "crediting" else "deposit_already_settled"
+    if kind is SettlementType.DEPOSIT_FINALIZED:
+        if event.settles_credited != credited:  # never credit twice, never forget one
+            return "deposit_credit_mismatch"
+        return "deposit_already_settled" if state in ("reorged", "reversed", "reversing") \
+            else None
+    if kind is SettlementType.DEPOSIT_REORGED:
+        if credited:  # credited money is only ever taken back by a reversal
+            return "deposit_already_credited"
+        return "deposit_already_settled" if state == "final" else None
+    return None
 
 
 def _hold_chain_deposits(cur: Any, pending: Sequence[Candidate]) -> None:
@@ -321,17 +429,24 @@ def _hold_chain_deposits(cur: Any, pending: Sequence[Candidate]) -> None:
 
 def _settle_chain_deposits(cur: Any, settling: Sequence[Candidate], state: str,
                            outcome: Outcome) -> None:
-    """chain_deposits.state final / reorged, with the block the deposit is final in, and
-    the deposit's own idempotency outcome moved from the waiting pending_finality to
-    `outcome` (final: housekeeping may forget it after its TTL)."""
+    """chain_deposits.state final / reorged / reversed, with the block the deposit is
+    final in, and the deposit's own idempotency outcome moved from the waiting
+    pending_finality to `outcome`, and its deposit_credited's from the waiting credited
+    to applied (final: housekeeping may forget them after their TTL)."""
     if not settling:
         return
+    deposits = sorted(str(c.event.settles) for c in settling)
     cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)"
                 " AND outcome = %s",
-                (outcome.value, sorted(idempotency_key(str(c.event.settles),
-                                                       EventType.DEPOSIT.value)
-                                       for c in settling),
+                (outcome.value, sorted(idempotency_key(d, EventType.DEPOSIT.value)
+                                       for d in deposits),
                  Outcome.PENDING_FINALITY.value))
+    cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)"
+                " AND outcome = %s",
+                (Outcome.APPLIED.value,
+                 sorted(idempotency_key(f"{d}:credited", SettlementType.DEPOSIT_CREDITED.value)
+                        for d in deposits),
+                 Outcome.CREDITED.value))
     for c in settling:
         chain = c.event.chain or {}
         cur.execute(
@@ -340,33 +455,84 @@ def _settle_chain_deposits(cur: Any, settling: Sequence[Candidate], state: str,
             " final_block_hash = coalesce(%s, final_block_hash),"
             " final_log_index = coalesce(%s, final_log_index),"
             " verdict_reason = coalesce(%s, verdict_reason)"
-            " WHERE event_id = %s AND state NOT IN ('final', 'reorged')",
+            " WHERE event_id = %s AND state NOT IN ('final', 'reorged', 'reversed')",
             (state, chain.get("block_number"), chain.get("block_hash"),
              chain.get("log_index"), chain.get("reason"), c.event.settles))
 
 
-def _record_rejections(cur: Any, rejected: Sequence[Candidate],
-                       closing: dict[Pair, Decimal]) -> None:
+def _credit_chain_deposits(cur: Any, credited: Sequence[Candidate]) -> None:
+    """crediting -> credited: the watcher re-checks it every tick until final."""
+    if credited:
+        cur.execute("UPDATE chain_deposits SET state = 'credited', credited_at = now()"
+                    " WHERE event_id = ANY(%s) AND state = 'crediting'",
+                    (sorted(str(c.event.settles) for c in credited),))
+
+
+def _record_reversals(cur: Any, reversals: Sequence[Candidate], plan: Any) -> None:
+    """The settlement of each reversal, its shortfall (if any) and one notification
+    intent each. Only for keys this transaction claimed: a replay does nothing here."""
+    owed = {id(c): amount for c, amount in plan.shortfalls}
+    short = [c for c in reversals if id(c) in owed]
+    _set_outcome(cur, short, Outcome.SHORTFALL)
+    _settle_chain_deposits(cur, reversals, "reversed", Outcome.REVERSED)
+    if short:
+        cur.executemany(
+            "INSERT INTO account_shortfalls (user_id, asset, source_event_id,"
+            " deposit_event_id, amount) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (source_event_id) DO NOTHING",
+            [(c.event.user_id, c.event.asset, c.event.event_id, str(c.event.settles),
+              format_amount(owed[id(c)])) for c in short])
+    for c in reversals:
+        event = c.event
+        trace_id = c.trace_id or event.event_id
+        shortfall = owed.get(id(c), Decimal(0))
+        debited = event.amount - shortfall
+        count_reversal(shortfall > 0)
+        emit(cur, aggregatetype=NOTIFICATIONS_AGGREGATE, aggregateid=event.user_id,
+             event_type=NOTIFICATION_DEPOSIT_REVERSED, event_id=event.event_id,
+             payload={"kind": NOTIFICATION_DEPOSIT_REVERSED, "event_id": event.event_id,
+                      "deposit_event_id": event.settles, "user_id": event.user_id,
+                      "asset": event.asset, "amount": format_amount(event.amount),
+                      "debited": format_amount(debited),
+                      "shortfall": format_amount(shortfall),
+                      "account_flagged": shortfall > 0,
+                      "reason": (event.chain or {}).get("reason")},
+             trace_id=trace_id)
+        fields = dict(trace_id=trace_id, event_id=event.event_id,
+                      deposit_event_id=event.settles, user_id=event.user_id,
+                      asset=event.asset, amount=format_amount(event.amount),
+                      debited=format_amount(debited),
+                      reason=(event.chain or {}).get("reason"))
+        if shortfall > 0:
+            # Money left the platform on a credit the chain took back: a human must act.
+            log.critical("deposit_reversal_shortfall", shortfall=format_amount(shortfall),
+                         account_flagged=True, **fields)
+        else:
+            log.warning("deposit_reversed", **fields)
+
+
+def _record_rejections(cur: Any, rejected: Sequence[Candidate], plan: Any) -> None:
     """Final outcome of each rejected debit, and one notification intent per event.
 
     Both happen only for keys this transaction claimed, so a redelivered rejection
-    neither flips to a success nor notifies the user twice.
+    neither flips to a success nor notifies the user twice. The reason is
+    insufficient_funds, or account_flagged for a user with an open shortfall.
     """
-    cur.execute(
-        "UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)",
-        (Outcome.INSUFFICIENT_FUNDS.value, sorted(c.key for c in rejected)),
-    )
+    reasons = {id(c): o for c, o in plan.decisions}
+    for outcome in (Outcome.INSUFFICIENT_FUNDS, Outcome.ACCOUNT_FLAGGED):
+        _set_outcome(cur, [c for c in rejected if reasons[id(c)] is outcome], outcome)
     for c in rejected:
         event = c.event
+        reason = reasons[id(c)].value
         trace_id = c.trace_id or event.event_id
         emit(cur, aggregatetype=NOTIFICATIONS_AGGREGATE, aggregateid=event.user_id,
              event_type=NOTIFICATION_WITHDRAWAL_REJECTED, event_id=event.event_id,
              payload={"kind": NOTIFICATION_WITHDRAWAL_REJECTED, "event_id": event.event_id,
                       "event_type": event.event_type.value, "user_id": event.user_id,
                       "asset": event.asset, "amount": format_amount(event.amount),
-                      "reason": Outcome.INSUFFICIENT_FUNDS.value},
+                      "reason": reason},
              trace_id=trace_id)
         log.info("withdrawal_rejected", trace_id=trace_id, event_id=event.event_id,
-                 user_id=event.user_id, asset=event.asset,
+                 user_id=event.user_id, asset=event.asset, reason=reason,
                  amount=format_amount(event.amount),
-                 balance_after_batch=format_amount(closing.get(c.pair, Decimal(0))))
+                 balance_after_batch=format_amount(plan.closing.get(c.pair, Decimal(0))))

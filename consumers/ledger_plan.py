@@ -13,11 +13,22 @@ Two books per (user, asset): `available` (balances.balance, journal balance_even
   chain deposit (has `chain`)    pending_finality               +amount
   deposit_finalized              applied            +amount     -amount
   deposit_reorged                reorged                        -amount
+  deposit_credited               credited           +amount     -amount
+  deposit_finalized (credited)   applied            (nothing: credited already)
+  deposit_reversed               applied            -amount      (available covers it)
+                                 shortfall          -available   (the rest is owed)
   withdrawal / withdrawal_fee    applied            -amount      (only if available
                                  insufficient_funds              covers it)
+                                 account_flagged                 (user has a shortfall)
 
 A withdrawal therefore only ever spends available funds: pending money is visible but
-not spendable until its deposit is final.
+not spendable until its deposit is final (or, on a network with a credit depth, deep
+enough to be credited: deposit_credited).
+
+A reversal is never clamped silently: it takes what available holds, never below zero,
+and the rest is a shortfall (account_shortfalls). A user with an open shortfall is
+FLAGGED: every debit of that user, in any asset, is refused until it is resolved, from
+the event after the reversal on (within the batch too).
 """
 
 from __future__ import annotations
@@ -45,6 +56,10 @@ class Outcome(StrEnum):
     INSUFFICIENT_FUNDS = "insufficient_funds"
     PENDING_FINALITY = "pending_finality"  # a chain deposit held in `pending`
     REORGED = "reorged"  # a pending chain deposit released, never credited
+    CREDITED = "credited"  # deposit_credited: credited, its deposit not final yet
+    REVERSED = "reversed"  # a credited chain deposit whose credit was reversed
+    SHORTFALL = "shortfall"  # a reversal available could not fully cover
+    ACCOUNT_FLAGGED = "account_flagged"  # a debit refused: the user owes a shortfall
 
 
 @dataclass(frozen=True)
@@ -109,28 +124,51 @@ def dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Candi
     return unique, repeats
 
 
-def decide(event: PaymentEvent, available: Decimal) -> Outcome:
-    """One event's outcome given the spendable balance just before it."""
+def decide(event: PaymentEvent, available: Decimal, flagged: bool = False) -> Outcome:
+    """One event's outcome given the spendable balance just before it and whether the
+    user is flagged (an open shortfall)."""
     if event.event_type is SettlementType.DEPOSIT_FINALIZED:
         return Outcome.APPLIED
     if event.event_type is SettlementType.DEPOSIT_REORGED:
         return Outcome.REORGED
+    if event.event_type is SettlementType.DEPOSIT_CREDITED:
+        return Outcome.CREDITED
+    if event.event_type is SettlementType.DEPOSIT_REVERSED:
+        return Outcome.APPLIED if available >= event.amount else Outcome.SHORTFALL
     if event.is_chain_deposit:
         return Outcome.PENDING_FINALITY
     if event.event_type.is_credit:
         return Outcome.APPLIED
+    if flagged:
+        return Outcome.ACCOUNT_FLAGGED
     return Outcome.APPLIED if available >= event.amount else Outcome.INSUFFICIENT_FUNDS
 
 
-def effects(event: PaymentEvent, outcome: Outcome) -> tuple[Decimal, Decimal]:
-    """(available delta, pending delta) of an event with `outcome` (the table above)."""
+def reversal_split(amount: Decimal, available: Decimal) -> tuple[Decimal, Decimal]:
+    """(debited, owed) of a reversal of `amount` over `available`: take what is there,
+    never below zero, and the rest is a shortfall. debited + owed == amount, always."""
+    debited = min(amount, max(available, ZERO))
+    return debited, amount - debited
+
+
+def effects(event: PaymentEvent, outcome: Outcome,
+            available: Decimal = ZERO) -> tuple[Decimal, Decimal]:
+    """(available delta, pending delta) of an event with `outcome` (the table above);
+    `available` (just before it) only matters to a reversal's shortfall."""
     amount = event.amount
     if outcome is Outcome.PENDING_FINALITY:
         return ZERO, amount
     if outcome is Outcome.REORGED:
         return ZERO, -amount
+    if outcome is Outcome.CREDITED:
+        return amount, -amount
+    if event.event_type is SettlementType.DEPOSIT_REVERSED and outcome in (
+            Outcome.APPLIED, Outcome.SHORTFALL):
+        return -reversal_split(amount, available)[0], ZERO
     if outcome is not Outcome.APPLIED:
         return ZERO, ZERO
+    if event.settles_credited:
+        return ZERO, ZERO  # deposit_credited moved the money already
     if event.event_type is SettlementType.DEPOSIT_FINALIZED:
         return amount, -amount
     return (amount if event.event_type.is_credit else -amount), ZERO
@@ -153,6 +191,8 @@ class Plan:
     pending_journal: list[tuple[Candidate, Decimal]] = field(default_factory=list)
     # Balance after the batch per touched pair (the invariant checks use it).
     closing: dict[Pair, Decimal] = field(default_factory=dict)
+    # Reversals available could not cover: (candidate, amount owed).
+    shortfalls: list[tuple[Candidate, Decimal]] = field(default_factory=list)
 
     def with_outcome(self, outcome: Outcome) -> list[Candidate]:
         return [c for c, o in self.decisions if o is outcome]
@@ -169,22 +209,30 @@ class Plan:
         return set(self.deltas) | set(self.pending_deltas)
 
 
-def plan_batch(candidates: Sequence[Candidate], opening: dict[Pair, Decimal]) -> Plan:
+def plan_batch(candidates: Sequence[Candidate], opening: dict[Pair, Decimal],
+               flagged: Iterable[str] = ()) -> Plan:
     """Walk `candidates` in batch order (offset order per user) over `opening` balances.
 
     A debit sees every credit and debit before it in the batch, so a withdrawal after a
     deposit in the same batch is funded by it; a debit that would go below zero gets
     INSUFFICIENT_FUNDS and changes nothing. A chain deposit only moves `pending`, so it
-    funds nothing until its deposit_finalized moves it to available.
+    funds nothing until its deposit_finalized (or deposit_credited) moves it to
+    available. `flagged` are the users with an open shortfall before the batch; a
+    reversal that leaves a shortfall flags its user for the rest of the batch.
     """
     plan = Plan()
     running: dict[Pair, Decimal] = {}
+    flagged_users = set(flagged)
     for candidate in candidates:
         pair = candidate.pair
         available = running.get(pair, opening.get(pair, ZERO))
-        outcome = decide(candidate.event, available)
+        outcome = decide(candidate.event, available, candidate.event.user_id in flagged_users)
         plan.decisions.append((candidate, outcome))
-        avail_delta, pending_delta = effects(candidate.event, outcome)
+        avail_delta, pending_delta = effects(candidate.event, outcome, available)
+        if outcome is Outcome.SHORTFALL:
+            owed = reversal_split(candidate.event.amount, available)[1]
+            plan.shortfalls.append((candidate, owed))
+            flagged_users.add(candidate.event.user_id)
         running[pair] = available + avail_delta
         if avail_delta != ZERO:
             plan.deltas[pair] = plan.deltas.get(pair, ZERO) + avail_delta

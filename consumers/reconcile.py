@@ -9,6 +9,11 @@ and a journal without a balance row is a mismatch too. Two books: `available`
 (balances.balance ⟷ balance_events) and `pending` (balances.pending ⟷ pending_events,
 chain deposits held until final; see consumers/ledger_plan.py).
 
+A FLAGGED account (an open account_shortfalls row: a reversal available could not
+cover) is not a mismatch: the journal holds exactly what moved, so its balance still
+equals its journal and is >= 0. The report lists the open shortfalls beside the check,
+for the operator, without failing it.
+
 Two ways to run it:
 - `paystream reconcile` checks every balance (or the `--user`s given) in ONE snapshot;
 - HotPathReconciler runs inside the ledger consumer on the balances its batches touched,
@@ -28,7 +33,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -116,10 +121,21 @@ class Mismatch:
 
 
 @dataclass(frozen=True)
+class Shortfall:
+    """An open shortfall: what a reversal could not take from the user's balance."""
+
+    user_id: str
+    asset: str
+    owed: Decimal
+    source_event_id: str
+
+
+@dataclass(frozen=True)
 class Report:
     balances_checked: int
     mismatches: list[Mismatch]
     snapshot_at: str  # the snapshot's now(), for the operator's record
+    flagged: list[Shortfall] = field(default_factory=list)  # informational, not failing
 
     @property
     def clean(self) -> bool:
@@ -205,7 +221,17 @@ def reconcile(conn: psycopg2.extensions.connection, *,
         cur.execute("SELECT now()")
         at = cur.fetchone()[0]
         checked, mismatches = find_mismatches(cur, users=users)
-    return Report(checked, mismatches, at.isoformat())
+        flagged = open_shortfalls(cur, users=users)
+    return Report(checked, mismatches, at.isoformat(), flagged)
+
+
+def open_shortfalls(cur: Any, *, users: Sequence[str] | None = None) -> list[Shortfall]:
+    """Unresolved account_shortfalls rows (the flagged accounts), in `cur`'s snapshot."""
+    where, params = _scope_filter(users, None)
+    extra = "AND" if where else "WHERE"
+    cur.execute(f"SELECT user_id, asset, amount, source_event_id FROM account_shortfalls"
+                f" {where} {extra} resolved_at IS NULL ORDER BY user_id, asset, id", params)
+    return [Shortfall(u, a, owed, src) for u, a, owed, src in cur.fetchall()]
 
 
 def log_mismatch(m: Mismatch, scope: str) -> None:
@@ -311,9 +337,12 @@ def record_full_check(report: Report) -> None:
 
 def format_report(report: Report) -> str:
     """The operator's view: one line when clean, else a table of the mismatches."""
+    flagged = [f"flagged: {s.user_id} owes {_amount(s.owed)} {s.asset} "
+               f"(open shortfall of {s.source_event_id}; withdrawals refused)"
+               for s in report.flagged]
     if report.clean:
-        return (f"reconcile: ok, {report.balances_checked} balances match their journal "
-                f"(snapshot at {report.snapshot_at})")
+        return "\n".join([f"reconcile: ok, {report.balances_checked} balances match their "
+                          f"journal (snapshot at {report.snapshot_at})", *flagged])
     rows = [("book", "user", "asset", "balance", "journal_sum", "difference", "problem")]
     for m in report.mismatches:
         rows.append((m.book, m.user_id, m.asset,
@@ -324,7 +353,7 @@ def format_report(report: Report) -> str:
              f"{report.balances_checked} balances (snapshot at {report.snapshot_at})"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
               for r in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + flagged)
 
 
 def _amount(value: Decimal) -> str:

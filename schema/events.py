@@ -46,12 +46,18 @@ class SettlementType(StrEnum):
     Never accepted from a provider (the ingest parses EventType only): the watcher emits
     these through the outbox (aggregate `payments`, key = the user id, so they follow the
     deposit in its partition). `chain.deposit_event_id` names the deposit; the event id
-    is `<deposit event id>:finalized` / `:reorged`, so a verdict recorded twice is one
-    event to the ledger's idempotency.
+    is `<deposit event id>:finalized` / `:reorged` / `:credited` / `:reversed`, so a
+    verdict recorded twice is one event to the ledger's idempotency.
+
+    On a network with a credit depth a deposit may be credited before finality
+    (deposit_credited); its finalisation then carries `chain.credited = true` and moves
+    no money, and a reorg that removes it is answered by deposit_reversed.
     """
 
     DEPOSIT_FINALIZED = "deposit_finalized"  # pending -> available, credited once
     DEPOSIT_REORGED = "deposit_reorged"      # pending released, never credited
+    DEPOSIT_CREDITED = "deposit_credited"    # pending -> available before finality
+    DEPOSIT_REVERSED = "deposit_reversed"    # a credited deposit reorged out: debit it
 
     @property
     def is_credit(self) -> bool:
@@ -84,6 +90,12 @@ class PaymentEvent:
     def is_chain_deposit(self) -> bool:
         """A provider-reported on-chain deposit: held pending until final."""
         return self.event_type is EventType.DEPOSIT and self.chain is not None
+
+    @property
+    def settles_credited(self) -> bool:
+        """A deposit_finalized of a deposit already credited before finality."""
+        return (self.event_type is SettlementType.DEPOSIT_FINALIZED
+                and (self.chain or {}).get("credited") is True)
 
     @property
     def settles(self) -> str | None:

@@ -14,21 +14,31 @@ class EventStatus(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     # A chain deposit a reorg removed (or that did not match the chain): never credited.
     REORGED = "reorged"
+    # A chain deposit credited before finality (a network with a credit depth):
+    # spendable, still re-checked against the chain until its block is final.
+    CREDITED = "credited"
+    # A credited chain deposit a reorg removed: its compensating debit was applied.
+    REVERSED = "reversed"
 
 
 # A DLQ replay sends a dead-lettered event back through the outbox, so it becomes
-# `received` again; applied, rejected and reorged are final (a retry cannot change an
-# outcome). A chain deposit goes received -> pending_finality -> applied | reorged.
+# `received` again; applied, rejected, reorged and reversed are final (a retry cannot
+# change an outcome). A chain deposit goes received -> pending_finality -> applied |
+# reorged, or, credited before finality, pending_finality -> credited -> applied |
+# reversed. Never credited -> reorged: once money was credited, only a reversal undoes it.
 ALLOWED_TRANSITIONS: dict[EventStatus, frozenset[EventStatus]] = {
     EventStatus.RECEIVED: frozenset(
         {EventStatus.APPLIED, EventStatus.REJECTED, EventStatus.DEAD_LETTERED,
          EventStatus.PENDING_FINALITY}
     ),
-    EventStatus.PENDING_FINALITY: frozenset({EventStatus.APPLIED, EventStatus.REORGED}),
+    EventStatus.PENDING_FINALITY: frozenset(
+        {EventStatus.APPLIED, EventStatus.REORGED, EventStatus.CREDITED}),
+    EventStatus.CREDITED: frozenset({EventStatus.APPLIED, EventStatus.REVERSED}),
     EventStatus.DEAD_LETTERED: frozenset({EventStatus.RECEIVED}),
     EventStatus.APPLIED: frozenset(),
     EventStatus.REJECTED: frozenset(),
     EventStatus.REORGED: frozenset(),
+    EventStatus.REVERSED: frozenset(),
 }
 
 

@@ -22,6 +22,16 @@ FINALISATIONS = Counter(
 REORGS = Counter(
     "paystream_finality_reorgs_total", "Deposits reorganised out or mismatched",
     ["network", "reason"])
+# Deposits credited before finality (credit depth reached: deposit_credited emitted).
+CREDITS = Counter(
+    "paystream_finality_credits_total", "Deposits credited before finality", ["network"])
+# Credited deposits a reorg took back (deposit_reversed emitted), by reason
+# (tx_not_in_chain, tx_reverted, log_missing, ...): each is a compensating debit.
+REVERSALS = Counter(
+    "paystream_finality_reversals_total", "Credited deposits reversed", ["network", "reason"])
+# Deposits credited before finality and not final yet: what a reorg could still take back.
+CREDITED_DEPOSITS = Gauge(
+    "paystream_finality_credited_deposits", "Deposits credited, not final yet", ["network"])
 # Deposits marked reorg suspects from the provider's word (removed log, block re-mined
 # or re-hashed); the chain settles them at finality like any pending deposit.
 SUSPECTS = Counter(

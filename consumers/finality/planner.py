@@ -9,6 +9,10 @@ the number of distinct blocks, not with the number of deposits.
                            block (a reorg), which is rare by nature
 
 The baseline this replaces is one eth_getTransactionReceipt per pending deposit.
+
+On a network with a credit depth the same plan covers the blocks up to the credit height
+(`confirmed`), and the credited deposits re-checked every tick share it: a block holding
+pending and credited deposits is fetched once.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 from consumers.finality.evidence import BlockEvidence, Receipt, Transaction
 from consumers.finality.rpc import ChainRpc
-from consumers.finality.verify import ExpectedDeposit, Verdict, not_yet, verify
+from consumers.finality.verify import ExpectedDeposit, Verdict, judge, not_yet, verify
 
 
 @dataclass(frozen=True)
@@ -49,25 +53,27 @@ def plan(deposits: Iterable[ExpectedDeposit], finalized: int) -> TickPlan:
     return TickPlan(finalized, dict(by_block), waiting)
 
 
-def check(rpc: ChainRpc, deposits: Sequence[ExpectedDeposit], finalized: int
-          ) -> list[tuple[ExpectedDeposit, Verdict]]:
-    """A verdict for every deposit (NOT_YET for those above `finalized`).
+def check(rpc: ChainRpc, deposits: Sequence[ExpectedDeposit], finalized: int,
+          confirmed: int | None = None) -> list[tuple[ExpectedDeposit, Verdict]]:
+    """A verdict for every deposit (NOT_YET for those above `finalized`, or above the
+    credit height `confirmed` when given: verify.judge).
 
     Raises RpcError/CircuitOpenError when the chain cannot be read: then no verdict at all
     is given this tick, so an outage delays finality and never decides anything.
     """
-    tick = plan(deposits, finalized)
+    up_to = max(finalized, confirmed) if confirmed is not None else finalized
+    tick = plan(deposits, up_to)
     evidence = rpc.blocks_evidence(tick.blocks, tick.native_blocks)
     moved: dict[tuple[str, bool], tuple[Receipt | None, Transaction | None]] = {}
     results: list[tuple[ExpectedDeposit, Verdict]] = []
     for deposit in deposits:
-        if deposit.block_number > finalized:
+        if deposit.block_number > up_to:
             results.append((deposit, not_yet("block_not_final")))
             continue
         receipt, transaction = _find(rpc, deposit, evidence.get(deposit.block_number),
                                      moved)
-        results.append((deposit, verify(deposit, finalized=finalized, receipt=receipt,
-                                        transaction=transaction)))
+        results.append((deposit, judge(deposit, finalized=finalized, confirmed=confirmed,
+                                       receipt=receipt, transaction=transaction)))
     return results
 
 

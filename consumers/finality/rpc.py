@@ -14,7 +14,8 @@ is an answer, not an error: it never trips the breaker.
 
 `finalized_block()` uses the `finalized` tag, or `latest - confirmations` on networks
 configured without one; its answer is cached for `finalized_ttl` seconds (a tick asks
-once, and several callers within the TTL share one call).
+once, and several callers within the TTL share one call). `head()` (eth_blockNumber,
+for a credit height) is cached the same way and shared with the confirmations path.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class ChainRpc:
         self._on_call = on_call
         self._on_error = on_error
         self._finalized: tuple[float, BlockRef] | None = None
+        self._head: tuple[float, int] | None = None
         # No network work here: the provider connects on the first call.
         self.w3 = Web3(HTTPProvider(url, request_kwargs={"timeout": timeout},
                                     exception_retry_configuration=None))
@@ -101,12 +103,20 @@ class ChainRpc:
             ref = parse_block_ref(self._require(
                 "eth_getBlockByNumber", ["finalized", False]))
         else:
-            head = quantity(self._call("eth_blockNumber", []), "eth_blockNumber")
-            number = max(head - self.confirmations, 0)
+            number = max(self.head() - self.confirmations, 0)
             ref = parse_block_ref(self._require(
                 "eth_getBlockByNumber", [hex(number), False]))
         self._finalized = (now, ref)
         return ref
+
+    def head(self) -> int:
+        """The latest block number (cached for `finalized_ttl`, like the finalized one)."""
+        now = self._clock()
+        if self._head is not None and now - self._head[0] < self.finalized_ttl:
+            return self._head[1]
+        number = quantity(self._call("eth_blockNumber", []), "eth_blockNumber")
+        self._head = (now, number)
+        return number
 
     def block_hash(self, number: int) -> str | None:
         """The canonical hash at `number`, None if the chain is not that long."""

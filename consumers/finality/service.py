@@ -27,7 +27,8 @@ def watcher_for(settings: NetworkSettings, store: ChainDepositStore | None = Non
                 ) -> FinalityWatcher:
     store = store or ChainDepositStore()
     return FinalityWatcher(rpc_for(settings), store, store, limit=settings.batch_limit,
-                           reorg_grace_blocks=settings.reorg_grace_blocks)
+                           reorg_grace_blocks=settings.reorg_grace_blocks,
+                           credit_depth=settings.credit_depth)
 
 
 def run(networks: Sequence[NetworkSettings], stop: threading.Event | None = None) -> int:
@@ -46,7 +47,8 @@ def run(networks: Sequence[NetworkSettings], stop: threading.Event | None = None
         log.info("finality_watcher_started", network=settings.network,
                  rpc_url=settings.rpc_url, tick_seconds=settings.tick_seconds,
                  confirmations=settings.confirmations,
-                 reorg_grace_blocks=settings.reorg_grace_blocks)
+                 reorg_grace_blocks=settings.reorg_grace_blocks,
+                 credit_depth=settings.credit_depth)
         thread = threading.Thread(target=watcher.run, args=(settings.tick_seconds, stop),
                                   name=f"finality-{settings.network}", daemon=True)
         thread.start()

@@ -8,6 +8,12 @@
   PAYSTREAM_FINALITY_CONFIRMATIONS_<NETWORK>
                                      a confirmation depth for a network whose node has no
                                      `finalized` tag; unset: use the tag
+  PAYSTREAM_FINALITY_CREDIT_DEPTH_<NETWORK>
+                                     credit a deposit once it is N blocks deep (head - N),
+                                     before finality; re-checked until final, reversed if
+                                     a reorg removes it. Unset: credit on finality only.
+                                     An integer >= 1, below the confirmations depth when
+                                     that is set (deeper would never come before finality)
   PAYSTREAM_FINALITY_TICK_SECONDS    1.0
   PAYSTREAM_FINALITY_RPC_TIMEOUT     5.0 seconds per call
   PAYSTREAM_FINALITY_BREAKER         failures/window/cooldown, default 5/30/10
@@ -40,6 +46,7 @@ class NetworkSettings:
     breaker: BreakerPolicy
     batch_limit: int
     reorg_grace_blocks: int = 8
+    credit_depth: int | None = None  # None: credit on finality only
 
     @property
     def finalized_ttl(self) -> float:
@@ -73,9 +80,30 @@ def from_env() -> list[NetworkSettings]:
     result = []
     for network in networks:
         depth = os.environ.get(f"PAYSTREAM_FINALITY_CONFIRMATIONS_{network}")
+        confirmations = int(depth) if depth else None
         result.append(NetworkSettings(
             network=network, rpc_url=_env(f"ETH_RPC_URL_{network}", default_url),
-            confirmations=int(depth) if depth else None, tick_seconds=tick,
+            confirmations=confirmations, tick_seconds=tick,
             rpc_timeout=timeout, breaker=breaker, batch_limit=limit,
-            reorg_grace_blocks=grace))
+            reorg_grace_blocks=grace,
+            credit_depth=credit_depth(network, confirmations)))
     return result
+
+
+def credit_depth(network: str, confirmations: int | None) -> int | None:
+    """PAYSTREAM_FINALITY_CREDIT_DEPTH_<network>, validated; None when unset."""
+    name = f"PAYSTREAM_FINALITY_CREDIT_DEPTH_{network}"
+    text = (os.environ.get(name) or "").strip()
+    if not text:
+        return None
+    try:
+        depth = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer number of blocks: {text!r}") from None
+    if depth < 1:
+        # 0 would credit a deposit in the head block, which the next block may replace.
+        raise ValueError(f"{name} must be >= 1, got {depth}")
+    if confirmations is not None and depth >= confirmations:
+        raise ValueError(f"{name}={depth} must be below the finality depth "
+                         f"PAYSTREAM_FINALITY_CONFIRMATIONS_{network}={confirmations}")
+    return depth

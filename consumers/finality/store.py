@@ -5,11 +5,14 @@ watcher.py, on one Postgres connection per network thread.
 
 Who writes what (one writer per state change):
   ledger   INSERT state=pending (with balances.pending += amount, same transaction);
-           finalizing -> final, reorging -> reorged when it applies the settlement
+           finalizing -> final, reorging -> reorged, crediting -> credited,
+           reversing -> reversed when it applies the settlement
   watcher  pending -> suspect (reorg notices, re-hashed blocks: mark_suspects);
-           pending|suspect -> finalizing|reorging AND the settlement event into the
+           pending|suspect -> finalizing|reorging|crediting, and
+           credited -> finalizing|reversing, AND the settlement event into the
            outbox, in ONE transaction (record): a verdict is emitted at most once, and a
-           crash before the commit leaves the deposit due at the next tick
+           crash before the commit leaves the deposit due at the next tick;
+           credited.missing_since_block (mark_missing: the reversal's grace clock)
   ingest   nothing here: it records `reorg` notices (removed logs, a transfer re-mined
            in another block) in ingest_notices; the watcher reads them
 
@@ -22,6 +25,8 @@ One transfer is credited once: a FINAL verdict claims the transfer's on-chain id
 `external` / the trace address). A re-mined token log can reach us under a second event
 id (its log index changed, so Alchemy's new payload names another log); whichever deposit
 claims the transfer first is finalised, the other becomes REORGED("duplicate_transfer").
+A CONFIRMED verdict (credit before finality) claims it the same way; a reversal frees it
+(the transfer it named is gone from the chain).
 """
 
 from __future__ import annotations
@@ -59,15 +64,16 @@ def transfer_key(deposit: ExpectedDeposit, verdict: Verdict) -> str:
 
 
 def settlement_wire(deposit: ExpectedDeposit, verdict: Verdict, user_id: str, asset: str,
-                    amount: Any) -> dict[str, Any]:
+                    amount: Any, credited: bool = False) -> dict[str, Any]:
     """The settlement event as a PaymentEvent wire dict (schema.events.parse_wire reads
     it back). Nulls and empty lists are left out: Debezium's JSON expansion drops them,
     and the event on Kafka must be exactly the event written."""
-    chain = {k: v for k, v in events.payload(deposit, verdict).items()
+    chain = {k: v for k, v in events.payload(deposit, verdict, credited).items()
              if v is not None and v != [] and k not in ("event_id", "event_type")}
-    return {"event_id": events.event_id(deposit, verdict),
-            "event_type": events.event_type(verdict), "user_id": user_id, "asset": asset,
-            "amount": format_amount(amount), "provider": PROVIDER, "chain": chain}
+    return {"event_id": events.event_id(deposit, verdict, credited),
+            "event_type": events.event_type(verdict, credited), "user_id": user_id,
+            "asset": asset, "amount": format_amount(amount), "provider": PROVIDER,
+            "chain": chain}
 
 
 class ChainDepositStore:
@@ -119,10 +125,40 @@ class ChainDepositStore:
         with self._transaction() as cur:
             cur.execute(
                 "SELECT count(*), extract(epoch FROM min(recorded_at)) FROM chain_deposits"
-                " WHERE network = %s AND state IN ('pending', 'suspect', 'finalizing',"
-                " 'reorging')", (network,))
+                " WHERE network = %s AND state IN ('pending', 'suspect', 'crediting',"
+                " 'finalizing', 'reorging') AND credited_at IS NULL", (network,))
             count, oldest = cur.fetchone()
         return int(count), (float(oldest) if oldest is not None else None)
+
+    def credited(self, network: str, limit: int) -> list[tuple[ExpectedDeposit, int | None]]:
+        """Deposits credited before finality and not final yet, re-checked every tick,
+        with the credit height they were first found missing at (None: not missing)."""
+        with self._transaction() as cur:
+            cur.execute(
+                "SELECT event_id, chain, missing_since_block FROM chain_deposits"
+                " WHERE network = %s AND state = 'credited'"
+                " ORDER BY block_number, event_id LIMIT %s", (network, limit))
+            rows = cur.fetchall()
+        return [(ExpectedDeposit.from_chain(event_id, chain), missing)
+                for event_id, chain, missing in rows]
+
+    def credited_count(self, network: str) -> int:
+        """Credited, not final: money a reorg could still take back."""
+        with self._transaction() as cur:
+            cur.execute("SELECT count(*) FROM chain_deposits WHERE network = %s"
+                        " AND state IN ('credited', 'finalizing', 'reversing')"
+                        " AND credited_at IS NOT NULL", (network,))
+            return int(cur.fetchone()[0])
+
+    def mark_missing(self, network: str, marks: dict[str, int | None]) -> None:
+        """Set (or clear, with None) credited deposits' missing_since_block."""
+        if not marks:
+            return
+        with self._transaction() as cur:
+            cur.executemany(
+                "UPDATE chain_deposits SET missing_since_block = %s"
+                " WHERE event_id = %s AND network = %s AND state = 'credited'",
+                [(height, event_id, network) for event_id, height in sorted(marks.items())])
 
     def mark_suspects(self, network: str) -> int:
         """pending -> suspect for deposits a provider announced a reorg for: a `reorg`
@@ -150,14 +186,18 @@ class ChainDepositStore:
 
     # --- OutcomeSink ------------------------------------------------------------------
 
-    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, Verdict]]
-               ) -> None:
+    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, Verdict]],
+               credited: Sequence[tuple[ExpectedDeposit, Verdict]] = ()) -> None:
         """Mark each decided deposit and emit its settlement event, all in ONE
         transaction. A deposit no longer open (decided by an earlier, committed tick)
-        is skipped, so a verdict is never emitted twice."""
+        is skipped, so a verdict is never emitted twice. `decided`: pending deposits
+        (FINAL, REORGED, CONFIRMED); `credited`: deposits credited before finality
+        (FINAL: finalised without money; REORGED / UNCONFIRMED: reversed)."""
         with self._transaction() as cur:
+            for deposit, verdict in credited:
+                self._settle(cur, deposit, verdict, None, credited=True)
             keys = {d.event_id: transfer_key(d, v) for d, v in decided
-                    if v.outcome is Outcome.FINAL}
+                    if v.outcome in (Outcome.FINAL, Outcome.CONFIRMED)}
             cur.execute("SELECT transfer_key, event_id FROM chain_deposits"
                         " WHERE transfer_key = ANY(%s)", (sorted(set(keys.values())),))
             claimed: dict[str, str] = dict(cur.fetchall())
@@ -173,23 +213,30 @@ class ChainDepositStore:
                     claimed[key] = deposit.event_id
 
     def _settle(self, cur: Any, deposit: ExpectedDeposit, verdict: Verdict,
-                key: str | None) -> None:
+                key: str | None, credited: bool = False) -> None:
         final = verdict.outcome is Outcome.FINAL
+        if credited:
+            state, sources = ("finalizing" if final else "reversing"), ["credited"]
+        else:
+            state = {Outcome.FINAL: "finalizing", Outcome.CONFIRMED: "crediting"}.get(
+                verdict.outcome, "reorging")
+            sources = ["pending", "suspect"]
         cur.execute(
-            "UPDATE chain_deposits SET state = %s, decided_at = now(), transfer_key = %s,"
+            "UPDATE chain_deposits SET state = %s, decided_at = now(),"
+            " transfer_key = CASE WHEN %s THEN NULL ELSE coalesce(%s, transfer_key) END,"
             " verdict_reason = %s,"
             " final_block_number = %s, final_block_hash = %s, final_log_index = %s"
-            " WHERE event_id = %s AND state IN ('pending', 'suspect')"
+            " WHERE event_id = %s AND state = ANY(%s)"
             " RETURNING user_id, asset, amount, trace_id",
-            ("finalizing" if final else "reorging", key, verdict.reason,
+            (state, state == "reversing", key, verdict.reason,
              verdict.block.number if final and verdict.block else None,
              verdict.block.hash if final and verdict.block else None,
-             verdict.log_index if final else None, deposit.event_id))
+             verdict.log_index if final else None, deposit.event_id, sources))
         row = cur.fetchone()
         if row is None:
             return
         user_id, asset, amount, trace_id = row
-        wire = settlement_wire(deposit, verdict, user_id, asset, amount)
+        wire = settlement_wire(deposit, verdict, user_id, asset, amount, credited)
         emit(cur, aggregatetype=PAYMENTS_AGGREGATE, aggregateid=user_id,
              event_type=wire["event_type"], event_id=wire["event_id"],
              payload=json.loads(json.dumps(wire)), trace_id=trace_id)

@@ -20,12 +20,18 @@ Rules, in order:
      is found by content and the verdict carries its new index.
 Internal transfers (typeTraceAddress) are checked for inclusion and success only: their
 value lives in traces, not receipts (`unchecked` says so).
+
+`judge` adds the credit height of a network with a credit depth (head - depth, below
+the head, above the finalized block): the same rules applied at that height say
+CONFIRMED (deep enough to credit, not final) or UNCONFIRMED(reason) (at that height the
+transfer is gone, reverted or mismatched; finality has not spoken yet). Finality's own
+verdict always wins: FINAL and REORGED come from the finalized block only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -48,6 +54,8 @@ class Outcome(StrEnum):
     FINAL = "final"
     REORGED = "reorged"
     NOT_YET = "not_yet"
+    CONFIRMED = "confirmed"  # deep enough to credit (credit height), not final yet
+    UNCONFIRMED = "unconfirmed"  # not there (any more) at the credit height, not final
 
 
 class DepositError(ValueError):
@@ -166,6 +174,23 @@ def verify(expected: ExpectedDeposit, *, finalized: int, receipt: Receipt | None
     # Internal: inclusion and success only (see the module docstring).
     return Verdict(Outcome.FINAL, block=receipt.block, moved=moved,
                    unchecked=("internal_value",))
+
+
+def judge(expected: ExpectedDeposit, *, finalized: int, confirmed: int | None,
+          receipt: Receipt | None, transaction: Transaction | None = None) -> Verdict:
+    """verify() at the finalized block; if that says NOT_YET and a credit height
+    `confirmed` above it is given, verify() again there (same evidence, no RPC):
+    FINAL there is CONFIRMED, REORGED there is UNCONFIRMED (with its reason)."""
+    verdict = verify(expected, finalized=finalized, receipt=receipt, transaction=transaction)
+    if verdict.outcome is not Outcome.NOT_YET or confirmed is None or confirmed <= finalized:
+        return verdict
+    at_credit = verify(expected, finalized=confirmed, receipt=receipt,
+                       transaction=transaction)
+    if at_credit.outcome is Outcome.FINAL:
+        return replace(at_credit, outcome=Outcome.CONFIRMED)
+    if at_credit.outcome is Outcome.REORGED:
+        return Verdict(Outcome.UNCONFIRMED, at_credit.reason)
+    return verdict
 
 
 def _transfer_log(expected: ExpectedDeposit, receipt: Receipt, moved: bool) -> LogEntry | str:

@@ -111,13 +111,15 @@ class Pipeline:
     """ingest + ledger + finality watcher as real subprocesses, on one anvil."""
 
     def __init__(self, chain: Chain, *, tick_seconds: float = 0.5, grace_blocks: int = 0,
-                 breaker: str = "3/30/2", log_dir: Path | None = None) -> None:
+                 breaker: str = "3/30/2", log_dir: Path | None = None,
+                 credit_depth: int | None = None) -> None:
         self.chain = chain
         self.network = "ANVIL_E2E_" + uuid.uuid4().hex[:8].upper()
         self.group = "e2e-ledger-" + uuid.uuid4().hex[:8]
         self.tick_seconds = tick_seconds
         self.grace_blocks = grace_blocks
         self.breaker = breaker
+        self.credit_depth = credit_depth  # None: credit on finality only
         self.metrics_port = free_port()
         self.log_dir = log_dir or Path(f"/tmp/paystream-finality-e2e-{self.network}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +147,9 @@ class Pipeline:
                     "PAYSTREAM_FINALITY_TICK_SECONDS": str(self.tick_seconds),
                     "PAYSTREAM_FINALITY_RPC_TIMEOUT": "1",
                     "PAYSTREAM_FINALITY_BREAKER": self.breaker,
-                    "PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS": str(self.grace_blocks)})
+                    "PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS": str(self.grace_blocks),
+                    **({f"PAYSTREAM_FINALITY_CREDIT_DEPTH_{self.network}":
+                        str(self.credit_depth)} if self.credit_depth else {})})
         wait_for("the finality watcher's metrics", self._metrics_text, timeout=30)
         return self
 

@@ -22,6 +22,7 @@ def test_idempotency_key_is_length_prefixed():
     ("received", "applied"), ("received", "rejected"), ("received", "dead_lettered"),
     ("dead_lettered", "received"), ("received", "pending_finality"),
     ("pending_finality", "applied"), ("pending_finality", "reorged"),
+    ("pending_finality", "credited"), ("credited", "applied"), ("credited", "reversed"),
 ])
 def test_allowed_transitions(cur, tgt):
     check_transition(cur, tgt)
@@ -32,6 +33,11 @@ def test_allowed_transitions(cur, tgt):
     ("dead_lettered", "applied"), ("received", "received"),
     ("received", "reorged"), ("reorged", "applied"), ("applied", "reorged"),
     ("pending_finality", "rejected"), ("reorged", "pending_finality"),
+    # Credited money is only ever taken back by a reversal; reversed is final.
+    ("credited", "reorged"), ("credited", "pending_finality"), ("pending_finality",
+                                                                "reversed"),
+    ("applied", "reversed"), ("reversed", "applied"), ("reversed", "credited"),
+    ("received", "credited"),
 ])
 def test_forbidden_transitions(cur, tgt):
     with pytest.raises(IllegalTransitionError):
