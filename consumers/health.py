@@ -88,10 +88,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
                "consumer_lag", "dead_letters", "chain_deposits", "connector")
-# chain_deposits states: waiting for the finalized block; settled by the watcher and
-# waiting for the ledger to apply the settlement event.
+# chain_deposits states: waiting for the finalized block (not credited); decided by the
+# watcher, its event waiting for the ledger (schema/migrations 0004, 0005).
 WAITING_STATES = ("pending", "suspect")
-SETTLING_STATES = ("finalizing", "reorging")
+SETTLING_STATES = ("crediting", "finalizing", "reorging", "reversing")
 DEFAULT_GROUPS: tuple[tuple[str, str], ...] = (
     ("ledger", PAYMENTS_TOPIC), ("dlq-mirror", PAYMENTS_DLQ_TOPIC))
 

@@ -1,4 +1,4 @@
-"""`paystream reconcile | health | housekeeping`: the operator's checks.
+"""`paystream reconcile | health | housekeeping | shortfalls`: the operator's checks.
 
 Exit codes: 0 clean / healthy / done; 1 a mismatch or an unhealthy check; 2 the check
 itself could not run (bad arguments, database unreachable for reconcile/housekeeping).
@@ -66,6 +66,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     hk.add_argument("--max-batches", type=int, default=None, help="stop after this many")
     hk.add_argument("--dry-run", action="store_true", help="only count what would go")
     hk.set_defaults(func=_housekeeping)
+
+    sf = sub.add_parser("shortfalls",
+                        help="reversed credits the balance could not cover (flagged users)")
+    sf_sub = sf.add_subparsers(dest="shortfalls_cmd")
+    sf.add_argument("--all", action="store_true", help="resolved ones too")
+    sf.add_argument("--user", metavar="USER_ID", help="only this user's")
+    sf.set_defaults(func=_shortfalls_list)
+    sf_resolve = sf_sub.add_parser("resolve", help="record how one was settled; lifts the "
+                                   "flag once the user has none open")
+    sf_resolve.add_argument("id", type=int)
+    sf_resolve.add_argument("--resolution", required=True,
+                            help="what happened (recovered off-platform, written off, ...)")
+    sf_resolve.set_defaults(func=_shortfalls_resolve)
 
 
 # The names of consumers.health.CHECK_NAMES, repeated here so that `paystream --help`
@@ -222,4 +235,55 @@ def _housekeeping(args: argparse.Namespace) -> int:
         print(f"housekeeping: deleted {result.deleted} {what} older than {ttl:g} days "
               f"(before {result.cutoff.isoformat()}) in {result.batches} batch(es) "
               f"of at most {batch}")
+    return EXIT_OK
+
+
+def _shortfalls_list(args: argparse.Namespace) -> int:
+    import psycopg2
+
+    from consumers import shortfalls
+    from schema.db import connect
+
+    try:
+        conn = connect(application_name="paystream-shortfalls")
+    except psycopg2.OperationalError as exc:
+        print(f"shortfalls: cannot reach the database: {exc}".strip(), file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        with conn, conn.cursor() as cur:
+            rows = shortfalls.list_shortfalls(cur, include_resolved=args.all,
+                                              user_id=args.user)
+    finally:
+        conn.close()
+    if not rows:
+        print("shortfalls: none" + ("" if args.all else " open"))
+        return EXIT_OK
+    print(shortfalls.render_table(rows))
+    # Open shortfalls are a problem to act on: scripts and cron see it in the exit code.
+    return EXIT_PROBLEM if any(r.resolved_at is None for r in rows) else EXIT_OK
+
+
+def _shortfalls_resolve(args: argparse.Namespace) -> int:
+    import psycopg2
+
+    from consumers import shortfalls
+    from schema.db import connect
+
+    try:
+        conn = connect(application_name="paystream-shortfalls")
+    except psycopg2.OperationalError as exc:
+        print(f"shortfalls: cannot reach the database: {exc}".strip(), file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        with conn, conn.cursor() as cur:
+            row, still_flagged = shortfalls.resolve(cur, args.id, args.resolution)
+    except shortfalls.ResolveRefused as exc:
+        print(f"shortfalls resolve: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    finally:
+        conn.close()
+    state = ("still flagged: other shortfalls are open" if still_flagged
+             else "no longer flagged: withdrawals are accepted again")
+    print(f"shortfall {row.id} resolved: {row.user_id} owed {row.amount.normalize():f} "
+          f"{row.asset}; {state}")
     return EXIT_OK

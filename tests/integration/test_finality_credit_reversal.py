@@ -8,6 +8,8 @@ move nothing. See tests/chain/pipeline.py for the processes."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -243,3 +245,25 @@ def test_reorg_after_the_user_withdrew_records_a_shortfall_and_flags_the_account
     assert _outcome(pipe, refused, "withdrawal") == "account_flagged"
     assert pipe.balances(user) == {asset: (Decimal(5), 0)}
     assert _mismatches(user) == []
+
+    # An operator lists it, records how it was settled, and the flag is lifted.
+    listed = _cli("shortfalls", "--user", user)
+    assert listed.returncode == 1, listed.stderr  # open shortfalls: something to act on
+    [row] = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert row[1:4] == [user, asset, "0.7"] and row[-1] == "OPEN"
+    assert _cli("shortfalls", "resolve", row[0]).returncode == 2  # --resolution required
+    done = _cli("shortfalls", "resolve", row[0], "--resolution", "recovered by card")
+    assert done.returncode == 0, done.stderr
+    assert "no longer flagged" in done.stdout
+    again = _cli("shortfalls", "resolve", row[0], "--resolution", "twice")
+    assert again.returncode == 2 and "already resolved" in again.stderr
+    assert _cli("shortfalls", "--user", user).stdout.strip() == "shortfalls: none open"
+    paid_out = _payment(pipe, user, "withdrawal", "1")
+    _wait_status(pipe, paid_out, "applied")
+    assert pipe.balances(user) == {asset: (Decimal(4), 0)}
+    assert _mismatches(user) == []
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paystream.cli", *args],
+                          capture_output=True, text=True, timeout=60)
