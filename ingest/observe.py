@@ -70,8 +70,7 @@ class RequestObserver:
             path = scope.get("path", "")
             endpoint = path if path in KNOWN_ENDPOINTS else "other"
             status = int(answer["status"])
-            self.metrics.requests.labels(endpoint, str(status)).inc()
-            self.metrics.latency.labels(endpoint).observe(elapsed)
+            self.metrics.observe_answer(endpoint, status, elapsed)
             level = log.info if status < 400 else log.warning
             level("request answered", method=scope.get("method"), path=path[:200],
                   status=status, duration_ms=round(elapsed * 1000, 2), **fields)
