@@ -146,19 +146,8 @@ async def _open_loop(url: str, reqs: list, rate: float, connections: int
     connector = aiohttp.TCPConnector(limit=connections)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        began = time.perf_counter()
 
-        async def one(i: int) -> None:
-            scheduled = began + i / rate
-            delay = scheduled - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif -delay > MAX_LAG_S:
-                # Far behind schedule: the server cannot keep this rate. Count it as an
-                # error with its lag instead of running the phase on for minutes.
-                latencies.append(-delay * 1000)
-                counters["errors"] += 1
-                return
+        async def one(i: int, scheduled: float) -> None:
             body, headers = reqs[i]
             try:
                 async with session.post(url, data=body, headers=headers) as answer:
@@ -169,7 +158,30 @@ async def _open_loop(url: str, reqs: list, rate: float, connections: int
             latencies.append((time.perf_counter() - scheduled) * 1000)
             counters["ok" if good else "errors"] += 1
 
-        await asyncio.gather(*(one(i) for i in range(len(reqs))))
+        # Each request's task is created at its scheduled time. Creating all of them up
+        # front (one gather) made the first ~100 ms of the phase late on the client side
+        # and put a 60-170 ms p99 on an endpoint whose p50 is 1 ms. Latency still counts
+        # from the scheduled time, so a late send is counted, not hidden.
+        in_flight: set[asyncio.Task[None]] = set()
+        began = time.perf_counter()
+        for i in range(len(reqs)):
+            scheduled = began + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)  # behind schedule: let the requests in flight run
+            if -delay > MAX_LAG_S:
+                # Far behind schedule: the server cannot keep this rate. Count it as an
+                # error with its lag instead of running the phase on for minutes.
+                latencies.append(-delay * 1000)
+                counters["errors"] += 1
+                continue
+            task = asyncio.create_task(one(i, scheduled))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        while in_flight:
+            await asyncio.gather(*in_flight)
         elapsed = time.perf_counter() - began
     return len(reqs), counters["ok"], counters["errors"], elapsed, latencies
 

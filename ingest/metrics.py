@@ -49,6 +49,20 @@ class IngestMetrics:
             "paystream_ingest_refusals", "Requests refused, by reason code",
             ["provider", "code"], registry=self.registry)
 
+        # Labelled children by (endpoint, status): labels() costs a lock and a few
+        # allocations per call, paid on every request otherwise. Both are bounded sets.
+        self._answered: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+
+    def observe_answer(self, endpoint: str, status: int, seconds: float) -> None:
+        """One HTTP answer (the request counter and the latency histogram)."""
+        children = self._answered.get((endpoint, status))
+        if children is None:
+            children = (self.requests.labels(endpoint, str(status)),
+                        self.latency.labels(endpoint))
+            self._answered[(endpoint, status)] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
     def observe_commit(self, deliveries: int, seconds: float) -> None:
         """One group commit (ingest/writer.py), from a writer thread."""
         self.group_size.observe(deliveries)

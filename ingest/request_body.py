@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
 
 from ingest.errors import BodyTooLargeError, MediaTypeError, PayloadError
 
@@ -24,9 +24,9 @@ MAX_NESTING = 64
 _STRUCTURE = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
 
 
-def require_json(request: Request) -> None:
+def require_json(content_type: str | None) -> None:
     """Raise MediaTypeError unless Content-Type is application/json (or a +json type)."""
-    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
     if media_type != JSON_MEDIA_TYPE and not (
         media_type.startswith("application/") and media_type.endswith("+json")
     ):
@@ -34,26 +34,32 @@ def require_json(request: Request) -> None:
                              f"got {media_type or 'nothing'!r}")
 
 
-async def read_bounded(request: Request, limit: int) -> bytes:
-    """The raw body, or BodyTooLargeError as soon as more than `limit` bytes arrive."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
+async def read_bounded(receive: Receive, content_length: str | None, limit: int) -> bytes:
+    """The raw body, or BodyTooLargeError as soon as more than `limit` bytes arrive.
+
+    Reads the ASGI messages itself (what starlette's Request.stream does) so the webhook
+    routes need no Request object.
+    """
+    if content_length is not None:
+        if not content_length.isdigit():
             raise PayloadError("Content-Length is not a number", code="bad_content_length")
-        if int(declared) > limit:
-            raise BodyTooLargeError(f"body of {declared} bytes exceeds the {limit} byte limit")
+        if int(content_length) > limit:
+            raise BodyTooLargeError(f"body of {content_length} bytes exceeds the "
+                                    f"{limit} byte limit")
     chunks: list[bytes] = []
     size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLargeError(f"body exceeds the {limit} byte limit")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise PayloadError("client disconnected before the body was complete",
-                           code="incomplete_body") from None
-    return b"".join(chunks)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise PayloadError("client disconnected before the body was complete",
+                               code="incomplete_body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(f"body exceeds the {limit} byte limit")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def parse_json(body: bytes) -> Any:

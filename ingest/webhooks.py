@@ -1,0 +1,181 @@
+"""The two webhook routes, answered as plain ASGI: the checks, the write, the answer.
+
+Order of checks for every webhook, cheapest and most hostile first:
+  rate limit (429) -> Content-Type (415) -> bounded body read (413)
+  -> signature on the raw bytes (401) -> strict JSON + validation (400)
+  -> the delivery's savepoint in a group commit (409 conflict, 503 database
+     unavailable) -> 200, sent only after the COMMIT that holds the delivery returned.
+
+Why not FastAPI routes: these handlers read the raw body themselves (the signature
+covers the exact bytes) and answer JSON built by hand, so FastAPI's routing, dependency
+solving, exception middleware and telemetry layers did no work for them, yet cost about
+as much CPU per request as the checks and the write together (bench/ingest_bench.py).
+ingest.app serves POST to these two paths here, before FastAPI, and keeps them declared
+on the FastAPI app too: /docs and /openapi.json describe them, and that route calls the
+same handler when the FastAPI app is served on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import structlog
+from starlette.types import Receive, Scope, Send
+
+from ingest import alchemy, alchemy_signature, payments, standard_webhooks
+from ingest.errors import ConflictError, DatabaseUnavailableError, IngestError
+from ingest.metrics import IngestMetrics
+from ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
+from ingest.rate_limit import TokenBuckets
+from ingest.recording import Recorded, record_alchemy
+from ingest.request_body import parse_json, read_bounded, require_json
+from ingest.settings import IngestSettings
+from ingest.trace import Trace
+from ingest.writer import GroupCommitWriter
+from schema.outbox import WriteOutcome
+
+log = structlog.get_logger("ingest")
+ALCHEMY_PATH = "/webhooks/alchemy"
+PAYMENTS_PATH = "/webhooks/payments"
+PROVIDER_OF_PATH = {ALCHEMY_PATH: alchemy.PROVIDER, PAYMENTS_PATH: payments.PROVIDER}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A JSON answer: status, body, extra headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] | None = None
+
+    def encoded(self) -> bytes:
+        # What starlette's JSONResponse renders: compact, UTF-8, no NaN.
+        return json.dumps(self.body, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+
+
+Route = Callable[[Scope, Receive], Awaitable[Answer]]
+
+
+class Webhooks:
+    """POST /webhooks/alchemy and POST /webhooks/payments, as one ASGI app."""
+
+    def __init__(self, settings: IngestSettings, writer: GroupCommitWriter,
+                 metrics: IngestMetrics) -> None:
+        self._settings = settings
+        self._writer = writer
+        self._metrics = metrics
+        self._buckets = TokenBuckets(settings.rate_per_second, settings.rate_burst)
+        self.routes: dict[str, Route] = {ALCHEMY_PATH: self.alchemy,
+                                         PAYMENTS_PATH: self.payments}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a POST to one of `routes` (the caller checked path and method)."""
+        path = scope["path"]
+        try:
+            answer = await self.routes[path](scope, receive)
+        except IngestError as exc:
+            answer = self.refusal(scope, PROVIDER_OF_PATH[path], exc)
+        body = answer.encoded()
+        headers = [(b"content-length", str(len(body)).encode("ascii")),
+                   (b"content-type", b"application/json")]
+        if answer.headers:
+            headers += [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                        for k, v in answer.headers.items()]
+        await send({"type": "http.response.start", "status": answer.status,
+                    "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def alchemy(self, scope: Scope, receive: Receive) -> Answer:
+        headers = _headers(scope)
+        body = await self._authentic_body(scope, receive, headers, alchemy.PROVIDER)
+        alchemy_signature.verify(body, headers.get(alchemy_signature.HEADER),
+                                 self._settings.alchemy_signing_keys)
+        obj = parse_json(body)
+        trace = _trace(scope)
+        trace.adopt_delivery_id(obj.get("id") if isinstance(obj, dict) else None)
+        delivery = alchemy.parse_delivery(obj)
+        recorded = await self._writer.write(
+            partial(_bound, record_alchemy, delivery=delivery, trace_id=trace.trace_id))
+        return self._accepted(scope, alchemy.PROVIDER, recorded)
+
+    async def payments(self, scope: Scope, receive: Receive) -> Answer:
+        headers = _headers(scope)
+        body = await self._authentic_body(scope, receive, headers, payments.PROVIDER)
+        standard_webhooks.verify(body, headers, self._settings.payments_secrets,
+                                 tolerance_s=self._settings.timestamp_tolerance_s)
+        event = payments.parse_payment(parse_json(body),
+                                       self._settings.payments_default_asset)
+        recorded = await self._writer.write(
+            payments.PaymentWrite(event, _trace(scope).trace_id))
+        return self._accepted(scope, payments.PROVIDER, recorded)
+
+    async def _authentic_body(self, scope: Scope, receive: Receive, headers: dict[str, str],
+                              provider: str) -> bytes:
+        """The raw body, once the cheap refusals (429, 415, 413) are out of the way."""
+        client = scope.get("client")
+        self._buckets.take(provider, client[0] if client else "unknown")
+        require_json(headers.get("content-type"))
+        return await read_bounded(receive, headers.get("content-length"),
+                                  self._settings.max_body_bytes)
+
+    def _accepted(self, scope: Scope, provider: str, recorded: Recorded) -> Answer:
+        metrics = self._metrics
+        for _, outcome in recorded.events:
+            metrics.events.labels(provider, outcome.value).inc()
+        for notice in recorded.notices_new:
+            metrics.notices.labels(provider, notice.kind.value).inc()
+            if notice.event_id is not None:  # a transfer we saw and did not credit
+                metrics.events.labels(provider, "ignored").inc()
+            log.info("delivery item not credited", kind=notice.kind.value,
+                     reason=notice.reason, event_id=notice.event_id,
+                     notice_id=notice.notice_id)
+        status = "accepted" if recorded.wrote_anything else "duplicate"
+        scope[LOG_SCOPE_KEY].update(
+            provider=provider, outcome=status,
+            events={e: o.value for e, o in recorded.events},
+            notices_recorded=len(recorded.notices_new))
+        return Answer(200, {
+            "status": status, "trace_id": _trace(scope).trace_id,
+            "events": [{"event_id": e, "outcome": o.value} for e, o in recorded.events],
+            "notices_recorded": len(recorded.notices_new),
+            "notices_known": recorded.notices_known,
+        })
+
+    def refusal(self, scope: Scope, provider: str, exc: IngestError) -> Answer:
+        """The error answer for `exc`, counted and logged (every route's refusals)."""
+        body: dict[str, Any] = {"status": "error", "code": exc.code, "reason": exc.detail,
+                                "trace_id": _trace(scope).trace_id}
+        if isinstance(exc, ConflictError):
+            body["event_id"] = exc.event_id
+            self._metrics.events.labels(provider, WriteOutcome.CONFLICT.value).inc()
+            log.warning("conflicting duplicate: same event id, different content",
+                        provider=provider, event_id=exc.event_id)
+        else:
+            self._metrics.refusals.labels(provider, exc.code).inc()
+        if isinstance(exc, DatabaseUnavailableError):
+            log.warning("database unavailable; asked the provider to retry",
+                        provider=provider)
+        scope[LOG_SCOPE_KEY].update(provider=provider, code=exc.code,
+                                    reason=exc.detail[:300])
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return Answer(exc.status, body, headers)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    # Decoded once by the RequestObserver that wraps every request.
+    headers = scope.get(HEADERS_SCOPE_KEY)
+    return headers if headers is not None else header_map(scope)
+
+
+def _trace(scope: Scope) -> Trace:
+    return scope[TRACE_SCOPE_KEY]
+
+
+def _bound(record: Callable[..., Recorded], cur: Any, **kwargs: Any) -> Recorded:
+    # The store passes the cursor first; the delivery and trace id are bound by name.
+    return record(cur, **kwargs)
