@@ -28,7 +28,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -87,6 +87,7 @@ class ChainDriver:
         self.lock = threading.Lock()
         self.sender = ""
         self.reorgs = 0
+        self.error: str | None = None  # why run() stopped early, if it did
         # A restarted anvil has no state for the blocks it loaded (anvil_reorg answers
         # "Required data unavailable"): a reorg's fork point must be above this block.
         self.floor = 0
@@ -123,7 +124,18 @@ class ChainDriver:
     # --- traffic ----------------------------------------------------------------------
 
     def run(self, duration_s: float, stop: threading.Event) -> None:
-        """Send a deposit every 1/rate seconds for `duration_s`, and deliver each one."""
+        """Send a deposit every 1/rate seconds for `duration_s`, and deliver each one.
+        Whatever stops it early is kept in `self.error`: the run then fails."""
+        try:
+            self._run(duration_s, stop)
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            while not self._jobs.empty():  # nobody will run them now
+                self._jobs.get_nowait().cancel()
+
+    def _run(self, duration_s: float, stop: threading.Event) -> None:
         interval = 1.0 / self.rate
         started = time.monotonic()
         n = 0
@@ -170,7 +182,7 @@ class ChainDriver:
             try:
                 tx_hash = self.rpc("eth_sendTransaction", {
                     "from": self.sender, "to": self.addresses[user], "value": hex(wei)})
-                receipt = self.receipt(tx_hash)
+                receipt = self._mined(tx_hash)
             except (httpx.HTTPError, RuntimeError) as exc:
                 self.retries[f"rpc:{type(exc).__name__}"] += 1
                 return None
@@ -178,6 +190,16 @@ class ChainDriver:
                                int(receipt["blockNumber"], 16))
         self.deposits.append(deposit)
         return deposit
+
+    def _mined(self, tx_hash: str, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The receipt of a transaction just sent: automine answers the send before the
+        block is always readable on a loaded machine (measured), so poll briefly."""
+        deadline = time.monotonic() + timeout_s
+        while (receipt := self.receipt(tx_hash)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tx_hash} not mined after {timeout_s:.0f} s")
+            time.sleep(0.02)
+        return receipt
 
     def _payload(self, deposit: ChainDeposit) -> tuple[bytes, dict[str, str]] | None:
         with self.lock:
@@ -232,13 +254,16 @@ class ChainDriver:
 
     def reorg(self, timeout: float = 60.0) -> str:
         """Ask the driver's thread for a reorg at its next pause; wait for the result."""
+        if self.error:
+            raise RuntimeError(f"the chain driver has stopped ({self.error})")
         job: Future[str] = Future()
         self._jobs.put(job)
         try:
             return job.result(timeout=timeout)
-        except TimeoutError:
+        except (TimeoutError, CancelledError):
             job.cancel()
-            raise
+            raise RuntimeError(f"the chain driver did not run the reorg within "
+                               f"{timeout:.0f} s ({self.error or 'still busy'})") from None
 
     def _reorg(self, client: httpx.Client, room: int) -> str:
         """Replace the last 1-3 unfinalized blocks; drop or re-mine their transfers."""

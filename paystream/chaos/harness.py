@@ -292,6 +292,8 @@ class Chaos:
         finally:
             conn.close()
         verdict.violations += [f"fault not injected: {e}" for e in self.fault_errors]
+        if self.chain.error:
+            verdict.violations.append(f"chain driver stopped early: {self.chain.error}")
         stats = {
             "sent": sender.sent, "retries": sender.retries,
             "drain_after_last_fault_s": (drained_at - self.last_fault_at) if drained_at else None,
