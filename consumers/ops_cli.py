@@ -238,23 +238,37 @@ def _housekeeping(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _shortfalls_list(args: argparse.Namespace) -> int:
+class _CannotRunError(Exception):
+    """The command could not run; the message says why (exit 2)."""
+
+
+def _shortfalls_transaction(work):
+    """Run work(cur) in one transaction of a fresh connection; _CannotRunError when the
+    database cannot be reached."""
     import psycopg2
 
-    from consumers import shortfalls
     from schema.db import connect
 
     try:
         conn = connect(application_name="paystream-shortfalls")
     except psycopg2.OperationalError as exc:
-        print(f"shortfalls: cannot reach the database: {exc}".strip(), file=sys.stderr)
-        return EXIT_CANNOT_RUN
+        raise _CannotRunError(f"cannot reach the database: {exc}".strip()) from None
     try:
         with conn, conn.cursor() as cur:
-            rows = shortfalls.list_shortfalls(cur, include_resolved=args.all,
-                                              user_id=args.user)
+            return work(cur)
     finally:
         conn.close()
+
+
+def _shortfalls_list(args: argparse.Namespace) -> int:
+    from consumers import shortfalls
+
+    try:
+        rows = _shortfalls_transaction(lambda cur: shortfalls.list_shortfalls(
+            cur, include_resolved=args.all, user_id=args.user))
+    except _CannotRunError as exc:
+        print(f"shortfalls: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     if not rows:
         print("shortfalls: none" + ("" if args.all else " open"))
         return EXIT_OK
@@ -264,24 +278,14 @@ def _shortfalls_list(args: argparse.Namespace) -> int:
 
 
 def _shortfalls_resolve(args: argparse.Namespace) -> int:
-    import psycopg2
-
     from consumers import shortfalls
-    from schema.db import connect
 
     try:
-        conn = connect(application_name="paystream-shortfalls")
-    except psycopg2.OperationalError as exc:
-        print(f"shortfalls: cannot reach the database: {exc}".strip(), file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    try:
-        with conn, conn.cursor() as cur:
-            row, still_flagged = shortfalls.resolve(cur, args.id, args.resolution)
-    except shortfalls.ResolveRefused as exc:
+        row, still_flagged = _shortfalls_transaction(
+            lambda cur: shortfalls.resolve(cur, args.id, args.resolution))
+    except (_CannotRunError, shortfalls.ResolveRefused) as exc:
         print(f"shortfalls resolve: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    finally:
-        conn.close()
     state = ("still flagged: other shortfalls are open" if still_flagged
              else "no longer flagged: withdrawals are accepted again")
     print(f"shortfall {row.id} resolved: {row.user_id} owed {row.amount.normalize():f} "
