@@ -20,6 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "services run elsewhere (PAYSTREAM_DATABASE_URL, PAYSTREAM_KAFKA_BOOTSTRAP,"
                     " PAYSTREAM_CONNECT_URL)") \
         .set_defaults(func=lambda a: _stack().setup(StackSettings.from_env()))
+    watchdog = ssub.add_parser("watchdog", help="restart the connector's FAILED tasks "
+                               "(Connect never does), until SIGTERM; run by `paystream run`")
+    watchdog.add_argument("--interval", type=float, default=5.0, help="seconds between checks")
+    watchdog.set_defaults(func=_watchdog)
     logs = ssub.add_parser("logs", help="show the tail of the components' logs")
     logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil"])
     logs.add_argument("-n", "--lines", type=int, default=50)
@@ -32,3 +36,18 @@ def _stack():
     # Imported on use: `paystream --help` should not need confluent-kafka loaded.
     from connectors import stack
     return stack
+
+
+def _watchdog(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from connectors import connector_watchdog
+    from schema.logs import configure_logging
+
+    configure_logging("connector-watchdog")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    connector_watchdog.run(StackSettings.from_env(), stop, args.interval)
+    return 0

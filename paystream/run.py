@@ -45,6 +45,8 @@ def services(ingest_port: int) -> list[Service]:
         Service("finality", "consumers.cli",
                 ["consume", "finality", "--metrics-port", "9404"],
                 "metrics http://127.0.0.1:9404/metrics (pending deposits, RPC breaker)"),
+        Service("connector-watchdog", "connectors.cli", ["stack", "watchdog"],
+                "restarts the Debezium connector's FAILED tasks (logs only)"),
         Service("health", "consumers.ops_cli",
                 ["health", "--serve-metrics", "9403", "--bind", "127.0.0.1"],
                 "metrics http://127.0.0.1:9403/metrics (stuck events, slot WAL, lag)"),

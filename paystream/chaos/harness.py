@@ -129,6 +129,9 @@ class Chaos:
              "PAYSTREAM_FINALITY_BREAKER": "3/30/2",
              "PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS": str(REORG_GRACE_BLOCKS)},
             self.log_dir)
+        # As `paystream run` does: Connect never restarts a FAILED connector task.
+        self.watchdog = px.Managed("connector-watchdog",
+                                   ["stack", "watchdog", "--interval", "2"], env, self.log_dir)
         self.group = group
         self.plan = TrafficPlan(self.run_id, cfg.users, cfg.seed)
         self.chain = ChainDriver(self.s, f"http://127.0.0.1:{self.port}", self.alchemy_key,
@@ -153,7 +156,7 @@ class Chaos:
         _start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC, self.s.kafka_bootstrap)
         self.ingest.start()
         px.wait_http_ok(f"http://127.0.0.1:{self.port}/readyz", 60)
-        for c in (*self.ledgers, self.mirror, self.finality):
+        for c in (*self.ledgers, self.mirror, self.finality, self.watchdog):
             c.start()
 
     # --- faults ---------------------------------------------------------------------
@@ -231,7 +234,7 @@ class Chaos:
 
     def _supervise(self) -> None:
         """A consumer that died on its own is restarted, as a process manager would."""
-        for c in (*self.ledgers, self.mirror, self.finality):
+        for c in (*self.ledgers, self.mirror, self.finality, self.watchdog):
             if not c.alive():
                 self.log(f"{c.name} exited ({c.proc.returncode}); restarting")
                 c.start()
@@ -242,7 +245,8 @@ class Chaos:
             self.prepare()
             return self._run()
         finally:
-            for c in (*self.ledgers, self.mirror, self.finality, self.ingest):
+            for c in (*self.ledgers, self.mirror, self.finality, self.watchdog,
+                      self.ingest):
                 c.stop()
 
     def _progress(self, sender: Sender) -> None:
