@@ -39,6 +39,7 @@ def _stack():
 
 
 def _watchdog(args: argparse.Namespace) -> int:
+    import logging
     import signal
     import threading
 
@@ -46,6 +47,8 @@ def _watchdog(args: argparse.Namespace) -> int:
     from schema.logs import configure_logging
 
     configure_logging("connector-watchdog")
+    # httpx logs every status poll through stdlib logging (not JSON, every 5 s): quiet.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
