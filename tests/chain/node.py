@@ -8,6 +8,7 @@ Never mocks the chain: everything here is a JSON-RPC call to the node.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ class Token:
     def transfer(self, to: str, raw_amount: int, sender: str | None = None) -> str:
         tx = self.contract.functions.transfer(_cs(to), raw_amount) \
             .transact({"from": _cs(sender or self.chain.funder)})
-        return "0x" + bytes(tx).hex()
+        return self.chain.sent("0x" + bytes(tx).hex())
 
     def batch_transfer(self, to: Sequence[str], raw_amounts: Sequence[int],
                        sender: str | None = None) -> str:
@@ -93,7 +94,7 @@ class Token:
             [_cs(a) for a in to], list(raw_amounts)) \
             .transact({"from": _cs(sender or self.chain.funder),
                        "gas": 60_000 + 40_000 * len(to)})
-        return "0x" + bytes(tx).hex()
+        return self.chain.sent("0x" + bytes(tx).hex())
 
     def balance_of(self, owner: str) -> int:
         return int(self.contract.functions.balanceOf(_cs(owner)).call())
@@ -112,6 +113,7 @@ class Chain:
                                     exception_retry_configuration=None))
         self.accounts = [a.lower() for a in self.w3.eth.accounts]  # unlocked dev accounts
         self.funder = self.accounts[0]
+        self.automine = True
 
     # --- raw JSON-RPC -------------------------------------------------------------------
 
@@ -156,6 +158,17 @@ class Chain:
 
     def set_automine(self, on: bool) -> None:
         self.rpc("evm_setAutomine", on)
+        self.automine = on
+
+    def sent(self, tx_hash: str, timeout: float = 10.0) -> str:
+        """`tx_hash`, once its receipt is readable when automine is on: anvil answers a
+        send before the block is readable on a loaded machine (measured in CI)."""
+        deadline = time.monotonic() + timeout
+        while self.automine and self.receipt(tx_hash) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{tx_hash} not mined after {timeout:g} s")
+            time.sleep(0.02)
+        return tx_hash
 
     def snapshot(self) -> str:
         return self.rpc("evm_snapshot")
@@ -177,8 +190,8 @@ class Chain:
         return Account.create().address.lower()
 
     def send_native(self, to: str, wei: int, sender: str | None = None) -> str:
-        return self.rpc("eth_sendTransaction", {"from": sender or self.funder,
-                                                "to": to, "value": hex(wei)})
+        return self.sent(self.rpc("eth_sendTransaction", {"from": sender or self.funder,
+                                                          "to": to, "value": hex(wei)}))
 
     def receipt(self, tx_hash: str) -> dict[str, Any] | None:
         return self.rpc("eth_getTransactionReceipt", tx_hash)

@@ -77,3 +77,17 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
 
 def test_amount_numbers_stay_numbers_so_the_amount_rule_refuses_them() -> None:
     assert parse_json(b'{"amount": 50.1}') == {"amount": 50.1}
+
+
+@pytest.mark.parametrize("raw", [
+    rb'{"id": "\u0000"}',
+    rb'{"event": {"note": "a\u0000b"}}',
+    rb'{"list": ["x", "\\\u0000"]}',  # an escaped backslash, then the NUL escape
+])
+def test_a_nul_character_anywhere_is_refused(raw: bytes) -> None:
+    with pytest.raises(PayloadError, match="NUL"):
+        parse_json(raw)
+
+
+def test_an_escaped_backslash_before_u0000_is_plain_text() -> None:
+    assert parse_json(rb'{"id": "a\\u0000"}') == {"id": "a\\u0000"}
