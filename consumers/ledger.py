@@ -119,8 +119,8 @@ class LedgerHandler:
         _write_journal(cur, plan.pending_journal, table="pending_events")
         _write_outcomes(cur, plan)
         for outcome in Outcome:
-            if plan.with_outcome(outcome):
-                result.outcomes[outcome.value] += len(plan.with_outcome(outcome))
+            if count := len(plan.with_outcome(outcome)):
+                result.outcomes[outcome.value] += count
         return result
 
 
