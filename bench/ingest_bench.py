@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from wrk_load import run_wrk  # noqa: E402  (bench/, on sys.path as the script's folder)
+
 from ingest.testing import ingest_server, payment_body, payment_headers  # noqa: E402
 from schema.db import database_url  # noqa: E402
 from schema.events import PAYMENTS_TOPIC  # noqa: E402
@@ -48,6 +50,7 @@ PATH = "/webhooks/payments"
 REQUEST_TIMEOUT_S = 10  # every request, and so every phase, is bounded in time
 MAX_LAG_S = 5.0         # open loop: requests this late are not sent at all
 STATS_FLUSH_S = 1.5     # Postgres backends flush their statistics about once a second
+CLIENT = {"saturation": "wrk"}  # set from --client in main()
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Result:
     seconds: float
     latencies_ms: list[float]
     load: str = ""        # the machine's load average after the phase
+    percentiles: dict[float, float] | None = None  # wrk's, when it generated the load
+    wraps: int = 0  # times wrk ran out of distinct requests and started over
     cdc_wait_s: float = 0.0  # waited before the phase for CDC to stream the backlog
     commits: int | None = None  # Postgres COMMITs during the phase (pg_stat_database)
 
@@ -67,6 +72,8 @@ class Result:
         return self.ok / self.seconds if self.seconds else 0.0
 
     def pct(self, q: float) -> float:
+        if self.percentiles is not None:
+            return self.percentiles.get(q, float("nan"))
         if not self.latencies_ms:
             return float("nan")
         ordered = sorted(self.latencies_ms)
@@ -234,7 +241,15 @@ def _generator(kind: str, url: str, reqs: list, param: float, duration: float, c
 
 def run_load(label: str, kind: str, url: str, reqs: list, param: float,
              duration: float, processes: int) -> Result:
-    """Split the requests over `processes` generator processes and merge the results."""
+    """Split the requests over `processes` generator processes and merge the results.
+
+    Closed-loop (saturation) load comes from wrk unless --client aiohttp was given.
+    """
+    if kind == "closed" and CLIENT["saturation"] == "wrk":
+        done = run_wrk(url, reqs, int(param), duration, threads=processes)
+        return Result(label, done.answered, done.ok, done.errors, done.seconds, [],
+                      load=load_average(), wraps=done.wraps,
+                      percentiles={0.50: done.p50_ms, 0.99: done.p99_ms})
     ctx = multiprocessing.get_context("fork")
     share = len(reqs) // processes
     pipes, children = [], []
@@ -277,9 +292,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1, help="uvicorn workers per server")
     parser.add_argument("--generators", type=int, default=1,
                         help="load generator processes")
+    parser.add_argument("--client", choices=("wrk", "aiohttp"), default="wrk",
+                        help="load generator at saturation (the fixed rate always uses the "
+                             "aiohttp open-loop generator, which schedules every send)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="bare/ingest alternations per phase (medians are reported)")
     args = parser.parse_args()
+    CLIENT["saturation"] = args.client
 
     env = {"PAYSTREAM_DATABASE_URL": database_url(),
            # The benchmark measures the pipeline, not the limiter.
@@ -291,7 +310,8 @@ def main() -> int:
             env[name] = os.environ[name]
     print(f"ingest benchmark: load average {load_average()} at start, {os.cpu_count()} CPUs,"
           f" {args.workers} uvicorn worker(s), {args.generators} load generator"
-          f" process(es), {args.duration:.0f} s per phase, {args.rounds} round(s)")
+          f" process(es), {args.duration:.0f} s per phase, {args.rounds} round(s),"
+          f" saturation load from {args.client}")
     print(f"database: {database_url().split('@')[-1]} (Kafka and Connect of the stack "
           "run on the same machine)")
     # Both servers run for the whole benchmark and their phases alternate, so a change
@@ -303,10 +323,11 @@ def main() -> int:
         sides = {"bare FastAPI": bare.url + PATH, "ingest /webhooks/payments": ingest.url + PATH}
         cdc = CdcBacklog()
         for side, url in sides.items():
-            warm = run_load("warm-up", "closed", url,
-                            signed_requests(500, f"warm-{side[:4]}"), 8, 2, 1)
+            warm_reqs = signed_requests(500, f"warm-{side[:4]}")
+            warm = run_load("warm-up", "closed", url, warm_reqs, 8, 2, 1)
             if side.startswith("ingest"):
-                cdc.accepted += warm.ok
+                # wrk starts the list over when it runs out: the replays are duplicates.
+                cdc.accepted += len(warm_reqs) if warm.wraps else warm.ok
 
         def measured(side: str, *load_args: object) -> Result:
             waited = cdc.drain()
@@ -314,6 +335,8 @@ def main() -> int:
             result = runner(*load_args)
             result.cdc_wait_s = waited
             if side.startswith("ingest"):
+                if result.wraps:  # a replayed delivery is a duplicate, not a write
+                    raise RuntimeError(f"{result.label}: wrk ran out of distinct requests")
                 cdc.accepted += result.ok
             print(result.line(), flush=True)
             return result

@@ -47,6 +47,8 @@ def ensure_packages() -> list[str]:
         # promtool checks and unit-tests the alert rules; the server it ships with is
         # not used (and not started: we only need the tool).
         wanted.append("prometheus")
+    if shutil.which("wrk") is None:
+        wanted.append("wrk")  # the load generator of bench/ingest_bench.py at saturation
     if wanted:
         _apt_install(wanted)
     return wanted
