@@ -6,11 +6,14 @@ Bind the event's trace id with `structlog.contextvars.bind_contextvars(trace_id=
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import json
 import logging
 import os
 import sys
-from typing import Any
+import threading
+from typing import Any, TextIO
 
 import orjson
 import structlog
@@ -29,7 +32,7 @@ def configure_logging(service: str, level: str | None = None) -> None:
             structlog.processors.JSONRenderer(serializer=render_json),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=LineWriterFactory(LineWriter(sys.stdout)),
         cache_logger_on_first_use=True,
     )
     structlog.contextvars.bind_contextvars(service=service)
@@ -44,3 +47,62 @@ def render_json(event_dict: dict[str, Any], **json_kw: Any) -> str:
                             option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:
         return json.dumps(event_dict, **json_kw)
+
+
+class LineWriter:
+    """structlog's output: each rendered line to `file`, in the order logged.
+
+    On a thread that runs an asyncio event loop (the ingest), info and debug lines are
+    collected and written once per turn of the loop, in one write: a line per request,
+    each with its own write and flush, cost the ingest ~15 % of its saturated
+    throughput (bench/ingest_bench.py). A line waits at most until the loop's next turn.
+    Warnings and errors, and every line logged where no loop runs (consumers, the
+    ingest's writer threads), are written at once, after the lines collected before them.
+    """
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self._pending: list[str] = []
+        self._lock = threading.Lock()  # the writer threads log too
+        atexit.register(self.flush)
+
+    def _at_loop_turn(self, line: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._at_once(line)
+            return
+        with self._lock:
+            self._pending.append(line)
+            first = len(self._pending) == 1
+        if first:
+            loop.call_soon(self.flush)
+
+    def _at_once(self, line: str) -> None:
+        with self._lock:
+            self._pending.append(line)
+            self._write_pending()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            text = "\n".join(self._pending) + "\n"
+            self._pending.clear()
+            self._file.write(text)
+            self._file.flush()
+
+    debug = info = _at_loop_turn
+    msg = warning = warn = error = critical = fatal = exception = failure = _at_once
+
+
+class LineWriterFactory:
+    """One LineWriter for every structlog logger of the process."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        self._writer = writer
+
+    def __call__(self, *args: Any) -> LineWriter:
+        return self._writer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import shutil
 from collections.abc import Iterator
@@ -146,7 +147,9 @@ def test_postgres_down_is_503_with_retry_after_and_nothing_is_lost(
         assert retried.status_code == 200 and retried.json()["status"] == "accepted"
         assert httpx.get(srv.url + "/readyz").status_code == 200
         log = srv.log_path.read_text()
-    assert '"trace_id": "msg_outage"' in log and "database unavailable" in log
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert any(line.get("trace_id") == "msg_outage"
+               and line["event"].startswith("database unavailable") for line in lines)
     with psycopg2.connect(stack.database_url) as conn, conn.cursor() as cur:
         cur.execute("SELECT event_id, amount::text FROM payment_events WHERE user_id = %s"
                     " ORDER BY event_id", (user,))

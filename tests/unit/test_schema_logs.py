@@ -1,0 +1,51 @@
+"""The log output: JSON lines in the order logged, batched per event-loop turn."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+from schema.logs import LineWriter, render_json
+
+
+class CountingFile(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_lines_on_an_event_loop_are_written_once_per_turn_in_order() -> None:
+    out = CountingFile()
+    writer = LineWriter(out)
+
+    async def requests() -> list[int]:
+        seen = []
+        writer.info("a1")
+        writer.info("a2")
+        seen.append(out.writes)  # nothing written yet: the turn is not over
+        await asyncio.sleep(0)
+        seen.append(out.writes)
+        writer.info("b1")
+        writer.warning("b2")  # a warning goes out at once, after what came before it
+        seen.append(out.writes)
+        return seen
+
+    assert asyncio.run(requests()) == [0, 1, 2]
+    assert out.getvalue().splitlines() == ["a1", "a2", "b1", "b2"]
+
+
+def test_lines_without_an_event_loop_are_written_at_once() -> None:
+    out = CountingFile()
+    writer = LineWriter(out)
+    writer.info("x")
+    assert out.getvalue() == "x\n" and out.writes == 1
+
+
+def test_render_json_never_raises_on_what_orjson_refuses() -> None:
+    line = render_json({"event": "e", "raw": 2**80, "by_partition": {3: 7}})
+    assert json.loads(line) == {"event": "e", "raw": 2**80, "by_partition": {"3": 7}}
