@@ -133,13 +133,6 @@ def wire_hash(wire: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(wire)).hexdigest()
 
 
-def wire_json_and_hash(wire: dict[str, Any]) -> tuple[str, str]:
-    """The canonical JSON text of `wire` (a valid payload for the row and the message)
-    and its content hash, for the price of one serialisation."""
-    canonical = canonical_json(wire)
-    return canonical.decode("ascii"), hashlib.sha256(canonical).hexdigest()
-
-
 def canonical_json(wire: dict[str, Any]) -> bytes:
     """The bytes content hashes are taken of: json.dumps(sort_keys=True), compact, ASCII.
 

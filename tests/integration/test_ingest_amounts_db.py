@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from schema.amounts import AMOUNT_PATTERN, AmountError, format_amount, parse_amount
 from schema.db import connect, database_url
 from schema.events import EventType, PaymentEvent
-from schema.outbox import WriteOutcome, write_event
+from schema.outbox import WriteOutcome, write_event, write_events
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -86,3 +86,23 @@ def test_an_event_written_through_the_outbox_keeps_its_amount(conn, amount: Deci
     finally:
         conn.rollback()  # a property test leaves no rows (and no outbox message) behind
     assert stored == amount and Decimal(wire) == amount and wire == format_amount(amount)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(allowed_amounts, min_size=1, max_size=8))
+def test_events_written_as_a_group_keep_their_amounts(conn, amounts: list[Decimal]) -> None:
+    # The group commit's path: one JSON document of rows, unpacked by Postgres.
+    events = [(PaymentEvent(unique("ev-group"), EventType.DEPOSIT, "prop-user", "USD", a,
+                            "payments"), "trace-prop") for a in amounts]
+    try:
+        with conn.cursor() as cur:
+            assert write_events(cur, events) == [WriteOutcome.ACCEPTED] * len(events)
+            cur.execute("SELECT event_id, amount, payload->>'amount' FROM payment_events"
+                        " WHERE event_id = ANY(%s)", ([e.event_id for e, _ in events],))
+            stored = {row[0]: row[1:] for row in cur.fetchall()}
+    finally:
+        conn.rollback()
+    for event, _ in events:
+        amount, wire = stored[event.event_id]
+        assert amount == event.amount and wire == format_amount(event.amount)
