@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -64,7 +65,7 @@ class LineWriter:
         self._file = file
         self._pending: list[str] = []
         self._lock = threading.Lock()  # the writer threads log too
-        atexit.register(self.flush)
+        atexit.register(self._flush_at_exit)
 
     def _at_loop_turn(self, line: str) -> None:
         try:
@@ -86,6 +87,10 @@ class LineWriter:
     def flush(self) -> None:
         with self._lock:
             self._write_pending()
+
+    def _flush_at_exit(self) -> None:
+        with contextlib.suppress(ValueError, OSError):  # the file may be closed by then
+            self.flush()
 
     def _write_pending(self) -> None:
         if self._pending:

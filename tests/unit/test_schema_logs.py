@@ -49,3 +49,11 @@ def test_lines_without_an_event_loop_are_written_at_once() -> None:
 def test_render_json_never_raises_on_what_orjson_refuses() -> None:
     line = render_json({"event": "e", "raw": 2**80, "by_partition": {3: 7}})
     assert json.loads(line) == {"event": "e", "raw": 2**80, "by_partition": {"3": 7}}
+
+
+def test_the_exit_flush_survives_a_closed_file() -> None:
+    out = io.StringIO()
+    writer = LineWriter(out)
+    writer._pending.append("collected on a loop that never turned again")
+    out.close()  # e.g. a test's captured stdout, closed before the interpreter exits
+    writer._flush_at_exit()  # what atexit runs: must not raise
