@@ -256,6 +256,25 @@ def test_grouped_payments_have_the_outcomes_of_one_by_one(store: EventStore, db)
     assert traces[fresh.event_id] == "t-fresh" and traces[twice.event_id] == "t-twice"
 
 
+def test_grouped_ids_with_json_and_sql_metacharacters_round_trip(store: EventStore,
+                                                                  db) -> None:
+    # Grouped rows travel inside one JSON document inside one SQL literal: quotes,
+    # backslashes and escape-like text must come out as they went in.
+    user = unique("user")
+    event = _payment(unique("ev") + '"\\\'$%{}[]:,\\u0000', user, "3")
+    outcomes = _together(store, [PaymentWrite(event, 'trace"\\x'),
+                                 PaymentWrite(event, "t-again")])
+    assert [_outcomes(o) for o in outcomes] == [[WriteOutcome.ACCEPTED],
+                                                [WriteOutcome.DUPLICATE]]
+    with db.cursor() as cur:
+        cur.execute("SELECT event_id, trace_id, payload->>'event_id', content_hash"
+                    " FROM payment_events WHERE user_id = %s", (user,))
+        assert cur.fetchall() == [(event.event_id, 'trace"\\x', event.event_id,
+                                   event.content_hash())]
+    # The one-by-one path finds the same content: a redelivery is a duplicate there too.
+    assert _outcomes(store.run(PaymentWrite(event, "t-later"))) == [WriteOutcome.DUPLICATE]
+
+
 def test_a_grouped_payment_the_database_rejects_is_isolated(store: EventStore, db) -> None:
     user = unique("user")
     good_a, good_b = _payment(unique("ev"), user, "1"), _payment(unique("ev"), user, "2")
