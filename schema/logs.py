@@ -64,6 +64,7 @@ class LineWriter:
     def __init__(self, file: TextIO) -> None:
         self._file = file
         self._pending: list[str] = []
+        self._flush_on: asyncio.AbstractEventLoop | None = None  # has a flush queued
         self._lock = threading.Lock()  # the writer threads log too
         atexit.register(self._flush_at_exit)
 
@@ -75,8 +76,11 @@ class LineWriter:
             return
         with self._lock:
             self._pending.append(line)
-            first = len(self._pending) == 1
-        if first:
+            # Queued per loop, not "first line pending": a flush queued on a loop that
+            # closed before running it must not leave later lines waiting for exit.
+            queue_flush = self._flush_on is not loop
+            self._flush_on = loop
+        if queue_flush:
             loop.call_soon(self.flush)
 
     def _at_once(self, line: str) -> None:
@@ -93,6 +97,7 @@ class LineWriter:
             self.flush()
 
     def _write_pending(self) -> None:
+        self._flush_on = None
         if self._pending:
             text = "\n".join(self._pending) + "\n"
             self._pending.clear()

@@ -6,6 +6,8 @@ import asyncio
 import io
 import json
 
+import pytest
+
 from schema.logs import LineWriter, render_json
 
 
@@ -57,3 +59,24 @@ def test_the_exit_flush_survives_a_closed_file() -> None:
     writer._pending.append("collected on a loop that never turned again")
     out.close()  # e.g. a test's captured stdout, closed before the interpreter exits
     writer._flush_at_exit()  # what atexit runs: must not raise
+
+
+def test_a_flush_lost_with_a_closed_loop_does_not_hold_later_lines() -> None:
+    out = CountingFile()
+    writer = LineWriter(out)
+    lost = asyncio.new_event_loop()
+
+    async def log_then_exit() -> None:
+        writer.info("logged as the loop ends")
+        raise SystemExit  # leaves the loop at once, its queued flush never run
+
+    with pytest.raises(SystemExit):
+        lost.run_until_complete(log_then_exit())
+    lost.close()
+
+    async def next_loop() -> None:
+        writer.info("on the next loop")
+        await asyncio.sleep(0)
+
+    asyncio.run(next_loop())
+    assert out.getvalue().splitlines() == ["logged as the loop ends", "on the next loop"]
