@@ -7,6 +7,9 @@ COPY schema ./schema
 COPY ingest ./ingest
 COPY consumers ./consumers
 COPY connectors ./connectors
+COPY finality ./finality
+COPY ops ./ops
+COPY stack ./stack
 RUN pip install --no-cache-dir .
 USER nobody
 ENTRYPOINT ["paystream"]

@@ -17,13 +17,14 @@ from decimal import Decimal
 
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors import connect, kafka
-from connectors.process import read_pid
-from connectors.settings import StackSettings
-from schema.db import connect as db_connect
-from schema.db import kafka_bootstrap
-from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
-from schema.outbox import write_event
+from paystream.connectors import connect
+from paystream.schema.db import connect as db_connect
+from paystream.schema.db import kafka_bootstrap
+from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
+from paystream.schema.outbox import write_event
+from paystream.stack import kafka
+from paystream.stack.process import read_pid
+from paystream.stack.settings import StackSettings
 
 
 def main() -> None:

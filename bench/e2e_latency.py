@@ -25,13 +25,13 @@ from collections.abc import Callable
 
 import aiohttp
 
-from connectors.settings import StackSettings
-from ingest import standard_webhooks
-from ingest.testing import free_port
 from paystream.chaos import processes as px
 from paystream.chaos.harness import _start_group_at_end
-from schema.db import connect
-from schema.events import PAYMENTS_TOPIC
+from paystream.ingest import standard_webhooks
+from paystream.schema.db import connect
+from paystream.schema.events import PAYMENTS_TOPIC
+from paystream.stack.settings import StackSettings
+from tests.support.ingest import free_port
 
 SENDERS = 2  # sender processes: one asyncio loop tops out near 1,000 requests/s
 POLL_S = 0.01

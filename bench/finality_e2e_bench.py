@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.chain.pipeline import Pipeline, persisted_anvil, wait_for
+from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
 
 PORT = 8746
 

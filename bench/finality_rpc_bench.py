@@ -28,14 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from web3 import Web3
 
-from consumers.finality.planner import check, check_one_by_one
-from consumers.finality.rpc import ChainRpc
-from consumers.finality.verify import Outcome
-from consumers.finality.watcher import FinalityWatcher
-from tests.chain.counting import RpcCounter
-from tests.chain.deposits import NETWORK, activities, deliver
-from tests.chain.memory import MemoryLedger
-from tests.chain.node import Chain, running_anvil
+from paystream.finality.planner import check, check_one_by_one
+from paystream.finality.rpc import ChainRpc
+from paystream.finality.verify import Outcome
+from paystream.finality.watcher import FinalityWatcher
+from tests.support.chain.counting import RpcCounter
+from tests.support.chain.deposits import NETWORK, activities, deliver
+from tests.support.chain.memory import MemoryLedger
+from tests.support.chain.node import Chain, running_anvil
 
 PORT = 8745
 BATCH_RECIPIENTS = 150  # Transfer logs per batchTransfer transaction

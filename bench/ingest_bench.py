@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT))
 
 from wrk_load import run_wrk  # noqa: E402  (bench/, on sys.path as the script's folder)
 
-from ingest.testing import ingest_server, payment_body, payment_headers  # noqa: E402
-from schema.db import database_url  # noqa: E402
-from schema.events import PAYMENTS_TOPIC  # noqa: E402
+from paystream.schema.db import database_url  # noqa: E402
+from paystream.schema.events import PAYMENTS_TOPIC  # noqa: E402
+from tests.support.ingest import ingest_server, payment_body, payment_headers  # noqa: E402
 
 TARGET_SHARE = 0.50   # of the bare endpoint's saturated throughput
 TARGET_P99_MS = 25.0  # at the fixed rate
@@ -111,7 +111,7 @@ class CdcBacklog:
     """Waits until the payments topic holds every event the ingest accepted so far."""
 
     def __init__(self) -> None:
-        from consumers.harness import end_offsets
+        from tests.support.consumers import end_offsets
 
         self._end_offsets = end_offsets
         self.start = self._on_topic()

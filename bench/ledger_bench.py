@@ -20,7 +20,10 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-from consumers.harness import (
+from paystream.schema.db import connect
+from paystream.schema.events import EventType, PaymentEvent, parse_wire
+from paystream.schema.idempotency import idempotency_key
+from tests.support.consumers import (
     ConsumerProcess,
     committed,
     create_topic,
@@ -29,9 +32,6 @@ from consumers.harness import (
     produce,
     wire_message,
 )
-from schema.db import connect
-from schema.events import EventType, PaymentEvent, parse_wire
-from schema.idempotency import idempotency_key
 
 
 def make_stream(run: str, users: int, count: int, seed: int = 42) -> list[PaymentEvent]:

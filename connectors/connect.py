@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 
-from connectors.kafka import CONFIG_DIR, java_cmd, render
-from connectors.process import StackError, read_pid, start_detached, stop_pid, wait_until
-from connectors.settings import StackSettings
+from paystream.stack.kafka import CONFIG_DIR, java_cmd, render
+from paystream.stack.process import StackError, read_pid, start_detached, stop_pid, wait_until
+from paystream.stack.settings import StackSettings
 
 COMPONENT = "connect"
 CONNECTOR_FILE = CONFIG_DIR / "outbox-connector.json"

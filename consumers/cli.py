@@ -1,6 +1,6 @@
 """`paystream consume ledger | dlq-mirror | finality` and `paystream dlq list | show |
 replay`. `finality` is not a Kafka group: it runs the chain finality watcher
-(consumers/finality/service.py), one thread per network of
+(finality/service.py), one thread per network of
 PAYSTREAM_FINALITY_NETWORKS (or --network)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 import sys
 from typing import Any
 
-from consumers.settings import ConfigError, ConsumerSettings
-from schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+from paystream.consumers.settings import ConfigError, ConsumerSettings
+from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
 # group -> (default topic, default DLQ topic, default metrics port, default DLQ limit)
 GROUPS: dict[str, tuple[str, str, int, int]] = {
@@ -95,9 +95,9 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
 def _finality(args: argparse.Namespace) -> int:
     import os
 
-    from consumers import metrics
-    from consumers.finality import service, settings
-    from schema.logs import configure_logging
+    from paystream.consumers import metrics
+    from paystream.finality import service, settings
+    from paystream.logs import configure_logging
 
     if args.network:
         os.environ["PAYSTREAM_FINALITY_NETWORKS"] = ",".join(args.network)
@@ -116,10 +116,10 @@ def _consume(args: argparse.Namespace) -> int:
     if args.kind == "finality":
         return _finality(args)
     # Imported here: `paystream --help` must not need a broker client.
-    from consumers import metrics
-    from consumers.client import consumer_config
-    from consumers.runtime import BatchConsumer
-    from schema.logs import configure_logging
+    from paystream.consumers import metrics
+    from paystream.consumers.client import consumer_config
+    from paystream.consumers.runtime import BatchConsumer
+    from paystream.logs import configure_logging
 
     try:
         settings = settings_from_args(args)
@@ -130,17 +130,17 @@ def _consume(args: argparse.Namespace) -> int:
     configure_logging(f"consumer-{settings.group}")
     handler: Any
     if args.kind == "ledger":
-        from consumers.ledger import LedgerHandler
+        from paystream.consumers.ledger import LedgerHandler
         handler = LedgerHandler()
     else:
-        from consumers.dlq_mirror import DlqMirrorHandler
+        from paystream.consumers.dlq_mirror import DlqMirrorHandler
         handler = DlqMirrorHandler()
     metrics.serve(settings.metrics_port)
     return BatchConsumer(settings, handler).run()
 
 
 def _with_cursor(action: Any) -> Any:
-    from schema.db import connect
+    from paystream.schema.db import connect
     conn = connect(application_name="paystream-dlq")
     try:
         with conn, conn.cursor() as cur:
@@ -150,7 +150,7 @@ def _with_cursor(action: Any) -> Any:
 
 
 def _dlq_list(args: argparse.Namespace) -> int:
-    from consumers.replay import list_dead_letters
+    from paystream.ops.replay import list_dead_letters
     status = None if args.status == "all" else args.status
     rows = _with_cursor(lambda cur: list_dead_letters(cur, status, args.limit))
     print(f"{'id':>6}  {'status':<9} {'reason':<22} {'event_id':<36} origin")
@@ -162,7 +162,7 @@ def _dlq_list(args: argparse.Namespace) -> int:
 
 
 def _dlq_show(args: argparse.Namespace) -> int:
-    from consumers.replay import show_dead_letter
+    from paystream.ops.replay import show_dead_letter
     row = _with_cursor(lambda cur: show_dead_letter(cur, args.id))
     if row is None:
         print(f"no dead letter with id {args.id}", file=sys.stderr)
@@ -172,7 +172,7 @@ def _dlq_show(args: argparse.Namespace) -> int:
 
 
 def _dlq_replay(args: argparse.Namespace) -> int:
-    from consumers.replay import ReplayRefused, replay
+    from paystream.ops.replay import ReplayRefused, replay
     try:
         done = _with_cursor(lambda cur: replay(cur, args.id))
     except ReplayRefused as exc:

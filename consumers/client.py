@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from consumers.settings import ConfigError, ConsumerSettings
+from paystream.consumers.settings import ConfigError, ConsumerSettings
 
 # Properties whose value is fixed by the commit protocol.
 REQUIRED_FALSE = ("enable.auto.commit", "enable.auto.offset.store")

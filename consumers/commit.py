@@ -25,13 +25,13 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from consumers import metrics
-from consumers.connection import Database
-from consumers.crash_hooks import CrashHooks
-from consumers.dlq import DeadLetter, DeadLetterProducer, DlqRateLimit
-from consumers.failures import FailureClass, PoisonError, classify, describe, sqlstate
-from consumers.handler import BatchHandler, BatchResult
-from consumers.records import Record
+from paystream.consumers import metrics
+from paystream.consumers.connection import Database
+from paystream.consumers.crash_hooks import CrashHooks
+from paystream.consumers.dlq import DeadLetter, DeadLetterProducer, DlqRateLimit
+from paystream.consumers.failures import FailureClass, PoisonError, classify, describe, sqlstate
+from paystream.consumers.handler import BatchHandler, BatchResult
+from paystream.consumers.records import Record
 
 log = structlog.get_logger("consumers.commit")
 

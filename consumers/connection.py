@@ -11,7 +11,7 @@ import contextlib
 import psycopg2
 import psycopg2.extensions
 
-from schema.db import connect, database_url
+from paystream.schema.db import connect, database_url
 
 LOCK_TIMEOUT_MS = 10_000  # 55P03 after this: transient, the batch is retried
 STATEMENT_TIMEOUT_MS = 30_000  # 57014 after this: transient, the batch is retried

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from consumers.failures import FatalError, TransientError
-from consumers.records import Record
+from paystream.consumers.failures import FatalError, TransientError
+from paystream.consumers.records import Record
 
 # Headers the DLQ producer adds; the DLQ mirror reads them back.
 H_SOURCE_TOPIC = "dlq.source.topic"

@@ -15,10 +15,10 @@ from typing import Any
 
 import structlog
 
-from consumers import dlq
-from consumers.handler import BatchResult
-from consumers.records import Record, printable
-from schema.status import EventStatus, transition
+from paystream.consumers import dlq
+from paystream.consumers.handler import BatchResult
+from paystream.consumers.records import Record, printable
+from paystream.schema.status import EventStatus, transition
 
 log = structlog.get_logger("consumers.dlq_mirror")
 

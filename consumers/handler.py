@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from consumers.dlq import DeadLetter
-from consumers.records import Record
+from paystream.consumers.dlq import DeadLetter
+from paystream.consumers.records import Record
 
 
 @dataclass

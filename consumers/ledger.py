@@ -52,19 +52,19 @@ from typing import Any
 
 import structlog
 
-from consumers.dlq import DeadLetter
-from consumers.failures import PoisonError
-from consumers.finality.verify import ExpectedDeposit
-from consumers.handler import BatchResult
-from consumers.ledger_metrics import ShortfallGauge, count_reversal
-from consumers.ledger_plan import Candidate, Outcome, Pair, dedupe, plan_batch, read_event
-from consumers.reconcile import HotPathReconciler
-from consumers.records import Record
-from schema.amounts import format_amount
-from schema.events import NOTIFICATIONS_AGGREGATE, EventType, SettlementType
-from schema.idempotency import idempotency_key
-from schema.outbox import emit
-from schema.status import EventStatus, transition
+from paystream.consumers.dlq import DeadLetter
+from paystream.consumers.failures import PoisonError
+from paystream.consumers.handler import BatchResult
+from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
+from paystream.consumers.ledger_plan import Candidate, Outcome, Pair, dedupe, plan_batch, read_event
+from paystream.consumers.records import Record
+from paystream.finality.verify import ExpectedDeposit
+from paystream.ops.reconcile import HotPathReconciler
+from paystream.schema.amounts import format_amount
+from paystream.schema.events import NOTIFICATIONS_AGGREGATE, EventType, SettlementType
+from paystream.schema.idempotency import idempotency_key
+from paystream.schema.outbox import emit
+from paystream.schema.status import EventStatus, transition
 
 log = structlog.get_logger("consumers.ledger")
 

@@ -41,7 +41,7 @@ class ShortfallGauge:
         if time.monotonic() - self._last < self.interval_s:
             return None
         self._last = time.monotonic()
-        from consumers.reconcile import snapshot  # the same read-only snapshot helper
+        from paystream.ops.reconcile import snapshot  # the same read-only snapshot helper
 
         try:
             with snapshot(connection()) as cur:

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 
-from consumers.failures import PoisonError
-from consumers.finality.verify import DepositError, ExpectedDeposit
-from consumers.records import Record
-from schema.events import EventError, PaymentEvent, SettlementType, parse_wire
-from schema.idempotency import idempotency_key
+from paystream.consumers.failures import PoisonError
+from paystream.consumers.records import Record
+from paystream.finality.verify import DepositError, ExpectedDeposit
+from paystream.schema.events import EventError, PaymentEvent, SettlementType, parse_wire
+from paystream.schema.idempotency import idempotency_key
 
 Pair = tuple[str, str]  # (user_id, asset)
 ZERO = Decimal(0)

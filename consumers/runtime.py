@@ -23,18 +23,29 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from consumers import metrics
-from consumers.backoff import Backoff
-from consumers.client import consumer_config, dlq_producer_config, make_consumer, make_producer
-from consumers.commit import CommitProtocol, PartitionKey, first_offsets
-from consumers.connection import Database
-from consumers.crash_hooks import CrashHooks
-from consumers.dlq import DeadLetterProducer, DlqRateLimit
-from consumers.failures import FailureClass, FatalError, TransientError, classify, describe
-from consumers.handler import BatchHandler
-from consumers.records import Record, from_message
-from consumers.settings import ConsumerSettings
-from consumers.watchdog import Watchdog
+from paystream.consumers import metrics
+from paystream.consumers.backoff import Backoff
+from paystream.consumers.client import (
+    consumer_config,
+    dlq_producer_config,
+    make_consumer,
+    make_producer,
+)
+from paystream.consumers.commit import CommitProtocol, PartitionKey, first_offsets
+from paystream.consumers.connection import Database
+from paystream.consumers.crash_hooks import CrashHooks
+from paystream.consumers.dlq import DeadLetterProducer, DlqRateLimit
+from paystream.consumers.failures import (
+    FailureClass,
+    FatalError,
+    TransientError,
+    classify,
+    describe,
+)
+from paystream.consumers.handler import BatchHandler
+from paystream.consumers.records import Record, from_message
+from paystream.consumers.settings import ConsumerSettings
+from paystream.consumers.watchdog import Watchdog
 
 log = structlog.get_logger("consumers.runtime")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schema.db import kafka_bootstrap
+from paystream.schema.db import kafka_bootstrap
 
 
 class ConfigError(ValueError):

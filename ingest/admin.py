@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import psycopg2.extensions
 
-from ingest.alchemy import ADDRESS_PATTERN, NETWORK_PATTERN
-from schema.amounts import format_amount
-from schema.events import USER_ID_PATTERN
+from paystream.ingest.alchemy import ADDRESS_PATTERN, NETWORK_PATTERN
+from paystream.schema.amounts import format_amount
+from paystream.schema.events import USER_ID_PATTERN
 
 Connection = psycopg2.extensions.connection
 

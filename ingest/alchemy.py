@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.errors import PayloadError
-from ingest.notices import Notice, NoticeKind, notice_id
-from schema.amounts import AmountError, from_base_units
-from schema.events import EventType, PaymentEvent
+from paystream.ingest.errors import PayloadError
+from paystream.ingest.notices import Notice, NoticeKind, notice_id
+from paystream.schema.amounts import AmountError, from_base_units
+from paystream.schema.events import EventType, PaymentEvent
 
 PROVIDER = "alchemy"
 ADDRESS_ACTIVITY = "ADDRESS_ACTIVITY"

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from schema.amounts import AMOUNT_PATTERN
-from schema.events import EventType
+from paystream.schema.amounts import AMOUNT_PATTERN
+from paystream.schema.events import EventType
 
 
 class EventResult(BaseModel):

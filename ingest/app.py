@@ -23,16 +23,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, gene
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from ingest import api_schema
-from ingest.errors import IngestError
-from ingest.metrics import IngestMetrics
-from ingest.observe import TRACE_SCOPE_KEY, RequestObserver, internal_error
-from ingest.settings import IngestSettings
-from ingest.store import EventStore
-from ingest.trace import Trace
-from ingest.webhooks import ALCHEMY_PATH, PAYMENTS_PATH, PROVIDER_OF_PATH, Answer, Webhooks
-from ingest.writer import GroupCommitWriter
-from schema.logs import configure_logging
+from paystream.ingest import api_schema
+from paystream.ingest.errors import IngestError
+from paystream.ingest.metrics import IngestMetrics
+from paystream.ingest.observe import TRACE_SCOPE_KEY, RequestObserver, internal_error
+from paystream.ingest.settings import IngestSettings
+from paystream.ingest.store import EventStore
+from paystream.ingest.trace import Trace
+from paystream.ingest.webhooks import (
+    ALCHEMY_PATH,
+    PAYMENTS_PATH,
+    PROVIDER_OF_PATH,
+    Answer,
+    Webhooks,
+)
+from paystream.ingest.writer import GroupCommitWriter
+from paystream.logs import configure_logging
 
 
 class IngestApp:

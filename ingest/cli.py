@@ -8,7 +8,7 @@ import sys
 
 import psycopg2
 
-from ingest.settings import IngestSettings, SettingsError
+from paystream.ingest.settings import IngestSettings, SettingsError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,14 +46,14 @@ def _serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"paystream ingest: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run("ingest.app:create_app_from_env", factory=True, host=args.host,
+    uvicorn.run("paystream.ingest.app:create_app_from_env", factory=True, host=args.host,
                 port=args.port, workers=args.workers, access_log=False,
                 log_level="warning", lifespan="on")
     return 0
 
 
 def _add_user(args: argparse.Namespace) -> int:
-    from ingest import admin
+    from paystream.ingest import admin
 
     return _with_db(lambda conn: print(
         f"user {args.user_id}: " + ("created" if admin.add_user(conn, args.user_id)
@@ -61,7 +61,7 @@ def _add_user(args: argparse.Namespace) -> int:
 
 
 def _add_address(args: argparse.Namespace) -> int:
-    from ingest import admin
+    from paystream.ingest import admin
 
     return _with_db(lambda conn: print(
         f"{args.network.upper()} {args.address.lower()} -> {args.user}: "
@@ -70,14 +70,14 @@ def _add_address(args: argparse.Namespace) -> int:
 
 
 def _balances(args: argparse.Namespace) -> int:
-    from ingest import admin
+    from paystream.ingest import admin
 
     return _with_db(lambda conn: print(admin.render_table(admin.balances(conn, args.user))))
 
 
 def _with_db(action) -> int:
-    from ingest.admin import AdminError
-    from schema.db import connect, database_url
+    from paystream.ingest.admin import AdminError
+    from paystream.schema.db import connect, database_url
 
     try:
         conn = connect(database_url(), application_name="paystream-admin")

@@ -16,8 +16,8 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ingest import trace as tracing
-from ingest.metrics import IngestMetrics
+from paystream.ingest import trace as tracing
+from paystream.ingest.metrics import IngestMetrics
 
 TRACE_SCOPE_KEY = "paystream.trace"
 LOG_SCOPE_KEY = "paystream.log"  # handlers add fields to the request's log line here

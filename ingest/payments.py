@@ -12,17 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.errors import ConflictError, IngestError, PayloadError
-from ingest.recording import Cursor, Recorded, record_payment
-from schema.amounts import AmountError, parse_amount
-from schema.events import (
+from paystream.ingest.errors import ConflictError, IngestError, PayloadError
+from paystream.ingest.recording import Cursor, Recorded, record_payment
+from paystream.schema.amounts import AmountError, parse_amount
+from paystream.schema.events import (
     ASSET_PATTERN,
     EVENT_ID_PATTERN,
     USER_ID_PATTERN,
     EventType,
     PaymentEvent,
 )
-from schema.outbox import WriteOutcome, write_events
+from paystream.schema.outbox import WriteOutcome, write_events
 
 PROVIDER = "payments"
 # On-chain event ids ("ETH_MAINNET:0x<hash>:...") belong to chain providers; a gateway

@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from ingest.errors import RateLimitError
+from paystream.ingest.errors import RateLimitError
 
 MAX_BUCKETS = 10_000  # memory bound: the least recently seen sources are forgotten
 

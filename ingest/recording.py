@@ -14,11 +14,11 @@ from typing import Any
 
 import psycopg2.extensions
 
-from ingest import alchemy
-from ingest.errors import ConflictError
-from ingest.notices import Notice, NoticeKind, notice_id
-from schema.events import PaymentEvent
-from schema.outbox import WriteOutcome, write_event
+from paystream.ingest import alchemy
+from paystream.ingest.errors import ConflictError
+from paystream.ingest.notices import Notice, NoticeKind, notice_id
+from paystream.schema.events import PaymentEvent
+from paystream.schema.outbox import WriteOutcome, write_event
 
 Cursor = psycopg2.extensions.cursor
 # Block coordinates may change when a reorg re-mines a transfer; nothing else may.

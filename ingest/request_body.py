@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.types import Receive
 
-from ingest.errors import BodyTooLargeError, MediaTypeError, PayloadError
+from paystream.ingest.errors import BodyTooLargeError, MediaTypeError, PayloadError
 
 JSON_MEDIA_TYPE = "application/json"
 # Real payloads nest 6 levels at most. The C JSON scanner recurses once per level and

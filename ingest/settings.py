@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from schema.db import database_url
-from schema.events import ASSET_PATTERN
+from paystream.schema.db import database_url
+from paystream.schema.events import ASSET_PATTERN
 
 MIN_SECRET_BYTES = 32
 STANDARD_WEBHOOKS_PREFIX = "whsec_"

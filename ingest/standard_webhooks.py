@@ -14,8 +14,8 @@ import hmac
 import time
 from collections.abc import Mapping, Sequence
 
-from ingest.errors import SignatureError
-from ingest.hmac_keys import keyed_sha256
+from paystream.ingest.errors import SignatureError
+from paystream.ingest.hmac_keys import keyed_sha256
 
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"

@@ -29,9 +29,9 @@ import psycopg2
 import psycopg2.extensions
 import structlog
 
-from ingest.errors import DatabaseUnavailableError, IngestError, PayloadError
+from paystream.ingest.errors import DatabaseUnavailableError, IngestError, PayloadError
 
-log = structlog.get_logger("ingest.store")
+log = structlog.get_logger("paystream.ingest.store")
 Cursor = psycopg2.extensions.cursor
 Work = Callable[[Cursor], Any]
 

@@ -26,17 +26,17 @@ import orjson
 import structlog
 from starlette.types import Receive, Scope, Send
 
-from ingest import alchemy, alchemy_signature, payments, standard_webhooks
-from ingest.errors import ConflictError, DatabaseUnavailableError, IngestError
-from ingest.metrics import IngestMetrics
-from ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
-from ingest.rate_limit import TokenBuckets
-from ingest.recording import Recorded, record_alchemy
-from ingest.request_body import parse_json, read_bounded, require_json
-from ingest.settings import IngestSettings
-from ingest.trace import Trace
-from ingest.writer import GroupCommitWriter
-from schema.outbox import WriteOutcome
+from paystream.ingest import alchemy, alchemy_signature, payments, standard_webhooks
+from paystream.ingest.errors import ConflictError, DatabaseUnavailableError, IngestError
+from paystream.ingest.metrics import IngestMetrics
+from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
+from paystream.ingest.rate_limit import TokenBuckets
+from paystream.ingest.recording import Recorded, record_alchemy
+from paystream.ingest.request_body import parse_json, read_bounded, require_json
+from paystream.ingest.settings import IngestSettings
+from paystream.ingest.trace import Trace
+from paystream.ingest.writer import GroupCommitWriter
+from paystream.schema.outbox import WriteOutcome
 
 log = structlog.get_logger("ingest")
 ALCHEMY_PATH = "/webhooks/alchemy"

@@ -37,11 +37,11 @@ from typing import Any, TypeVar
 
 import structlog
 
-from ingest.errors import DatabaseUnavailableError
-from ingest.store import Cursor, EventStore
+from paystream.ingest.errors import DatabaseUnavailableError
+from paystream.ingest.store import Cursor, EventStore
 
 T = TypeVar("T")
-log = structlog.get_logger("ingest.writer")
+log = structlog.get_logger("paystream.ingest.writer")
 STOP = None  # queued once per writer thread by close()
 Loop = asyncio.AbstractEventLoop
 

@@ -14,11 +14,11 @@ import sys
 # (module, function) pairs; each function takes the subparsers object and adds commands
 # whose parsers set `func` (a callable taking the parsed args and returning an exit code).
 COMMAND_MODULES = (
-    "connectors.cli",
-    "schema.cli",
-    "ingest.cli",
-    "consumers.cli",
-    "consumers.ops_cli",
+    "paystream.stack.cli",
+    "paystream.schema.cli",
+    "paystream.ingest.cli",
+    "paystream.consumers.cli",
+    "paystream.ops.cli",
     "paystream.run",
     "paystream.chaos.cli",
 )

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.settings import StackSettings
+from paystream.stack.settings import StackSettings
 
 RESTART_DELAY_S = 2.0
 
@@ -35,19 +35,20 @@ class Service:
 
 def services(ingest_port: int) -> list[Service]:
     candidates = [
-        Service("ingest", "ingest.cli", ["ingest", "--port", str(ingest_port)],
+        Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
                 f"http://127.0.0.1:{ingest_port} (/docs, /metrics)"),
-        Service("ledger", "consumers.cli", ["consume", "ledger", "--metrics-port", "9401"],
+        Service("ledger", "paystream.consumers.cli",
+                ["consume", "ledger", "--metrics-port", "9401"],
                 "metrics http://127.0.0.1:9401/metrics"),
-        Service("dlq-mirror", "consumers.cli",
+        Service("dlq-mirror", "paystream.consumers.cli",
                 ["consume", "dlq-mirror", "--metrics-port", "9402"],
                 "metrics http://127.0.0.1:9402/metrics"),
-        Service("finality", "consumers.cli",
+        Service("finality", "paystream.consumers.cli",
                 ["consume", "finality", "--metrics-port", "9404"],
                 "metrics http://127.0.0.1:9404/metrics (pending deposits, RPC breaker)"),
-        Service("connector-watchdog", "connectors.cli", ["stack", "watchdog"],
+        Service("connector-watchdog", "paystream.stack.cli", ["stack", "watchdog"],
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
-        Service("health", "consumers.ops_cli",
+        Service("health", "paystream.ops.cli",
                 ["health", "--serve-metrics", "9403", "--bind", "127.0.0.1"],
                 "metrics http://127.0.0.1:9403/metrics (stuck events, slot WAL, lag)"),
     ]

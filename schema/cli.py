@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from schema.db import database_url
-from schema.migrate import apply_migrations
+from paystream.schema.db import database_url
+from paystream.schema.migrate import apply_migrations
 
 
 def register(sub: argparse._SubParsersAction) -> None:

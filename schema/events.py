@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from schema.amounts import AmountError, format_amount, parse_amount
+from paystream.schema.amounts import AmountError, format_amount, parse_amount
 
 # Outbox routing: the Event Router sends aggregatetype X to topic "paystream.X".
 PAYMENTS_AGGREGATE = "payments"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from schema.db import connect
+from paystream.schema.db import connect
 
 AUTOCOMMIT_MARKER = "-- migrate: autocommit"
 _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file twice
@@ -18,7 +18,7 @@ _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file tw
 
 def migration_files() -> list[tuple[str, str]]:
     """(name, sql) of every migration, ordered by its number prefix."""
-    folder = resources.files("schema") / "migrations"
+    folder = resources.files("paystream.schema") / "migrations"
     files = sorted(p for p in folder.iterdir() if p.name.endswith(".sql"))
     return [(Path(p.name).stem, p.read_text(encoding="utf-8")) for p in files]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from schema.events import PAYMENTS_AGGREGATE, PaymentEvent, wire_hash
+from paystream.schema.events import PAYMENTS_AGGREGATE, PaymentEvent, wire_hash
 
 
 class WriteOutcome(StrEnum):

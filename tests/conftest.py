@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg2
 import pytest
 
-from schema.db import connect, database_url
+from paystream.schema.db import connect, database_url
 
 
 def unique(prefix: str) -> str:
@@ -39,7 +39,7 @@ class TopicReader:
     def __init__(self, topic: str) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
-        from schema.db import kafka_bootstrap
+        from paystream.schema.db import kafka_bootstrap
 
         self.topic = topic
         self.consumer = Consumer({

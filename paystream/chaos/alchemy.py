@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from consumers.finality.evidence import TRANSFER_TOPIC
+from paystream.finality.evidence import TRANSFER_TOPIC
 
 SIGNATURE_HEADER = "X-Alchemy-Signature"
 

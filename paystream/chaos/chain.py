@@ -35,9 +35,9 @@ from typing import Any
 
 import httpx
 
-from connectors import anvil
-from connectors.settings import StackSettings
 from paystream.chaos import alchemy
+from paystream.stack import anvil
+from paystream.stack.settings import StackSettings
 
 RETRY_BUDGET_S = 240.0
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0)

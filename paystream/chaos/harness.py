@@ -16,9 +16,6 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors import anvil
-from connectors.settings import StackSettings
-from ingest import admin
 from paystream.chaos import processes as px
 from paystream.chaos.chain import (
     REORG_GRACE_BLOCKS,
@@ -35,8 +32,11 @@ from paystream.chaos.invariants import (
 )
 from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import MIX, Kind, TrafficPlan
-from schema.db import connect
-from schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+from paystream.ingest import admin
+from paystream.schema.db import connect
+from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+from paystream.stack import anvil
+from paystream.stack.settings import StackSettings
 
 # The fault cycle, as fractions of one cycle's length; each run jitters the points.
 CYCLE = (

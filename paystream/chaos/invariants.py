@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.traffic import Kind, Request
-from schema.idempotency import idempotency_key
+from paystream.schema.idempotency import idempotency_key
 
 FINAL_STATUSES = ("applied", "rejected", "dead_lettered")
 

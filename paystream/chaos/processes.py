@@ -14,9 +14,10 @@ from pathlib import Path
 
 import httpx
 
-from connectors import connect, kafka, postgres
-from connectors.process import pid_alive, read_pid, wait_until
-from connectors.settings import StackSettings
+from paystream.connectors import connect
+from paystream.stack import kafka, postgres
+from paystream.stack.process import pid_alive, read_pid, wait_until
+from paystream.stack.settings import StackSettings
 
 
 @dataclass

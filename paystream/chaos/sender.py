@@ -14,8 +14,8 @@ from collections import Counter
 
 import aiohttp
 
-from ingest import standard_webhooks
 from paystream.chaos.traffic import Request, TrafficPlan
+from paystream.ingest import standard_webhooks
 
 RETRY_BUDGET_S = 240.0  # Alchemy retries for ~10 minutes; we bound the run
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.harness import ProcessPool
+from tests.support.consumers import ProcessPool
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ingest.testing import ingest_server, payment_body, payment_headers
+from tests.support.ingest import ingest_server, payment_body, payment_headers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 

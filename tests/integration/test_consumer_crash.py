@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from consumers.crash_hooks import AFTER_DB_COMMIT, BEFORE_DB_COMMIT
-from consumers.harness import (
+from paystream.consumers.crash_hooks import AFTER_DB_COMMIT, BEFORE_DB_COMMIT
+from tests.conftest import unique
+from tests.support.consumers import (
     assert_applied_exactly_once,
     committed,
     create_topic,
@@ -18,7 +19,6 @@ from consumers.harness import (
     wait_until,
     wire_message,
 )
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 

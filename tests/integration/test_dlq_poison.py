@@ -10,8 +10,11 @@ from decimal import Decimal
 
 import pytest
 
-from consumers import dlq
-from consumers.harness import (
+from paystream.consumers import dlq
+from paystream.schema.db import kafka_bootstrap
+from paystream.schema.events import EventType, PaymentEvent
+from tests.conftest import unique
+from tests.support.consumers import (
     create_topic,
     create_users,
     drained,
@@ -20,9 +23,6 @@ from consumers.harness import (
     wait_until,
     wire_message,
 )
-from schema.db import kafka_bootstrap
-from schema.events import EventType, PaymentEvent
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 

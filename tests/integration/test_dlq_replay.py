@@ -8,15 +8,15 @@ from decimal import Decimal
 
 import pytest
 
-from consumers.harness import (
+from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
+from paystream.schema.outbox import write_event
+from tests.conftest import unique
+from tests.support.consumers import (
     create_topic,
     create_users,
     start_group_at_end,
     wait_until,
 )
-from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
-from schema.outbox import write_event
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 

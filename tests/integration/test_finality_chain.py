@@ -12,19 +12,19 @@ from decimal import Decimal
 import pytest
 from web3 import Web3
 
-from consumers.finality import metrics
-from consumers.finality.planner import check, check_one_by_one
-from consumers.finality.rpc import ChainRpc
-from consumers.finality.verify import DepositKind, Outcome
-from consumers.finality.watcher import FinalityWatcher
-from ingest import alchemy as ingest_alchemy
-from ingest import alchemy_signature
-from schema.amounts import from_base_units
-from tests.chain import alchemy
-from tests.chain.counting import RpcCounter
-from tests.chain.deposits import NETWORK, SIGNING_KEY, activities, deliver
-from tests.chain.memory import MemoryLedger
-from tests.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
+from paystream.finality import metrics
+from paystream.finality.planner import check, check_one_by_one
+from paystream.finality.rpc import ChainRpc
+from paystream.finality.verify import DepositKind, Outcome
+from paystream.finality.watcher import FinalityWatcher
+from paystream.ingest import alchemy as ingest_alchemy
+from paystream.ingest import alchemy_signature
+from paystream.schema.amounts import from_base_units
+from tests.support.chain import alchemy
+from tests.support.chain.counting import RpcCounter
+from tests.support.chain.deposits import NETWORK, SIGNING_KEY, activities, deliver
+from tests.support.chain.memory import MemoryLedger
+from tests.support.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ depth credits a deposit before finality; a reorg that removes its transaction is
 answered by a compensating debit, once; if the user already withdrew the money, the
 shortfall is recorded and the account flagged, nothing clamped silently, and reconcile
 still holds. Replays of the reversal (plain, and after its idempotency row is purged)
-move nothing. See tests/chain/pipeline.py for the processes."""
+move nothing. See tests/support/chain/pipeline.py for the processes."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from decimal import Decimal
 import httpx
 import pytest
 
-from consumers.reconcile import find_mismatches, reconcile
-from ingest.testing import payment_body, payment_headers
-from schema.db import connect
-from schema.events import PAYMENTS_TOPIC
-from schema.idempotency import idempotency_key
-from schema.outbox import emit
-from tests.chain.node import AnvilUnavailableError, Chain
-from tests.chain.pipeline import Pipeline, persisted_anvil, wait_for
+from paystream.ops.reconcile import find_mismatches, reconcile
+from paystream.schema.db import connect
+from paystream.schema.events import PAYMENTS_TOPIC
+from paystream.schema.idempotency import idempotency_key
+from paystream.schema.outbox import emit
 from tests.conftest import TopicReader, headers_of
+from tests.support.chain.node import AnvilUnavailableError, Chain
+from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
+from tests.support.ingest import payment_body, payment_headers
 
 pytestmark = pytest.mark.integration
 

@@ -2,7 +2,7 @@
 ERC-20 deployed there), Alchemy payloads built from their receipts and signed as Alchemy
 signs, POSTED to a real `paystream ingest`; outbox → Debezium → Kafka → a real
 `paystream consume ledger`; a real `paystream consume finality` reading the same anvil.
-See tests/chain/pipeline.py. The outage test stops and restarts the node for real.
+See tests/support/chain/pipeline.py. The outage test stops and restarts the node for real.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from decimal import Decimal
 import pytest
 from web3 import Web3
 
-from connectors import anvil
-from consumers.reconcile import find_mismatches
-from schema.db import connect
-from schema.events import PAYMENTS_DLQ_TOPIC
-from tests.chain.node import AnvilUnavailableError, Chain, Token
-from tests.chain.pipeline import Pipeline, persisted_anvil, wait_for
+from paystream.ops.reconcile import find_mismatches
+from paystream.schema.db import connect
+from paystream.schema.events import PAYMENTS_DLQ_TOPIC
+from paystream.stack import anvil
 from tests.conftest import TopicReader
+from tests.support.chain.node import AnvilUnavailableError, Chain, Token
+from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
 
 pytestmark = pytest.mark.integration
 

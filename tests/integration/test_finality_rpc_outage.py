@@ -11,15 +11,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors import anvil
-from consumers.finality import metrics
-from consumers.finality.breaker import BreakerPolicy, BreakerState, CircuitBreaker
-from consumers.finality.rpc import ChainRpc, CircuitOpenError, RpcUnavailableError
-from consumers.finality.verify import DepositKind, ExpectedDeposit
-from consumers.finality.watcher import FinalityWatcher
-from tests.chain.counting import RpcCounter
-from tests.chain.memory import MemoryLedger
-from tests.chain.node import AnvilUnavailableError, Chain, running_anvil
+from paystream.finality import metrics
+from paystream.finality.breaker import BreakerPolicy, BreakerState, CircuitBreaker
+from paystream.finality.rpc import ChainRpc, CircuitOpenError, RpcUnavailableError
+from paystream.finality.verify import DepositKind, ExpectedDeposit
+from paystream.finality.watcher import FinalityWatcher
+from paystream.stack import anvil
+from tests.support.chain.counting import RpcCounter
+from tests.support.chain.memory import MemoryLedger
+from tests.support.chain.node import AnvilUnavailableError, Chain, running_anvil
 
 pytestmark = pytest.mark.integration
 

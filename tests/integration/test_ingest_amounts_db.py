@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schema.amounts import AMOUNT_PATTERN, AmountError, format_amount, parse_amount
-from schema.db import connect, database_url
-from schema.events import EventType, PaymentEvent
-from schema.outbox import WriteOutcome, write_event, write_events
+from paystream.schema.amounts import AMOUNT_PATTERN, AmountError, format_amount, parse_amount
+from paystream.schema.db import connect, database_url
+from paystream.schema.events import EventType, PaymentEvent
+from paystream.schema.outbox import WriteOutcome, write_event, write_events
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest.app import create_app
-from ingest.settings import IngestSettings
-from ingest.testing import (
+from paystream.ingest.app import create_app
+from paystream.ingest.settings import IngestSettings
+from paystream.schema.db import database_url
+from tests.conftest import unique
+from tests.support.ingest import (
     ALCHEMY_KEY,
     PAYMENTS_SECRET_BYTES,
     USDC,
@@ -28,8 +30,6 @@ from ingest.testing import (
     payment_headers,
     random_address,
 )
-from schema.db import database_url
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,10 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from ingest.testing import (
+from paystream.schema.db import database_url, kafka_bootstrap
+from paystream.schema.events import PAYMENTS_TOPIC
+from tests.conftest import unique
+from tests.support.ingest import (
     alchemy_body,
     alchemy_headers,
     erc20_activity,
@@ -20,9 +23,6 @@ from ingest.testing import (
     payment_headers,
     random_address,
 )
-from schema.db import database_url, kafka_bootstrap
-from schema.events import PAYMENTS_TOPIC
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 ARRIVAL_TIMEOUT_S = 60

@@ -15,17 +15,17 @@ from typing import Any
 import psycopg2
 import pytest
 
-from ingest import alchemy
-from ingest.errors import ConflictError, DatabaseUnavailableError, PayloadError
-from ingest.payments import PaymentWrite
-from ingest.recording import Recorded, record_alchemy, record_payment
-from ingest.store import Cursor, EventStore
-from ingest.testing import alchemy_body, erc20_activity, eth_activity, random_address
-from ingest.writer import GroupCommitWriter
-from schema.db import database_url
-from schema.events import EventType, PaymentEvent
-from schema.outbox import WriteOutcome
+from paystream.ingest import alchemy
+from paystream.ingest.errors import ConflictError, DatabaseUnavailableError, PayloadError
+from paystream.ingest.payments import PaymentWrite
+from paystream.ingest.recording import Recorded, record_alchemy, record_payment
+from paystream.ingest.store import Cursor, EventStore
+from paystream.ingest.writer import GroupCommitWriter
+from paystream.schema.db import database_url
+from paystream.schema.events import EventType, PaymentEvent
+from paystream.schema.outbox import WriteOutcome
 from tests.conftest import unique
+from tests.support.ingest import alchemy_body, erc20_activity, eth_activity, random_address
 
 pytestmark = pytest.mark.integration
 
@@ -218,7 +218,7 @@ def test_the_writer_answers_every_delivery_of_a_failed_group_503(db) -> None:
 
 def test_the_connection_error_types_are_transient() -> None:
     # A lost connection surfaces as one of these; both must fail the group, not a delivery.
-    from ingest.store import TRANSIENT_ERRORS
+    from paystream.ingest.store import TRANSIENT_ERRORS
     assert issubclass(psycopg2.errors.AdminShutdown, TRANSIENT_ERRORS)
     assert issubclass(psycopg2.errors.DeadlockDetected, TRANSIENT_ERRORS)
     assert issubclass(psycopg2.errors.QueryCanceled, TRANSIENT_ERRORS)

@@ -11,9 +11,9 @@ from decimal import Decimal
 import httpx
 import pytest
 
-from ingest.testing import RunningServer, ingest_server, payment_body, payment_headers
-from schema.db import database_url
+from paystream.schema.db import database_url
 from tests.conftest import unique
+from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
 
 pytestmark = pytest.mark.integration
 GROUP_METRIC = re.compile(r"^paystream_ingest_commit_group_size_(count|sum) (\S+)$", re.M)

@@ -18,10 +18,13 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from connectors import postgres
-from connectors.settings import StackSettings
-from ingest import alchemy_signature, standard_webhooks
-from ingest.testing import (
+from paystream.ingest import alchemy_signature, standard_webhooks
+from paystream.schema.db import database_url
+from paystream.schema.migrate import apply_migrations
+from paystream.stack import postgres
+from paystream.stack.settings import StackSettings
+from tests.conftest import unique
+from tests.support.ingest import (
     ALCHEMY_KEY,
     PAYMENTS_SECRET_BYTES,
     RunningServer,
@@ -30,9 +33,6 @@ from ingest.testing import (
     payment_body,
     payment_headers,
 )
-from schema.db import database_url
-from schema.migrate import apply_migrations
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 CONCURRENCY = 20

@@ -10,9 +10,12 @@ import time
 import httpx
 import pytest
 
-from connectors import connect, postgres
-from connectors.settings import StackSettings
-from consumers.harness import (
+from paystream.connectors import connect
+from paystream.schema.db import connect as db_connect
+from paystream.stack import postgres
+from paystream.stack.settings import StackSettings
+from tests.conftest import unique
+from tests.support.consumers import (
     assert_applied_exactly_once,
     committed,
     create_topic,
@@ -24,8 +27,6 @@ from consumers.harness import (
     wait_until,
     wire_message,
 )
-from schema.db import connect as db_connect
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 

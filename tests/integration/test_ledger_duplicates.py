@@ -6,17 +6,17 @@ from decimal import Decimal
 
 import pytest
 
-from consumers.harness import (
+from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
+from paystream.schema.idempotency import idempotency_key
+from paystream.schema.outbox import emit, write_event
+from tests.conftest import unique
+from tests.support.consumers import (
     create_users,
     drained,
     end_offsets,
     start_group_at_end,
     wait_until,
 )
-from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
-from schema.idempotency import idempotency_key
-from schema.outbox import emit, write_event
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from consumers.harness import (
+from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
+from tests.conftest import unique
+from tests.support.consumers import (
     create_topic,
     create_users,
     drained,
@@ -17,8 +19,6 @@ from consumers.harness import (
     wait_until,
     wire_message,
 )
-from schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
-from tests.conftest import unique
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
     done = threading.Event()
 
     def watch() -> None:  # the floor, observed while both processes write
-        from schema.db import connect
+        from paystream.schema.db import connect
         conn = connect()
         conn.autocommit = True
         with conn.cursor() as cur:

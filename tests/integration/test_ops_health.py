@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from consumers.health import HealthChecker, HealthCollector, HealthSettings
-from schema.db import kafka_bootstrap
+from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
+from paystream.schema.db import kafka_bootstrap
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration

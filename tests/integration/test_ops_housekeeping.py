@@ -13,13 +13,13 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from consumers.commit import apply_with_isolation
-from consumers.connection import Database
-from consumers.housekeeping import purge_processed_events
-from consumers.ledger import LedgerHandler
-from consumers.reconcile import reconcile
-from consumers.records import Origin, Record
-from schema.idempotency import idempotency_key
+from paystream.consumers.commit import apply_with_isolation
+from paystream.consumers.connection import Database
+from paystream.consumers.ledger import LedgerHandler
+from paystream.consumers.records import Origin, Record
+from paystream.ops.housekeeping import purge_processed_events
+from paystream.ops.reconcile import reconcile
+from paystream.schema.idempotency import idempotency_key
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration

@@ -18,11 +18,11 @@ import pytest
 import structlog.testing
 from prometheus_client import REGISTRY
 
-from consumers.commit import apply_with_isolation
-from consumers.connection import Database
-from consumers.ledger import LedgerHandler
-from consumers.reconcile import HotPathReconciler, reconcile, snapshot
-from consumers.records import Origin, Record
+from paystream.consumers.commit import apply_with_isolation
+from paystream.consumers.connection import Database
+from paystream.consumers.ledger import LedgerHandler
+from paystream.consumers.records import Origin, Record
+from paystream.ops.reconcile import HotPathReconciler, reconcile, snapshot
 from tests.conftest import unique
 
 pytestmark = pytest.mark.integration

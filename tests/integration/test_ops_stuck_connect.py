@@ -10,14 +10,14 @@ from decimal import Decimal
 
 import httpx
 
-from connectors import connect
-from connectors.settings import StackSettings
-from ingest.testing import free_port
 from paystream.chaos.harness import _start_group_at_end
-from schema.db import kafka_bootstrap
-from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
-from schema.outbox import write_event
+from paystream.connectors import connect
+from paystream.schema.db import kafka_bootstrap
+from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
+from paystream.schema.outbox import write_event
+from paystream.stack.settings import StackSettings
 from tests.conftest import paystream_cmd, unique
+from tests.support.ingest import free_port
 
 STUCK_AFTER_S = 3
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg2
 import pytest
 
-from schema.db import database_url
-from schema.migrate import apply_migrations, migration_files
+from paystream.schema.db import database_url
+from paystream.schema.migrate import apply_migrations, migration_files
 from tests.conftest import unique
 
 

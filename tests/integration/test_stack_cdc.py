@@ -7,12 +7,13 @@ import shutil
 import subprocess
 from decimal import Decimal
 
-from connectors import connect, postgres
-from connectors.settings import StackSettings
-from schema.db import connect as db_connect
-from schema.db import kafka_bootstrap
-from schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
-from schema.outbox import WriteOutcome, write_event
+from paystream.connectors import connect
+from paystream.schema.db import connect as db_connect
+from paystream.schema.db import kafka_bootstrap
+from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
+from paystream.schema.outbox import WriteOutcome, write_event
+from paystream.stack import postgres
+from paystream.stack.settings import StackSettings
 from tests.conftest import headers_of, paystream_cmd, unique
 
 

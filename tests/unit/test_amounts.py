@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schema.amounts import (
+from paystream.schema.amounts import (
     MAX_TEXT_LENGTH,
     AmountError,
     format_amount,
     from_base_units,
     parse_amount,
 )
-from schema.events import EventType, PaymentEvent
+from paystream.schema.events import EventType, PaymentEvent
 
 
 @pytest.mark.parametrize("value", [50.1, 50, 0, True, None, ["1"], {"a": "1"}])

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from connectors.connect import connector_config
-from connectors.kafka import CONFIG_DIR, TOPICS
+from paystream.connectors.connect import connector_config
+from paystream.stack.kafka import CONFIG_DIR, TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from consumers.runtime import BatchConsumer
-from consumers.settings import ConsumerSettings
+from paystream.consumers.runtime import BatchConsumer
+from paystream.consumers.settings import ConsumerSettings
 
 
 class RecordingConsumer:

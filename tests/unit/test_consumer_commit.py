@@ -8,10 +8,10 @@ import psycopg2.errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from consumers.commit import apply_with_isolation, commit_offsets
-from consumers.failures import PoisonError
-from consumers.handler import BatchResult
-from consumers.records import Origin, Record
+from paystream.consumers.commit import apply_with_isolation, commit_offsets
+from paystream.consumers.failures import PoisonError
+from paystream.consumers.handler import BatchResult
+from paystream.consumers.records import Origin, Record
 
 
 class FakeConsumer:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.client import consumer_config
-from consumers.commit import first_offsets, next_offsets
-from consumers.records import Origin, Record, header_text
-from consumers.settings import ConfigError, ConsumerSettings
+from paystream.consumers.client import consumer_config
+from paystream.consumers.commit import first_offsets, next_offsets
+from paystream.consumers.records import Origin, Record, header_text
+from paystream.consumers.settings import ConfigError, ConsumerSettings
 
 
 def _settings(**kw) -> ConsumerSettings:

@@ -6,11 +6,16 @@ import json
 
 import pytest
 
-from consumers import dlq
-from consumers.dlq import DeadLetter, DeadLetterProducer, DlqLimitExceededError, DlqRateLimit
-from consumers.dlq_mirror import mirror_row
-from consumers.failures import TransientError
-from consumers.records import Origin, Record
+from paystream.consumers import dlq
+from paystream.consumers.dlq import (
+    DeadLetter,
+    DeadLetterProducer,
+    DlqLimitExceededError,
+    DlqRateLimit,
+)
+from paystream.consumers.dlq_mirror import mirror_row
+from paystream.consumers.failures import TransientError
+from paystream.consumers.records import Origin, Record
 
 
 def _record(value: bytes | None = b"{}", headers=(("event_id", b"e1"),)) -> Record:

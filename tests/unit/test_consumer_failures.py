@@ -9,9 +9,9 @@ import psycopg2.errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from consumers.backoff import Backoff
-from consumers.dlq import DlqLimitExceededError
-from consumers.failures import (
+from paystream.consumers.backoff import Backoff
+from paystream.consumers.dlq import DlqLimitExceededError
+from paystream.consumers.failures import (
     FailureClass,
     FatalError,
     PoisonError,

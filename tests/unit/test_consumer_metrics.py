@@ -6,7 +6,7 @@ import json
 
 from prometheus_client import REGISTRY
 
-from consumers import metrics
+from paystream.consumers import metrics
 
 
 def _lag(group: str, partition: str) -> float | None:

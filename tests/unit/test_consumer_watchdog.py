@@ -5,11 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from consumers.watchdog import EXIT_WEDGED
+from paystream.consumers.watchdog import EXIT_WEDGED
 
 WEDGED = """
 import time
-from consumers.watchdog import Watchdog
+from paystream.consumers.watchdog import Watchdog
 dog = Watchdog(0.5, "test-group")
 dog.start()
 def stuck_commit():
@@ -19,7 +19,7 @@ stuck_commit()
 
 BEATING = """
 import time
-from consumers.watchdog import Watchdog
+from paystream.consumers.watchdog import Watchdog
 dog = Watchdog(0.5, "test-group")
 dog.start()
 for _ in range(20):

@@ -1,4 +1,4 @@
-"""connectors/anvil.py without starting anything: the command line and settings."""
+"""stack/anvil.py without starting anything: the command line and settings."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors import anvil
-from connectors.settings import StackSettings
+from paystream.stack import anvil
+from paystream.stack.settings import StackSettings
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.finality.breaker import (
+from paystream.finality.breaker import (
     BreakerPolicy,
     BreakerState,
     CircuitBreaker,

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from consumers.finality import settings
-from consumers.finality.evidence import BlockRef
-from consumers.finality.verify import ExpectedDeposit, Outcome, Verdict
-from consumers.finality.watcher import FinalityWatcher
+from paystream.finality import settings
+from paystream.finality.evidence import BlockRef
+from paystream.finality.verify import ExpectedDeposit, Outcome, Verdict
+from paystream.finality.watcher import FinalityWatcher
 from tests.unit.test_ledger_finality_plan import CHAIN, DEPOSIT_ID
 
 NET = "ETH_MAINNET"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.finality import settings
-from consumers.finality.planner import plan
-from consumers.finality.verify import DepositKind, ExpectedDeposit
+from paystream.finality import settings
+from paystream.finality.planner import plan
+from paystream.finality.verify import DepositKind, ExpectedDeposit
 
 
 def deposit(i: int, block: int, kind: DepositKind = DepositKind.TOKEN) -> ExpectedDeposit:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.finality import events
-from consumers.finality.evidence import (
+from paystream.finality import events
+from paystream.finality.evidence import (
     TRANSFER_TOPIC,
     LogEntry,
     MalformedResultError,
@@ -13,7 +13,7 @@ from consumers.finality.evidence import (
     Transaction,
     parse_receipt,
 )
-from consumers.finality.verify import (
+from paystream.finality.verify import (
     DepositError,
     DepositKind,
     ExpectedDeposit,

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from ingest import alchemy
-from ingest.errors import PayloadError
-from ingest.notices import NoticeKind
-from ingest.testing import (
+from paystream.ingest import alchemy
+from paystream.ingest.errors import PayloadError
+from paystream.ingest.notices import NoticeKind
+from paystream.schema.events import EventType
+from tests.support.ingest import (
     USDC,
     alchemy_body,
     erc20_activity,
@@ -20,7 +21,6 @@ from ingest.testing import (
     random_address,
     random_hash,
 )
-from schema.events import EventType
 
 ALICE = "0x" + "a1" * 20
 BOB = "0x" + "b0" * 20

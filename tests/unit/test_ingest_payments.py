@@ -6,10 +6,10 @@ from decimal import Decimal
 
 import pytest
 
-from ingest.errors import PayloadError
-from ingest.payments import parse_payment
-from ingest.request_body import parse_json
-from schema.events import EventType
+from paystream.ingest.errors import PayloadError
+from paystream.ingest.payments import parse_payment
+from paystream.ingest.request_body import parse_json
+from paystream.schema.events import EventType
 
 VALID = {"event_id": "ev-1", "event_type": "withdrawal", "user_id": "alice", "amount": "2.50"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.errors import RateLimitError
-from ingest.rate_limit import TokenBuckets
+from paystream.ingest.errors import RateLimitError
+from paystream.ingest.rate_limit import TokenBuckets
 
 
 class FakeClock:

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from ingest.settings import IngestSettings, SettingsError
-from ingest.testing import ALCHEMY_KEY, PAYMENTS_SECRET, PAYMENTS_SECRET_BYTES
+from paystream.ingest.settings import IngestSettings, SettingsError
+from tests.support.ingest import ALCHEMY_KEY, PAYMENTS_SECRET, PAYMENTS_SECRET_BYTES
 
 
 def _env(**overrides: str) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from consumers.ledger import _copy_text
+from paystream.consumers.ledger import _copy_text
 
 
 def test_copy_text_escapes_what_copy_would_interpret() -> None:

@@ -9,14 +9,14 @@ from decimal import Decimal
 
 import pytest
 
-from consumers.failures import PoisonError
-from consumers.finality.evidence import BlockRef
-from consumers.finality.store import settlement_wire, transfer_key
-from consumers.finality.verify import ExpectedDeposit, Verdict, reorged
-from consumers.finality.verify import Outcome as Verdicts
-from consumers.ledger_plan import Outcome, effects, plan_batch, read_event
-from consumers.records import Origin, Record
-from schema.events import EventError, SettlementType, parse_wire
+from paystream.consumers.failures import PoisonError
+from paystream.consumers.ledger_plan import Outcome, effects, plan_batch, read_event
+from paystream.consumers.records import Origin, Record
+from paystream.finality.evidence import BlockRef
+from paystream.finality.store import settlement_wire, transfer_key
+from paystream.finality.verify import ExpectedDeposit, Verdict, reorged
+from paystream.finality.verify import Outcome as Verdicts
+from paystream.schema.events import EventError, SettlementType, parse_wire
 
 NET = "ETH_MAINNET"
 TX = "0x" + "ab" * 32

@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from consumers.failures import PoisonError
-from consumers.ledger_plan import Outcome, dedupe, plan_batch, read_event
-from consumers.records import Origin, Record
+from paystream.consumers.failures import PoisonError
+from paystream.consumers.ledger_plan import Outcome, dedupe, plan_batch, read_event
+from paystream.consumers.records import Origin, Record
 
 _offset = 0
 

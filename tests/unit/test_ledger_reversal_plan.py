@@ -9,13 +9,13 @@ from decimal import Decimal
 
 import pytest
 
-from consumers.finality import events
-from consumers.finality.evidence import BlockRef, Receipt, Transaction
-from consumers.finality.store import settlement_wire
-from consumers.finality.verify import ExpectedDeposit, Verdict, judge, reorged
-from consumers.finality.verify import Outcome as V
-from consumers.ledger import settlement_conflict
-from consumers.ledger_plan import Outcome, effects, plan_batch, read_event, reversal_split
+from paystream.consumers.ledger import settlement_conflict
+from paystream.consumers.ledger_plan import Outcome, effects, plan_batch, read_event, reversal_split
+from paystream.finality import events
+from paystream.finality.evidence import BlockRef, Receipt, Transaction
+from paystream.finality.store import settlement_wire
+from paystream.finality.verify import ExpectedDeposit, Verdict, judge, reorged
+from paystream.finality.verify import Outcome as V
 from tests.unit.test_ledger_finality_plan import ASSET, CHAIN, DEPOSIT_ID, plain, rec
 
 PAIR = ("u", ASSET)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from consumers import health, housekeeping, ops_cli
-from consumers.health import (
+from paystream.ops import cli as ops_cli
+from paystream.ops import health, housekeeping
+from paystream.ops.health import (
     CheckResult,
     HealthChecker,
     HealthCollector,
@@ -20,7 +21,7 @@ from consumers.health import (
     format_table,
     worst,
 )
-from consumers.reconcile import BOOKS, HotPathReconciler, Mismatch, Report, format_report
+from paystream.ops.reconcile import BOOKS, HotPathReconciler, Mismatch, Report, format_report
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from schema.logs import LineWriter, render_json
+from paystream.logs import LineWriter, render_json
 
 
 class CountingFile(io.StringIO):

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schema.events import EventError, EventType, PaymentEvent, canonical_json, parse_wire
-from schema.idempotency import idempotency_key
-from schema.status import EventStatus, IllegalTransitionError, check_transition
+from paystream.schema.events import EventError, EventType, PaymentEvent, canonical_json, parse_wire
+from paystream.schema.idempotency import idempotency_key
+from paystream.schema.status import EventStatus, IllegalTransitionError, check_transition
 
 
 def test_idempotency_key_is_length_prefixed():

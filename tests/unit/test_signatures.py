@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from ingest import alchemy_signature, standard_webhooks
-from ingest.errors import SignatureError
+from paystream.ingest import alchemy_signature, standard_webhooks
+from paystream.ingest.errors import SignatureError
 
 KEY = b"alchemy-signing-key-of-32-bytes-or-more"
 OLD_KEY = b"alchemy-old-signing-key-32-bytes-or-more"

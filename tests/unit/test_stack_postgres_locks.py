@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from connectors import postgres
-from connectors.settings import StackSettings
+from paystream.stack import postgres
+from paystream.stack.settings import StackSettings
 
 
 def _settings(tmp_path: Path, port: int) -> StackSettings:

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from connectors.kafka import render
-from connectors.process import StackError, read_pid, start_detached, stop_pid, wait_until
+from paystream.stack.kafka import render
+from paystream.stack.process import StackError, read_pid, start_detached, stop_pid, wait_until
 
 
 def test_wait_until_fails_fast_with_log_tail_when_the_process_dies(tmp_path):

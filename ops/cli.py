@@ -1,0 +1,293 @@
+"""`paystream reconcile | health | housekeeping | shortfalls`: the operator's checks.
+
+Exit codes: 0 clean / healthy / done; 1 a mismatch or an unhealthy check; 2 the check
+itself could not run (bad arguments, database unreachable for reconcile/housekeeping).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+EXIT_OK = 0
+EXIT_PROBLEM = 1
+EXIT_CANNOT_RUN = 2
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    rec = sub.add_parser("reconcile",
+                         help="check every balance against its journal in one snapshot")
+    rec.add_argument("--user", action="append", metavar="USER_ID",
+                     help="only this user's balances (repeatable)")
+    rec.set_defaults(func=_reconcile)
+
+    health = sub.add_parser("health", help="stuck events, slot WAL, lag, DLQ, connector")
+    health.add_argument("--check", action="append", metavar="NAME",
+                        help="run only these checks (repeatable): " + _check_names())
+    health.add_argument("--stuck-after", type=float, metavar="SECONDS",
+                        help="an event still `received` after this is stuck "
+                             "(default 60, env PAYSTREAM_HEALTH_STUCK_AFTER_S)")
+    health.add_argument("--wal-warn-mb", type=float,
+                        help="slot WAL warn threshold (default 512 MiB)")
+    health.add_argument("--wal-unhealthy-mb", type=float,
+                        help="slot WAL unhealthy threshold (default 2048 MiB)")
+    health.add_argument("--lag-warn", type=float, help="consumer lag warn (default 1000)")
+    health.add_argument("--lag-unhealthy", type=float,
+                        help="consumer lag unhealthy (default 100000)")
+    health.add_argument("--dlq-warn", type=float,
+                        help="dead letters in the last hour: warn (default 1)")
+    health.add_argument("--dlq-unhealthy", type=float,
+                        help="dead letters in the last hour: unhealthy (default 50)")
+    health.add_argument("--group", action="append", metavar="GROUP=TOPIC",
+                        help="consumer groups to check (default ledger=paystream.payments,"
+                             " dlq-mirror=paystream.payments.dlq)")
+    health.add_argument("--timeout", type=float, help="per-check timeout in seconds (5)")
+    health.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    health.add_argument("--serve-metrics", type=int, metavar="PORT",
+                        help="serve the checks as Prometheus gauges on PORT (until SIGTERM)")
+    health.add_argument("--bind", default="0.0.0.0", help="address for --serve-metrics")
+    health.add_argument("--reconcile-every", type=float, default=0.0, metavar="SECONDS",
+                        help="with --serve-metrics: also run a full reconciliation this "
+                             "often (0: never; it reads the whole journal)")
+    health.set_defaults(func=_health)
+
+    hk = sub.add_parser("housekeeping",
+                        help="delete final processed_events entries older than a TTL")
+    hk.add_argument("--ttl-days", type=float, default=None,
+                    help="keep entries younger than this (default 14)")
+    hk.add_argument("--batch-size", type=int, default=None,
+                    help="rows per transaction (default 1000)")
+    hk.add_argument("--pause", type=float, default=0.0,
+                    help="seconds to sleep between batches")
+    hk.add_argument("--max-batches", type=int, default=None, help="stop after this many")
+    hk.add_argument("--dry-run", action="store_true", help="only count what would go")
+    hk.set_defaults(func=_housekeeping)
+
+    sf = sub.add_parser("shortfalls",
+                        help="reversed credits the balance could not cover (flagged users)")
+    sf_sub = sf.add_subparsers(dest="shortfalls_cmd")
+    sf.add_argument("--all", action="store_true", help="resolved ones too")
+    sf.add_argument("--user", metavar="USER_ID", help="only this user's")
+    sf.set_defaults(func=_shortfalls_list)
+    sf_resolve = sf_sub.add_parser("resolve", help="record how one was settled; lifts the "
+                                   "flag once the user has none open")
+    sf_resolve.add_argument("id", type=int)
+    sf_resolve.add_argument("--resolution", required=True,
+                            help="what happened (recovered off-platform, written off, ...)")
+    sf_resolve.set_defaults(func=_shortfalls_resolve)
+
+
+# The names of consumers.health.CHECK_NAMES, repeated here so that `paystream --help`
+# does not import the Kafka client (a unit test keeps both in step).
+CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
+               "consumer_lag", "dead_letters", "chain_deposits", "connector")
+
+
+def _check_names() -> str:
+    return ", ".join(CHECK_NAMES)
+
+
+def _autocommit_connection(application_name: str) -> Any:
+    from paystream.schema.db import connect, database_url
+    conn = connect(database_url(), application_name=application_name)
+    conn.autocommit = True
+    return conn
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    import psycopg2
+
+    from paystream.ops.reconcile import format_report, reconcile
+    try:
+        conn = _autocommit_connection("paystream-reconcile")
+    except psycopg2.OperationalError as exc:
+        print(f"paystream reconcile: database unreachable: {exc}".rstrip(), file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        report = reconcile(conn, users=args.user)
+    finally:
+        conn.close()
+    print(format_report(report))
+    return EXIT_OK if report.clean else EXIT_PROBLEM
+
+
+def _health_settings(args: argparse.Namespace) -> Any:
+    from paystream.ops.health import MIB, HealthSettings
+    groups = None
+    if args.group:
+        groups = []
+        for item in args.group:
+            group, sep, topic = item.partition("=")
+            if not sep or not group or not topic:
+                raise ValueError(f"--group needs GROUP=TOPIC, got {item!r}")
+            groups.append((group, topic))
+        groups = tuple(groups)
+    return HealthSettings.from_env(
+        stuck_after_s=args.stuck_after,
+        wal_warn_bytes=None if args.wal_warn_mb is None else args.wal_warn_mb * MIB,
+        wal_unhealthy_bytes=None if args.wal_unhealthy_mb is None
+        else args.wal_unhealthy_mb * MIB,
+        lag_warn=args.lag_warn, lag_unhealthy=args.lag_unhealthy,
+        dead_letters_warn=args.dlq_warn, dead_letters_unhealthy=args.dlq_unhealthy,
+        groups=groups, timeout_s=args.timeout)
+
+
+def _health(args: argparse.Namespace) -> int:
+    from paystream.ops.health import HealthChecker, Verdict, format_table, worst
+    unknown = sorted(set(args.check or ()) - set(CHECK_NAMES))
+    if unknown:
+        print(f"paystream health: unknown check(s) {', '.join(unknown)}; "
+              f"known: {', '.join(CHECK_NAMES)}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        settings = _health_settings(args)
+    except ValueError as exc:
+        print(f"paystream health: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    checker = HealthChecker(settings)
+    if args.serve_metrics is not None:
+        return _serve_metrics(args, checker)
+    results = checker.run(args.check)
+    if args.json:
+        print(json.dumps([{"check": r.name, "component": r.component, "what": r.check,
+                           "value": r.value, "threshold": r.threshold,
+                           "verdict": str(r.verdict)} for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return EXIT_PROBLEM if worst(results) is Verdict.UNHEALTHY else EXIT_OK
+
+
+def _serve_metrics(args: argparse.Namespace, checker: Any) -> int:
+    from prometheus_client import REGISTRY, start_http_server
+
+    from paystream.logs import configure_logging
+    from paystream.ops.health import HealthCollector
+
+    configure_logging("health-exporter")
+    # The default registry also carries the reconciliation metrics (scope "full").
+    REGISTRY.register(HealthCollector(checker, args.check))
+    start_http_server(args.serve_metrics, addr=args.bind)
+    print(f"paystream health: serving metrics on {args.bind}:{args.serve_metrics}/metrics",
+          flush=True)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    interval = args.reconcile_every
+    while not stop.is_set():
+        if interval > 0:
+            _full_reconciliation()
+        stop.wait(interval if interval > 0 else 3600)
+    return EXIT_OK
+
+
+def _full_reconciliation() -> None:
+    import psycopg2
+    import structlog
+
+    from paystream.ops.reconcile import ERRORS, SCOPE_FULL, reconcile, record_full_check
+    try:
+        conn = _autocommit_connection("paystream-reconcile")
+        try:
+            record_full_check(reconcile(conn))
+        finally:
+            conn.close()
+    except psycopg2.Error as exc:
+        ERRORS.labels(SCOPE_FULL).inc()
+        structlog.get_logger("consumers.reconcile").error(
+            "reconciliation_failed", scope=SCOPE_FULL, error=str(exc).strip()[:300])
+
+
+def _housekeeping(args: argparse.Namespace) -> int:
+    import psycopg2
+
+    from paystream.ops.housekeeping import (
+        DEFAULT_BATCH_SIZE,
+        DEFAULT_TTL_DAYS,
+        FINAL_OUTCOMES,
+        purge_processed_events,
+    )
+    ttl = DEFAULT_TTL_DAYS if args.ttl_days is None else args.ttl_days
+    batch = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
+    if ttl < 0 or batch < 1:
+        print("paystream housekeeping: --ttl-days must be >= 0, --batch-size >= 1",
+              file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        conn = _autocommit_connection("paystream-housekeeping")
+    except psycopg2.OperationalError as exc:
+        print(f"paystream housekeeping: database unreachable: {exc}".rstrip(), file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        result = purge_processed_events(conn, ttl_days=ttl, batch_size=batch,
+                                        pause_s=args.pause, max_batches=args.max_batches,
+                                        dry_run=args.dry_run)
+    finally:
+        conn.close()
+    what = f"processed_events entries with outcome {'/'.join(FINAL_OUTCOMES)}"
+    if result.dry_run:
+        print(f"housekeeping (dry run): {result.deleted} {what} older than {ttl:g} days "
+              f"(before {result.cutoff.isoformat()}) would be deleted")
+    else:
+        print(f"housekeeping: deleted {result.deleted} {what} older than {ttl:g} days "
+              f"(before {result.cutoff.isoformat()}) in {result.batches} batch(es) "
+              f"of at most {batch}")
+    return EXIT_OK
+
+
+class _CannotRunError(Exception):
+    """The command could not run; the message says why (exit 2)."""
+
+
+def _shortfalls_transaction(work):
+    """Run work(cur) in one transaction of a fresh connection; _CannotRunError when the
+    database cannot be reached."""
+    import psycopg2
+
+    from paystream.schema.db import connect
+
+    try:
+        conn = connect(application_name="paystream-shortfalls")
+    except psycopg2.OperationalError as exc:
+        raise _CannotRunError(f"cannot reach the database: {exc}".strip()) from None
+    try:
+        with conn, conn.cursor() as cur:
+            return work(cur)
+    finally:
+        conn.close()
+
+
+def _shortfalls_list(args: argparse.Namespace) -> int:
+    from paystream.ops import shortfalls
+
+    try:
+        rows = _shortfalls_transaction(lambda cur: shortfalls.list_shortfalls(
+            cur, include_resolved=args.all, user_id=args.user))
+    except _CannotRunError as exc:
+        print(f"shortfalls: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    if not rows:
+        print("shortfalls: none" + ("" if args.all else " open"))
+        return EXIT_OK
+    print(shortfalls.render_table(rows))
+    # Open shortfalls are a problem to act on: scripts and cron see it in the exit code.
+    return EXIT_PROBLEM if any(r.resolved_at is None for r in rows) else EXIT_OK
+
+
+def _shortfalls_resolve(args: argparse.Namespace) -> int:
+    from paystream.ops import shortfalls
+
+    try:
+        row, still_flagged = _shortfalls_transaction(
+            lambda cur: shortfalls.resolve(cur, args.id, args.resolution))
+    except (_CannotRunError, shortfalls.ResolveRefused) as exc:
+        print(f"shortfalls resolve: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    state = ("still flagged: other shortfalls are open" if still_flagged
+             else "no longer flagged: withdrawals are accepted again")
+    print(f"shortfall {row.id} resolved: {row.user_id} owed {row.amount.normalize():f} "
+          f"{row.asset}; {state}")
+    return EXIT_OK

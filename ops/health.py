@@ -1,0 +1,488 @@
+"""Operator health checks: is anything stuck between the webhook and the ledger?
+
+Each check reads one place where a payment can wait, from outside the processes that
+move it (so a dead consumer or a stopped Connect worker is still seen):
+
+| check            | where                                   | what stuck looks like            |
+|------------------|-----------------------------------------|----------------------------------|
+| database         | SELECT 1                                | unreachable                      |
+| stuck_events     | payment_events status `received`        | older than the threshold         |
+| oldest_unapplied | the same rows                           | the oldest one's age             |
+| replication_slot | pg_replication_slots `paystream_outbox` | missing, inactive, WAL piling up |
+| consumer_lag     | committed offsets vs high watermarks    | lag, or lag with no member       |
+| dead_letters     | dead_letter_queue.first_seen_at         | many in the last hour            |
+| chain_deposits   | chain_deposits open / settling rows     | waiting far past finality, or a  |
+|                  |                                         | settlement the ledger never took |
+| connector        | Kafka Connect REST status               | not RUNNING                      |
+
+`paystream health` prints them as a table and exits 1 if one is unhealthy;
+`paystream health --serve-metrics PORT` publishes the same values as Prometheus gauges,
+computed at scrape time (HealthCollector), for the rules in ops/prometheus/alerts.yml.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from typing import Any
+
+import httpx
+import psycopg2
+import psycopg2.extensions
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from paystream.schema.db import connect, database_url, kafka_bootstrap
+from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+from paystream.stack.settings import StackSettings
+
+MIB = 1024 * 1024
+
+# -- the gauges the exporter publishes: name -> (help, label names). Declared once. ----
+METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # 1 when Postgres answered SELECT 1 within the connect timeout.
+    "paystream_database_up": ("Postgres reachable", ()),
+    # Events still `received` for longer than the stuck threshold: CDC or the consumer
+    # is not moving them.
+    "paystream_stuck_events": ("Payment events received but not applied in time", ()),
+    # The threshold the stuck count uses, so a dashboard can show what "stuck" meant.
+    "paystream_stuck_event_threshold_seconds": ("Age after which an event is stuck", ()),
+    # Age of the oldest event still `received` (0 when none): grows while anything waits.
+    "paystream_oldest_unapplied_event_age_seconds": (
+        "Age of the oldest payment event not yet applied", ()),
+    # WAL the slot keeps on disk (current LSN - restart_lsn); grows while Debezium
+    # does not confirm, and fills the disk if nobody acts.
+    "paystream_replication_slot_retained_wal_bytes": (
+        "WAL retained by the logical replication slot", ("slot",)),
+    # 1 while a walsender (Debezium) is attached to the slot.
+    "paystream_replication_slot_active": ("Replication slot in use", ("slot",)),
+    # Σ over partitions of high watermark - committed offset (earliest offset when the
+    # group never committed), as the broker sees it: works while the consumer is dead.
+    "paystream_consumer_group_lag": (
+        "Messages not yet committed by the consumer group", ("group", "topic")),
+    # Members of the group right now (0: nobody is consuming).
+    "paystream_consumer_group_members": ("Consumer group members", ("group",)),
+    # Dead letters first seen within the last hour (dead_letter_queue.first_seen_at).
+    "paystream_dead_letters_last_hour": ("Dead letters in the last hour", ()),
+    # Chain deposits waiting for finality (pending or suspect), and the oldest one's age:
+    # mainnet finalises in ~13 min, so hours mean the watcher or its node is not working.
+    "paystream_chain_deposits_waiting": ("Chain deposits waiting for finality", ()),
+    "paystream_oldest_waiting_chain_deposit_age_seconds": (
+        "Age of the oldest chain deposit waiting for finality", ()),
+    # Settlements the watcher emitted that the ledger has not applied within the stuck
+    # threshold: CDC or the ledger is not moving them (or one was dead-lettered).
+    "paystream_stuck_chain_settlements": (
+        "Chain settlements emitted but not applied in time", ()),
+    # 1 when the connector and all its tasks are RUNNING.
+    "paystream_connector_running": ("Debezium connector running", ("connector",)),
+    # Each check's verdict: 0 ok, 1 warn, 2 unhealthy.
+    "paystream_health_check_verdict": ("Health check verdict (0 ok, 1 warn, 2 unhealthy)",
+                                       ("check",)),
+}
+
+CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
+               "consumer_lag", "dead_letters", "chain_deposits", "connector")
+# chain_deposits states: waiting for the finalized block (not credited); decided by the
+# watcher, its event waiting for the ledger (schema/migrations 0004, 0005).
+WAITING_STATES = ("pending", "suspect")
+SETTLING_STATES = ("crediting", "finalizing", "reorging", "reversing")
+DEFAULT_GROUPS: tuple[tuple[str, str], ...] = (
+    ("ledger", PAYMENTS_TOPIC), ("dlq-mirror", PAYMENTS_DLQ_TOPIC))
+
+
+class Verdict(IntEnum):
+    OK = 0
+    WARN = 1
+    UNHEALTHY = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Sample:
+    metric: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str  # one of CHECK_NAMES
+    component: str
+    check: str
+    value: str
+    threshold: str
+    verdict: Verdict
+    samples: tuple[Sample, ...] = ()
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """Thresholds (env PAYSTREAM_HEALTH_*, overridden by flags) and where to look."""
+
+    stuck_after_s: float = 60.0
+    slot_name: str = "paystream_outbox"
+    wal_warn_bytes: float = 512 * MIB
+    wal_unhealthy_bytes: float = 2048 * MIB
+    lag_warn: float = 1_000
+    lag_unhealthy: float = 100_000
+    dead_letters_warn: float = 1
+    dead_letters_unhealthy: float = 50
+    deposit_wait_warn_s: float = 1800.0
+    deposit_wait_unhealthy_s: float = 7200.0
+    groups: tuple[tuple[str, str], ...] = DEFAULT_GROUPS
+    timeout_s: float = 5.0
+    dsn: str = field(default_factory=database_url)
+    bootstrap: str = field(default_factory=kafka_bootstrap)
+    connect_url: str = field(default_factory=lambda: StackSettings.from_env().connect_url)
+    connector_name: str = field(
+        default_factory=lambda: StackSettings.from_env().connector_name)
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> HealthSettings:
+        base = cls(
+            stuck_after_s=_env_float("PAYSTREAM_HEALTH_STUCK_AFTER_S", 60.0),
+            wal_warn_bytes=_env_float("PAYSTREAM_HEALTH_WAL_WARN_MB", 512) * MIB,
+            wal_unhealthy_bytes=_env_float("PAYSTREAM_HEALTH_WAL_UNHEALTHY_MB", 2048) * MIB,
+            lag_warn=_env_float("PAYSTREAM_HEALTH_LAG_WARN", 1_000),
+            lag_unhealthy=_env_float("PAYSTREAM_HEALTH_LAG_UNHEALTHY", 100_000),
+            dead_letters_warn=_env_float("PAYSTREAM_HEALTH_DLQ_WARN", 1),
+            dead_letters_unhealthy=_env_float("PAYSTREAM_HEALTH_DLQ_UNHEALTHY", 50),
+            deposit_wait_warn_s=_env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_WARN_S", 1800),
+            deposit_wait_unhealthy_s=_env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_UNHEALTHY_S",
+                                                7200),
+        )
+        return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _grade(value: float, warn: float, unhealthy: float) -> Verdict:
+    if value >= unhealthy:
+        return Verdict.UNHEALTHY
+    return Verdict.WARN if value >= warn else Verdict.OK
+
+
+def _bytes(n: float) -> str:
+    return f"{n / MIB:.1f} MiB"
+
+
+class HealthChecker:
+    """Runs the checks; holds one Kafka admin client across runs (cheap scrapes)."""
+
+    def __init__(self, settings: HealthSettings) -> None:
+        self.settings = settings
+        self._admin: AdminClient | None = None
+
+    def run(self, only: Sequence[str] | None = None) -> list[CheckResult]:
+        wanted = set(only or CHECK_NAMES)
+        results: list[CheckResult] = []
+        db_checks = wanted & {"database", "stuck_events", "oldest_unapplied",
+                              "replication_slot", "dead_letters", "chain_deposits"}
+        if db_checks:
+            results += self._database_checks(db_checks)
+        if "consumer_lag" in wanted:
+            results += self._lag_checks()
+        if "connector" in wanted:
+            results.append(self._connector_check())
+        order = {name: i for i, name in enumerate(CHECK_NAMES)}
+        return sorted(results, key=lambda r: order[r.name])
+
+    # -- Postgres --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[psycopg2.extensions.connection]:
+        conn = connect(self.settings.dsn, connect_timeout=max(1, int(self.settings.timeout_s)),
+                       application_name="paystream-health")
+        try:
+            conn.autocommit = True  # read-only single statements: no transaction held
+            with conn.cursor() as cur:
+                cur.execute("SET statement_timeout = %s", (int(self.settings.timeout_s * 1000),))
+            yield conn
+        finally:
+            conn.close()
+
+    def _database_checks(self, wanted: set[str]) -> list[CheckResult]:
+        s = self.settings
+        started = time.monotonic()
+        try:
+            with self._db() as conn, conn.cursor() as cur:
+                cur.execute("SELECT 1")
+                elapsed_ms = (time.monotonic() - started) * 1000
+                out = [CheckResult("database", "postgres", "reachable", f"{elapsed_ms:.0f} ms",
+                                   f"answers within {s.timeout_s:g} s", Verdict.OK,
+                                   (Sample("paystream_database_up", 1),))]
+                if wanted & {"stuck_events", "oldest_unapplied"}:
+                    out += self._event_checks(cur)
+                if "replication_slot" in wanted:
+                    out.append(self._slot_check(cur))
+                if "dead_letters" in wanted:
+                    out.append(self._dead_letter_check(cur))
+                if "chain_deposits" in wanted:
+                    out += self._chain_deposit_checks(cur)
+        except psycopg2.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            out = [CheckResult("database", "postgres", "reachable", f"error: {reason[:80]}",
+                               f"answers within {s.timeout_s:g} s", Verdict.UNHEALTHY,
+                               (Sample("paystream_database_up", 0),))]
+            out += [CheckResult(name, "postgres", name, "unknown (database unreachable)", "-",
+                                Verdict.UNHEALTHY) for name in sorted(wanted - {"database"})]
+        return [r for r in out if r.name in wanted]
+
+    def _event_checks(self, cur: Any) -> list[CheckResult]:
+        s = self.settings
+        # status_changed_at, not received_at: a DLQ replay makes an old event `received`
+        # again, and its wait starts then. The partial index holds only received rows.
+        cur.execute(
+            "SELECT count(*) FILTER (WHERE status_changed_at"
+            "                        < now() - make_interval(secs => %s)),"
+            "       coalesce(extract(epoch FROM now() - min(status_changed_at)), 0)"
+            " FROM payment_events WHERE status = 'received'", (s.stuck_after_s,))
+        stuck, oldest = cur.fetchone()
+        stuck, oldest = int(stuck), max(0.0, float(oldest))
+        return [
+            CheckResult("stuck_events", "pipeline", f"events received > {s.stuck_after_s:g} s ago",
+                        str(stuck), "0 (more: CDC or consumer stuck)",
+                        Verdict.UNHEALTHY if stuck else Verdict.OK,
+                        (Sample("paystream_stuck_events", stuck),
+                         Sample("paystream_stuck_event_threshold_seconds", s.stuck_after_s))),
+            CheckResult("oldest_unapplied", "pipeline", "oldest unapplied event age",
+                        f"{oldest:.1f} s", f"warn > {s.stuck_after_s:g} s",
+                        Verdict.WARN if oldest > s.stuck_after_s else Verdict.OK,
+                        (Sample("paystream_oldest_unapplied_event_age_seconds", oldest),)),
+        ]
+
+    def _slot_check(self, cur: Any) -> CheckResult:
+        s = self.settings
+        threshold = f"warn {_bytes(s.wal_warn_bytes)}, unhealthy {_bytes(s.wal_unhealthy_bytes)}"
+        cur.execute(
+            "SELECT active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), wal_status"
+            " FROM pg_replication_slots WHERE slot_name = %s", (s.slot_name,))
+        row = cur.fetchone()
+        check = f"slot {s.slot_name} retained WAL"
+        if row is None:
+            # Without the slot, events written now are never sent: nothing else is worse.
+            return CheckResult("replication_slot", "postgres", check, "slot missing", threshold,
+                               Verdict.UNHEALTHY)
+        active, retained, wal_status = row
+        labels = (("slot", s.slot_name),)
+        if retained is None:  # restart_lsn NULL: the slot was invalidated (WAL removed)
+            return CheckResult("replication_slot", "postgres", check,
+                               f"invalidated ({wal_status})", threshold, Verdict.UNHEALTHY,
+                               (Sample("paystream_replication_slot_active", int(active), labels),))
+        retained = float(retained)
+        verdict = _grade(retained, s.wal_warn_bytes, s.wal_unhealthy_bytes)
+        if not active:
+            # Normal for a moment while Connect restarts; stuck_events says when it matters.
+            verdict = max(verdict, Verdict.WARN)
+        return CheckResult(
+            "replication_slot", "postgres", check,
+            f"{_bytes(retained)} ({'active' if active else 'INACTIVE'})", threshold, verdict,
+            (Sample("paystream_replication_slot_retained_wal_bytes", retained, labels),
+             Sample("paystream_replication_slot_active", int(active), labels)))
+
+    def _dead_letter_check(self, cur: Any) -> CheckResult:
+        s = self.settings
+        cur.execute("SELECT count(*) FROM dead_letter_queue"
+                    " WHERE first_seen_at > now() - interval '1 hour'")
+        count = int(cur.fetchone()[0])
+        return CheckResult(
+            "dead_letters", "dlq", "dead letters in the last hour", str(count),
+            f"warn >= {s.dead_letters_warn:g}, unhealthy >= {s.dead_letters_unhealthy:g}",
+            _grade(count, s.dead_letters_warn, s.dead_letters_unhealthy),
+            (Sample("paystream_dead_letters_last_hour", count),))
+
+    def _chain_deposit_checks(self, cur: Any) -> list[CheckResult]:
+        s = self.settings
+        cur.execute(
+            "SELECT count(*) FILTER (WHERE state = ANY(%s)),"
+            "       coalesce(extract(epoch FROM now() - min(recorded_at)"
+            "                FILTER (WHERE state = ANY(%s))), 0),"
+            "       count(*) FILTER (WHERE state = ANY(%s)"
+            "                        AND decided_at < now() - make_interval(secs => %s))"
+            " FROM chain_deposits WHERE state = ANY(%s)",
+            (list(WAITING_STATES), list(WAITING_STATES), list(SETTLING_STATES),
+             s.stuck_after_s, [*WAITING_STATES, *SETTLING_STATES]))
+        waiting, oldest, stuck = cur.fetchone()
+        waiting, oldest, stuck = int(waiting), max(0.0, float(oldest)), int(stuck)
+        wait_verdict = _grade(oldest, s.deposit_wait_warn_s, s.deposit_wait_unhealthy_s)
+        return [
+            CheckResult("chain_deposits", "finality", "oldest deposit waiting for finality",
+                        f"{oldest:.1f} s ({waiting} waiting)",
+                        f"warn > {s.deposit_wait_warn_s:g} s, "
+                        f"unhealthy > {s.deposit_wait_unhealthy_s:g} s", wait_verdict,
+                        (Sample("paystream_chain_deposits_waiting", waiting),
+                         Sample("paystream_oldest_waiting_chain_deposit_age_seconds",
+                                oldest))),
+            CheckResult("chain_deposits", "ledger",
+                        f"settlements unapplied > {s.stuck_after_s:g} s", str(stuck),
+                        "0 (more: CDC or ledger stuck, or a dead letter)",
+                        Verdict.UNHEALTHY if stuck else Verdict.OK,
+                        (Sample("paystream_stuck_chain_settlements", stuck),)),
+        ]
+
+    # -- Kafka -----------------------------------------------------------------------
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            ms = int(self.settings.timeout_s * 1000)
+            # log_level 2: a broker that is down is reported by the check, not by librdkafka.
+            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap,
+                                       "socket.timeout.ms": ms, "log_level": 2})
+        return self._admin
+
+    def _lag_checks(self) -> list[CheckResult]:
+        s = self.settings
+        threshold = f"warn {s.lag_warn:g}, unhealthy {s.lag_unhealthy:g}"
+        out = []
+        broker_down: str | None = None
+        for group, topic in s.groups:
+            name = f"group {group} lag on {topic}"
+            try:
+                if broker_down:  # one timeout is enough: do not wait again per group
+                    raise LookupError(broker_down)
+                lag, members = group_lag(self._admin_client(), group, topic, s.timeout_s)
+            except (KafkaException, LookupError, TimeoutError) as exc:
+                reason = _kafka_reason(exc)
+                if isinstance(exc, KafkaException | TimeoutError):
+                    broker_down = reason
+                out.append(CheckResult("consumer_lag", "kafka", name, f"error: {reason[:90]}",
+                                       threshold, Verdict.UNHEALTHY))
+                continue
+            verdict = _grade(lag, s.lag_warn, s.lag_unhealthy)
+            if members == 0:
+                # Messages waiting and nobody to read them: stalled whatever the size.
+                verdict = max(verdict, Verdict.UNHEALTHY if lag else Verdict.WARN)
+            out.append(CheckResult(
+                "consumer_lag", "kafka", name,
+                f"{lag} ({members} member{'s' if members != 1 else ''})", threshold, verdict,
+                (Sample("paystream_consumer_group_lag", lag,
+                        (("group", group), ("topic", topic))),
+                 Sample("paystream_consumer_group_members", members, (("group", group),)))))
+        return out
+
+    # -- Kafka Connect -----------------------------------------------------------------
+
+    def _connector_check(self) -> CheckResult:
+        s = self.settings
+        labels = (("connector", s.connector_name),)
+        check = f"connector {s.connector_name}"
+        try:
+            resp = httpx.get(f"{s.connect_url}/connectors/{s.connector_name}/status",
+                             timeout=s.timeout_s)
+        except httpx.HTTPError as exc:
+            return CheckResult("connector", "connect", check,
+                               f"REST unreachable ({type(exc).__name__})", "RUNNING",
+                               Verdict.UNHEALTHY, (Sample("paystream_connector_running", 0,
+                                                          labels),))
+        try:
+            body = resp.json() if resp.content else {}
+        except ValueError:  # an HTML error page from a proxy, say
+            body = {}
+        state = connector_summary(resp.status_code, body if isinstance(body, dict) else {})
+        verdict = Verdict.OK if state == "RUNNING" else (
+            Verdict.WARN if "RESTARTING" in state else Verdict.UNHEALTHY)
+        return CheckResult("connector", "connect", check, state, "RUNNING", verdict,
+                           (Sample("paystream_connector_running", int(state == "RUNNING"),
+                                   labels),))
+
+
+def _kafka_reason(exc: BaseException) -> str:
+    err = exc.args[0] if exc.args else None
+    if isinstance(exc, KafkaException) and hasattr(err, "str"):
+        return f"kafka: {err.str()}"
+    return str(exc) or type(exc).__name__
+
+
+def connector_summary(status_code: int, body: dict[str, Any]) -> str:
+    """RUNNING when the connector and every task run; else what is wrong, briefly."""
+    if status_code == 404:
+        return "absent (not registered)"
+    if status_code != 200:
+        return f"HTTP {status_code}"
+    tasks = body.get("tasks") or []
+    states = [body.get("connector", {}).get("state", "?")] + [t.get("state", "?")
+                                                               for t in tasks]
+    if not tasks:
+        return f"{states[0]} (no task)"
+    return "RUNNING" if all(x == "RUNNING" for x in states) else "/".join(states)
+
+
+def group_lag(admin: AdminClient, group: str, topic: str, timeout_s: float) -> tuple[int, int]:
+    """(Σ lag over the topic's partitions, current members) for `group` on `topic`.
+
+    A partition the group never committed counts from its earliest offset: the
+    consumers start there (auto.offset.reset=earliest).
+    """
+    md = admin.list_topics(topic, timeout=timeout_s)
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise LookupError(f"topic {topic} missing ({meta.error if meta else 'no metadata'})")
+    tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+    request = [ConsumerGroupTopicPartitions(group, tps)]
+    committed_f = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group]
+    high_f = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
+                                request_timeout=timeout_s)
+    low_f = admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps},
+                               request_timeout=timeout_s)
+    desc_f = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+    committed = {tp.partition: tp.offset for tp in committed_f.result(timeout_s).topic_partitions}
+    high = {tp.partition: f.result(timeout_s).offset for tp, f in high_f.items()}
+    low = {tp.partition: f.result(timeout_s).offset for tp, f in low_f.items()}
+    lag = 0
+    for p, end in high.items():
+        start = committed.get(p, -1)
+        if start < 0:  # no committed offset (OFFSET_INVALID)
+            start = low[p]
+        lag += max(0, end - start)
+    return lag, len(desc_f.result(timeout_s).members)
+
+
+def worst(results: Sequence[CheckResult]) -> Verdict:
+    return max((r.verdict for r in results), default=Verdict.OK)
+
+
+def format_table(results: Sequence[CheckResult]) -> str:
+    rows = [("component", "check", "value", "threshold", "verdict")]
+    rows += [(r.component, r.check, r.value, r.threshold, str(r.verdict)) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    lines.append(f"overall: {worst(results)}")
+    return "\n".join(lines)
+
+
+class HealthCollector(Collector):
+    """Prometheus collector: runs the checks at every scrape and yields the gauges."""
+
+    def __init__(self, checker: HealthChecker, only: Sequence[str] | None = None) -> None:
+        self.checker = checker
+        self.only = only
+
+    def describe(self) -> list:
+        # Without describe() the registry would run the checks once at registration.
+        return [GaugeMetricFamily(name, help_text, labels=list(labels))
+                for name, (help_text, labels) in METRICS.items()]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        results = self.checker.run(self.only)
+        families = {name: GaugeMetricFamily(name, help_text, labels=list(labels))
+                    for name, (help_text, labels) in METRICS.items()}
+        verdicts: dict[str, Verdict] = {}
+        for r in results:
+            verdicts[r.name] = max(verdicts.get(r.name, Verdict.OK), r.verdict)
+            for smp in r.samples:
+                families[smp.metric].add_metric([v for _, v in smp.labels], smp.value)
+        for name, verdict in verdicts.items():
+            families["paystream_health_check_verdict"].add_metric([name], int(verdict))
+        yield from families.values()

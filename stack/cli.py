@@ -1,0 +1,56 @@
+"""`paystream stack ...` commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from paystream.stack.settings import StackSettings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    stack = sub.add_parser("stack", help="run the local stack (Postgres, Kafka, Connect)")
+    ssub = stack.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
+    ssub.add_parser("up", help="install, start and configure everything (idempotent)") \
+        .set_defaults(func=lambda a: _stack().up(StackSettings.from_env()))
+    ssub.add_parser("down", help="stop every component; data is kept") \
+        .set_defaults(func=lambda a: _stack().down(StackSettings.from_env()))
+    ssub.add_parser("status", help="a table of components; non-zero if one is unhealthy") \
+        .set_defaults(func=lambda a: _stack().status(StackSettings.from_env()))
+    ssub.add_parser("setup", help="migrate, create topics, register the connector on "
+                    "services run elsewhere (PAYSTREAM_DATABASE_URL, PAYSTREAM_KAFKA_BOOTSTRAP,"
+                    " PAYSTREAM_CONNECT_URL)") \
+        .set_defaults(func=lambda a: _stack().setup(StackSettings.from_env()))
+    watchdog = ssub.add_parser("watchdog", help="restart the connector's FAILED tasks "
+                               "(Connect never does), until SIGTERM; run by `paystream run`")
+    watchdog.add_argument("--interval", type=float, default=5.0, help="seconds between checks")
+    watchdog.set_defaults(func=_watchdog)
+    logs = ssub.add_parser("logs", help="show the tail of the components' logs")
+    logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil"])
+    logs.add_argument("-n", "--lines", type=int, default=50)
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.set_defaults(func=lambda a: _stack().logs(StackSettings.from_env(), a.component,
+                                                   a.lines, a.follow))
+
+
+def _stack():
+    # Imported on use: `paystream --help` should not need confluent-kafka loaded.
+    from paystream.stack import stack
+    return stack
+
+
+def _watchdog(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from paystream.connectors import task_restarter
+    from paystream.logs import configure_logging
+
+    configure_logging("connector-watchdog")
+    # httpx logs every status poll through stdlib logging (not JSON, every 5 s): quiet.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    task_restarter.run(StackSettings.from_env(), stop, args.interval)
+    return 0

@@ -1,0 +1,159 @@
+"""`paystream stack up | down | status | logs`: the whole local stack, no Docker.
+
+`up` is idempotent: every step checks before it acts, so running it again on a healthy
+stack changes nothing, and running it on a fresh machine installs and starts everything.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from paystream.connectors import connect
+from paystream.schema.migrate import apply_migrations
+from paystream.stack import anvil, kafka, postgres
+from paystream.stack.packages import ensure_packages
+from paystream.stack.process import StackError, read_pid, tail_file, wait_until
+from paystream.stack.settings import StackSettings
+
+
+def _step(name: str, action: Callable[[], object]) -> object:
+    """Run one step of `up`, printing what it did and how long it took."""
+    print(f"  {name:<34}", end="", flush=True)
+    started = time.monotonic()
+    result = action()
+    elapsed = time.monotonic() - started
+    if result is True:
+        detail = "done"
+    elif result is False or result is None or result == []:
+        detail = "already done"
+    else:
+        detail = str(result)
+    print(f"{detail:<40} {elapsed:6.1f} s", flush=True)
+    return result
+
+
+def up(s: StackSettings) -> int:
+    print(f"paystream stack up (state: {s.state_dir})")
+    started = time.monotonic()
+    try:
+        s.state_dir.mkdir(parents=True, exist_ok=True)
+        s.run_dir.mkdir(parents=True, exist_ok=True)
+        s.logs_dir.mkdir(parents=True, exist_ok=True)
+        _step("debian packages", lambda: ", ".join(ensure_packages()) or False)
+        _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
+        _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
+        _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
+        _step("jars (maven)", lambda: kafka.resolve_jars(s))
+        _step("kafka storage format", lambda: kafka.format_storage(s))
+        _step(f"kafka start :{s.kafka_port}", lambda: kafka.start(s))
+        _step(f"connect start :{s.connect_port}", lambda: connect.start(s))
+        _step("anvil (npm)", lambda: anvil.ensure_installed(s))
+        _step(f"anvil start :{anvil.AnvilConfig.from_env().port}", lambda: anvil.start(s))
+        _configure(s)
+    except StackError as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    print(f"stack up in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def _configure(s: StackSettings) -> None:
+    """What makes a running Postgres/Kafka/Connect a paystream stack (idempotent)."""
+    _step("schema migrations", lambda: ", ".join(apply_migrations(s.database_url)) or False)
+    _step(f"topics ({s.partitions} partitions)",
+          lambda: ", ".join(kafka.ensure_topics(s)) or False)
+    _step(f"connector {s.connector_name}", lambda: connect.register(s) or True)
+    _step("connector and task RUNNING", lambda: connect.wait_running(s) or True)
+
+
+def setup(s: StackSettings) -> int:
+    """Configure services someone else runs (docker-compose's one-shot setup service)."""
+    print(f"paystream stack setup (db {s.database_url.rsplit('@', 1)[-1]}, "
+          f"kafka {s.kafka_bootstrap}, connect {s.connect_url})")
+    try:
+        wait_until("postgres", "reachable", lambda: postgres.healthy(s), timeout=120)
+        wait_until("kafka", "reachable", lambda: kafka.healthy(s), timeout=120)
+        wait_until("connect", "reachable", lambda: connect.healthy(s), timeout=300)
+        _configure(s)
+    except StackError as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def down(s: StackSettings) -> int:
+    print(f"paystream stack down (state: {s.state_dir})")
+    try:
+        # Producers of data stop first: the chain and Connect, then the broker, then
+        # the database.
+        _step("anvil stop", lambda: anvil.stop(s))
+        _step("connect stop", lambda: connect.stop(s))
+        _step("kafka stop", lambda: kafka.stop(s))
+        _step("postgres stop", lambda: postgres.stop(s))
+    except StackError as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def status(s: StackSettings) -> int:
+    """A table of components; exit 0 only when every component is healthy."""
+    kcat = shutil.which("kcat")
+    kcat_version = "-"
+    if kcat:
+        out = subprocess.run([kcat, "-V"], capture_output=True, text=True).stdout
+        words = out.split()
+        kcat_version = words[words.index("Version") + 1] if "Version" in words else "?"
+    pg_ok = postgres.healthy(s)
+    kafka_ok = kafka.healthy(s)
+    connect_ok = connect.healthy(s)
+    anvil_ok = anvil.healthy(s)
+    state = connect.connector_state(s) if connect_ok else "unknown"
+    kpid, cpid = read_pid(kafka.pid_file(s)), read_pid(connect.pid_file(s))
+    rows = [
+        ("postgres", str(s.pg_port), str(postgres.pid(s) if pg_ok else "-"),
+         postgres.version(s) if pg_ok else "-", _health(pg_ok), "-"),
+        ("kafka", str(s.kafka_port), str(kpid or "-"), kafka.kafka_version(s),
+         _health(kafka_ok), kafka.jvm_rss_mib(kpid)),
+        ("connect", str(s.connect_port), str(cpid or "-"),
+         connect.version(s) if connect_ok else "-", _health(connect_ok),
+         kafka.jvm_rss_mib(cpid)),
+        (f"connector {s.connector_name}", "-", "-", "debezium", state, "-"),
+        ("anvil", str(anvil.AnvilConfig.from_env().port), str(anvil.pid(s) or "-"),
+         anvil.version(s), _health(anvil_ok), "-"),
+        ("kcat", "-", "-", kcat_version, "installed" if kcat else "missing", "-"),
+    ]
+    header = ("component", "port", "pid", "version", "health", "rss")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+    ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok
+    return 0 if ok else 1
+
+
+def _health(ok: bool) -> str:
+    return "healthy" if ok else "down"
+
+
+LOGS = {
+    "postgres": postgres.log_file,
+    "kafka": kafka.log_file,
+    "connect": connect.log_file,
+    "anvil": anvil.log_file,
+}
+
+
+def logs(s: StackSettings, component: str | None, lines: int, follow: bool) -> int:
+    names = [component] if component else list(LOGS)
+    paths: list[Path] = [LOGS[n](s) for n in names]
+    if follow:
+        return subprocess.call(["tail", "-n", str(lines), "-F", *map(str, paths)])
+    for name, path in zip(names, paths, strict=True):
+        print(f"==> {name}: {path} <==")
+        print(tail_file(path, lines))
+    return 0
