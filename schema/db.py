@@ -11,6 +11,10 @@ import os
 import psycopg2
 import psycopg2.extensions
 
+# The one spelling of a database handle for every signature in paystream.
+Connection = psycopg2.extensions.connection
+Cursor = psycopg2.extensions.cursor
+
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
@@ -39,7 +43,7 @@ def kafka_bootstrap() -> str:
 
 
 def connect(dsn: str | None = None, *, connect_timeout: int = 5,
-            application_name: str = "paystream") -> psycopg2.extensions.connection:
+            application_name: str = "paystream") -> Connection:
     """Open a connection with a bounded connect timeout (a dead DB must fail fast)."""
     return psycopg2.connect(
         dsn or database_url(),
