@@ -1,14 +1,43 @@
-"""Debian packages the stack needs, installed when missing (we run as root on Debian)."""
+"""Debian packages the stack needs, installed when missing (we run as root on Debian).
+
+Each package is named so that the same name exists on Debian 12 (bookworm) and 13
+(trixie): `default-jre-headless` is Java 17 on bookworm and 21 on trixie, and trixie has
+no `openjdk-17-jre-headless`. tests/unit/test_stack_packages.py checks the names.
+"""
 
 from __future__ import annotations
 
 import glob
 import os
 import shutil
+from dataclasses import dataclass
 
 from paystream.stack.process import StackError, run
 
 _updated = False
+
+
+@dataclass(frozen=True)
+class Need:
+    """A Debian package, wanted when `command` is not on PATH."""
+
+    command: str
+    package: str
+    why: str
+
+
+# PostgreSQL is probed separately: Debian keeps its server binaries off PATH.
+NEEDS = (
+    Need("kcat", "kcat", "topic inspection, the README's recipes"),
+    Need("java", "default-jre-headless", "Kafka (KRaft), Kafka Connect and Debezium"),
+    Need("mvn", "maven", "resolves the Kafka, Connect and Debezium jars (connectors/pom.xml)"),
+    Need("npm", "npm", "anvil, the local Ethereum node, ships in the npm registry"),
+    # promtool checks and unit-tests the alert rules; the server it ships with is not
+    # started.
+    Need("promtool", "prometheus", "the alert rules' checks and unit tests"),
+    Need("wrk", "wrk", "the load generator of bench/ingest_bench.py at saturation"),
+)
+POSTGRES_PACKAGE = "postgresql"
 
 
 def _apt_install(packages: list[str]) -> None:
@@ -30,25 +59,15 @@ def postgres_bin_dir() -> str | None:
     return os.path.dirname(found[-1]) if found else None
 
 
+def missing_packages() -> list[str]:
+    """The Debian packages whose programs this machine lacks."""
+    wanted = [] if postgres_bin_dir() is not None else [POSTGRES_PACKAGE]
+    return wanted + [n.package for n in NEEDS if shutil.which(n.command) is None]
+
+
 def ensure_packages() -> list[str]:
     """Install what is missing; return the names installed (empty when all were there)."""
-    wanted = []
-    if postgres_bin_dir() is None:
-        wanted.append("postgresql")
-    if shutil.which("kcat") is None:
-        wanted.append("kcat")
-    if shutil.which("java") is None:
-        wanted.append("openjdk-17-jre-headless")
-    if shutil.which("mvn") is None:
-        wanted.append("maven")
-    if shutil.which("npm") is None:
-        wanted.append("npm")  # anvil, the local Ethereum node, ships in the npm registry
-    if shutil.which("promtool") is None:
-        # promtool checks and unit-tests the alert rules; the server it ships with is
-        # not used (and not started: we only need the tool).
-        wanted.append("prometheus")
-    if shutil.which("wrk") is None:
-        wanted.append("wrk")  # the load generator of bench/ingest_bench.py at saturation
+    wanted = missing_packages()
     if wanted:
         _apt_install(wanted)
     return wanted

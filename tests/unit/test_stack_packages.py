@@ -1,0 +1,58 @@
+"""The Debian package names the stack manager asks for exist on Debian 12 and 13.
+
+The bookworm column was read with `apt-cache policy NAME` on our Debian 12 machines on
+2026-12-01. The trixie column is what Debian 13's archive lists for the same names, not
+yet run on a Debian 13 machine here (none is lent to us): on whichever Debian the test
+runs, it also asks that machine's apt for every name, evidence that does not come from
+the code under test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from paystream.stack.packages import NEEDS, POSTGRES_PACKAGE
+
+# name -> (bookworm candidate, what it is on trixie)
+ON_BOTH_RELEASES = {
+    "postgresql": ("15+248+deb12u2", "PostgreSQL 17"),
+    "kcat": ("1.7.1-2", "kcat 1.7"),
+    "default-jre-headless": ("2:1.17-74, OpenJDK 17", "OpenJDK 21"),
+    "maven": ("3.8.7-1", "Maven 3.9"),
+    "npm": ("9.2.0~ds1-1", "npm 9"),
+    "prometheus": ("2.42.0+ds-5+deb12u1", "Prometheus 2.53"),
+    "wrk": ("4.1.0-3+b2", "wrk 4.1"),
+    "python3-venv": ("3.11.2-1+b1", "for Python 3.13"),  # the Makefile installs it
+}
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def asked_for() -> list[str]:
+    return [POSTGRES_PACKAGE, *(n.package for n in NEEDS)]
+
+
+def test_every_name_exists_on_debian_12_and_13() -> None:
+    unknown = [name for name in asked_for() if name not in ON_BOTH_RELEASES]
+    assert unknown == [], f"not checked on both releases: {unknown}"
+    # Trixie dropped this one; it must never come back.
+    assert "openjdk-17-jre-headless" not in asked_for()
+
+
+def test_the_makefile_installs_python3_venv_by_a_name_on_both_releases() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "python3-venv" in makefile
+
+
+def test_this_machines_apt_knows_every_name() -> None:
+    if not Path("/etc/debian_version").exists() or shutil.which("apt-cache") is None:
+        return  # not Debian: the table above is the only evidence
+    lists = list(Path("/var/lib/apt/lists").glob("*_Packages*"))
+    assert lists, "no apt package lists on this Debian machine: run `apt-get update`"
+    for name in [*asked_for(), "python3-venv"]:
+        out = subprocess.run(["apt-cache", "policy", name], capture_output=True,
+                             text=True, check=True).stdout
+        assert "Candidate:" in out and "Candidate: (none)" not in out, \
+            f"apt on this machine has no candidate for {name}:\n{out}"
