@@ -1,14 +1,66 @@
-"""Fixtures shared by the integration tests."""
+"""Fixtures of the integration tests, and their `integration` marker.
+
+Integration tests never skip: a missing service fails the test, with the command that
+starts it (`paystream stack up`, which `make test` runs first). Helpers that are not
+fixtures live in tests/support/.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg2
 import pytest
 
+from paystream.schema.db import Connection, connect, database_url
 from tests.support.consumers import ProcessPool
+from tests.support.topics import TopicReader
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration/ needs the real stack: mark it here, once,
+    so `-m 'not integration'` selects exactly the unit tests. (pytest calls this hook
+    with the whole session's items, hence the path check.)"""
+    for item in items:
+        if HERE in item.path.resolve().parents:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture
-def pool(tmp_path):
+def db() -> Iterator[Connection]:
+    """An autocommit connection to the stack's Postgres; fails if it is not running."""
+    try:
+        conn = connect(database_url())
+    except psycopg2.OperationalError as exc:
+        pytest.fail(f"Postgres is not reachable at {database_url()} ({exc}); "
+                    "run `paystream stack up` (make test does)")
+    conn.autocommit = True
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def topic_reader() -> Iterator[Callable[[str], TopicReader]]:
+    """Factory: `reader = topic_reader("paystream.payments")`; closed after the test."""
+    readers: list[TopicReader] = []
+
+    def make(topic: str) -> TopicReader:
+        reader = TopicReader(topic)
+        readers.append(reader)
+        return reader
+
+    yield make
+    for reader in readers:
+        reader.close()
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[ProcessPool]:
     """Consumer processes started by a test; all killed when it ends."""
     p = ProcessPool(tmp_path)
     yield p

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 import subprocess
 
-from tests.conftest import paystream_cmd
+from paystream.cli import paystream_argv
 
 
 def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
-    done = subprocess.run(paystream_cmd("chaos", "--short"), capture_output=True, text=True,
+    done = subprocess.run(paystream_argv("chaos", "--short"), capture_output=True, text=True,
                           timeout=900)
     out = done.stdout + done.stderr
     print(out)  # the report, in the test log

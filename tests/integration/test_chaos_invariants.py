@@ -8,7 +8,7 @@ import uuid
 from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.invariants import Verdict, check, check_chain
 from paystream.chaos.traffic import Kind, Request
-from tests.conftest import unique
+from tests.support.ids import unique
 
 
 def _request(kind: Kind, event_id: str, user: str, amount: str = "5", status: int = 200,

@@ -8,11 +8,11 @@ exact restart call it sends; which parts count as failed is unit-tested."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 import httpx
 
+from paystream.cli import paystream_argv
 from paystream.connectors import connect, task_restarter
 from paystream.stack.settings import StackSettings
 
@@ -36,9 +36,8 @@ def test_connect_accepts_the_restart_the_watchdog_sends():
 
 
 def test_the_watchdog_command_runs_until_sigterm():
-    proc = subprocess.Popen([sys.executable, "-m", "paystream.cli", "stack", "watchdog",
-                             "--interval", "0.5"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(paystream_argv("stack", "watchdog", "--interval", "0.5"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(3)
     assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
     proc.terminate()

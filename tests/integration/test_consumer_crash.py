@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from paystream.consumers.crash_hooks import AFTER_DB_COMMIT, BEFORE_DB_COMMIT
-from tests.conftest import unique
 from tests.support.consumers import (
     assert_applied_exactly_once,
     committed,
@@ -19,8 +16,7 @@ from tests.support.consumers import (
     wait_until,
     wire_message,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 
 def _setup(db, count: int, users: int = 24):

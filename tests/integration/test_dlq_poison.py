@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from decimal import Decimal
 
-import pytest
-
+from paystream.cli import paystream_argv
 from paystream.consumers import dlq
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent
-from tests.conftest import unique
 from tests.support.consumers import (
     create_topic,
     create_users,
@@ -23,8 +20,7 @@ from tests.support.consumers import (
     wait_until,
     wire_message,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 
 def _kcat_produce(topic: str, partition: int, key: str, payload_file) -> None:
@@ -111,8 +107,8 @@ def test_poison_messages_are_dead_lettered_and_the_partition_continues(
         assert [r[0] for r in cur.fetchall()] == [first.event_id, second.event_id,
                                                   third.event_id]
 
-    refused = subprocess.run([sys.executable, "-m", "paystream.cli", "dlq", "replay",
-                              str(garbage_id)], capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(paystream_argv("dlq", "replay", str(garbage_id)),
+                             capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "cannot be parsed" in refused.stderr, refused
     assert ledger.terminate() == 0 and mirror.terminate() == 0
 

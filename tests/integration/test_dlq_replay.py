@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from decimal import Decimal
 
-import pytest
-
+from paystream.cli import paystream_argv
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
-from tests.conftest import unique
 from tests.support.consumers import (
     create_topic,
     create_users,
     start_group_at_end,
     wait_until,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paystream.cli", "dlq", *args],
+    return subprocess.run(paystream_argv("dlq", *args),
                           capture_output=True, text=True, timeout=60)
 
 

@@ -26,8 +26,6 @@ from tests.support.chain.deposits import NETWORK, SIGNING_KEY, activities, deliv
 from tests.support.chain.memory import MemoryLedger
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
 
-pytestmark = pytest.mark.integration
-
 PORT = 18645
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -17,17 +16,16 @@ from decimal import Decimal
 import httpx
 import pytest
 
+from paystream.cli import paystream_argv
 from paystream.ops.reconcile import find_mismatches, reconcile
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import emit
-from tests.conftest import TopicReader, headers_of
 from tests.support.chain.node import AnvilUnavailableError, Chain
 from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
 from tests.support.ingest import payment_body, payment_headers
-
-pytestmark = pytest.mark.integration
+from tests.support.topics import TopicReader, headers_of
 
 PORT = 18650
 SLOTS = 4  # finalized = head - 8: room for a credit at depth 2 and a reorg before it
@@ -265,5 +263,5 @@ def test_reorg_after_the_user_withdrew_records_a_shortfall_and_flags_the_account
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paystream.cli", *args],
+    return subprocess.run(paystream_argv(*args),
                           capture_output=True, text=True, timeout=60)

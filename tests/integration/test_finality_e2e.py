@@ -18,11 +18,9 @@ from paystream.ops.reconcile import find_mismatches
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC
 from paystream.stack import anvil
-from tests.conftest import TopicReader
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token
 from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
-
-pytestmark = pytest.mark.integration
+from tests.support.topics import TopicReader
 
 PORT = 18647
 GRACE = 1  # finalized blocks past a missing tx's block before it is judged reorged

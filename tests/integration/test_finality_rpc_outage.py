@@ -21,8 +21,6 @@ from tests.support.chain.counting import RpcCounter
 from tests.support.chain.memory import MemoryLedger
 from tests.support.chain.node import AnvilUnavailableError, Chain, running_anvil
 
-pytestmark = pytest.mark.integration
-
 PORT = 18646
 NETWORK = "ANVIL_OUTAGE"
 

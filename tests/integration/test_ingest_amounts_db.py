@@ -14,9 +14,8 @@ from paystream.schema.amounts import AMOUNT_PATTERN, AmountError, format_amount,
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event, write_events
-from tests.conftest import unique
+from tests.support.ids import unique
 
-pytestmark = pytest.mark.integration
 FIXTURE_OK = settings(max_examples=300, deadline=None,
                       suppress_health_check=[HealthCheck.function_scoped_fixture])
 

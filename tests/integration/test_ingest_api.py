@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from paystream.ingest.app import create_app
 from paystream.ingest.settings import IngestSettings
 from paystream.schema.db import database_url
-from tests.conftest import unique
+from tests.support.ids import unique
 from tests.support.ingest import (
     ALCHEMY_KEY,
     PAYMENTS_SECRET_BYTES,
@@ -30,8 +30,6 @@ from tests.support.ingest import (
     payment_headers,
     random_address,
 )
-
-pytestmark = pytest.mark.integration
 
 SETTINGS = IngestSettings.from_env({**ingest_env(), "PAYSTREAM_DATABASE_URL": database_url()})
 

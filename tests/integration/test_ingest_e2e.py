@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from paystream.schema.db import database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC
-from tests.conftest import unique
+from tests.support.ids import unique
 from tests.support.ingest import (
     alchemy_body,
     alchemy_headers,
@@ -24,7 +24,6 @@ from tests.support.ingest import (
     random_address,
 )
 
-pytestmark = pytest.mark.integration
 ARRIVAL_TIMEOUT_S = 60
 
 

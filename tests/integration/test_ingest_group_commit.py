@@ -24,10 +24,8 @@ from paystream.ingest.writer import GroupCommitWriter
 from paystream.schema.db import database_url
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome
-from tests.conftest import unique
+from tests.support.ids import unique
 from tests.support.ingest import alchemy_body, erc20_activity, eth_activity, random_address
-
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

@@ -9,13 +9,11 @@ import time
 from decimal import Decimal
 
 import httpx
-import pytest
 
 from paystream.schema.db import database_url
-from tests.conftest import unique
+from tests.support.ids import unique
 from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
 
-pytestmark = pytest.mark.integration
 GROUP_METRIC = re.compile(r"^paystream_ingest_commit_group_size_(count|sum) (\S+)$", re.M)
 
 

@@ -18,12 +18,13 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
+from paystream.cli import paystream_argv
 from paystream.ingest import alchemy_signature, standard_webhooks
 from paystream.schema.db import database_url
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import postgres
 from paystream.stack.settings import StackSettings
-from tests.conftest import unique
+from tests.support.ids import unique
 from tests.support.ingest import (
     ALCHEMY_KEY,
     PAYMENTS_SECRET_BYTES,
@@ -34,7 +35,6 @@ from tests.support.ingest import (
     payment_headers,
 )
 
-pytestmark = pytest.mark.integration
 CONCURRENCY = 20
 
 
@@ -224,12 +224,10 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
 def test_the_console_script_refuses_a_short_secret(tmp_path: Path) -> None:
     import os
     import subprocess
-    import sys
 
     env = {**os.environ, "ALCHEMY_SIGNING_KEY": "too-short",
            "PAYMENTS_WEBHOOK_SECRET": "whsec_c2hvcnQ="}
-    done = subprocess.run([sys.executable, "-m", "paystream.cli", "ingest", "--port",
-                           str(free_port())], env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(paystream_argv("ingest", "--port", str(free_port())), env=env,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "ALCHEMY_SIGNING_KEY is 9 bytes after decoding; at least 32" in done.stderr

@@ -8,13 +8,11 @@ import threading
 import time
 
 import httpx
-import pytest
 
 from paystream.connectors import connect
 from paystream.schema.db import connect as db_connect
 from paystream.stack import postgres
 from paystream.stack.settings import StackSettings
-from tests.conftest import unique
 from tests.support.consumers import (
     assert_applied_exactly_once,
     committed,
@@ -27,8 +25,7 @@ from tests.support.consumers import (
     wait_until,
     wire_message,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 OUTAGE_S = 30
 

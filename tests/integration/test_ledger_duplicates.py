@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import pytest
-
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import emit, write_event
-from tests.conftest import unique
 from tests.support.consumers import (
     create_users,
     drained,
@@ -17,8 +14,7 @@ from tests.support.consumers import (
     start_group_at_end,
     wait_until,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 
 def test_same_event_ten_times_by_ten_processes_credits_once(db, pool) -> None:

@@ -6,10 +6,7 @@ import random
 import threading
 from decimal import Decimal
 
-import pytest
-
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
-from tests.conftest import unique
 from tests.support.consumers import (
     create_topic,
     create_users,
@@ -19,8 +16,7 @@ from tests.support.consumers import (
     wait_until,
     wire_message,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 INITIAL = Decimal(50)
 

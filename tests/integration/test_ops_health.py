@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,18 +19,17 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
+from paystream.cli import paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
 from paystream.schema.db import kafka_bootstrap
-from tests.conftest import unique
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 ROOT = Path(__file__).resolve().parents[2]
 STUCK_AFTER = str(300_000_000)  # seconds, ~9.5 years
 
 
 def paystream(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paystream.cli", *args], cwd=ROOT,
+    return subprocess.run(paystream_argv(*args), cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -112,8 +110,8 @@ def free_port() -> int:
 def test_serve_metrics_publishes_every_gauge(stuck_event) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "paystream.cli", "health", "--serve-metrics", str(port),
-         "--bind", "127.0.0.1", "--stuck-after", STUCK_AFTER, "--reconcile-every", "3600"],
+        paystream_argv("health", "--serve-metrics", str(port), "--bind", "127.0.0.1",
+                       "--stuck-after", STUCK_AFTER, "--reconcile-every", "3600"),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         body = ""

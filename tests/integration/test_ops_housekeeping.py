@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
 import psycopg2
 import pytest
 
+from paystream.cli import paystream_argv
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
 from paystream.consumers.ledger import LedgerHandler
@@ -20,9 +20,7 @@ from paystream.consumers.records import Origin, Record
 from paystream.ops.housekeeping import purge_processed_events
 from paystream.ops.reconcile import reconcile
 from paystream.schema.idempotency import idempotency_key
-from tests.conftest import unique
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,14 +82,14 @@ def test_cli_reports_what_it_deleted(db) -> None:
     prefix = unique("ops-hk-cli")
     with db.cursor() as cur:
         old = insert_processed(cur, prefix, "applied", 7, 40)
-        dry = subprocess.run([sys.executable, "-m", "paystream.cli", "housekeeping",
-                              "--ttl-days", "30", "--dry-run"], cwd=ROOT,
+        dry = subprocess.run(paystream_argv("housekeeping", "--ttl-days", "30", "--dry-run"),
+                             cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
         assert dry.returncode == 0, dry.stderr
         assert "would be deleted" in dry.stdout
         assert existing(cur, old) == set(old)
-        done = subprocess.run([sys.executable, "-m", "paystream.cli", "housekeeping",
-                               "--ttl-days", "30", "--batch-size", "3"], cwd=ROOT,
+        done = subprocess.run(paystream_argv("housekeeping", "--ttl-days", "30",
+                                             "--batch-size", "3"), cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("housekeeping: deleted ")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,21 +17,20 @@ import pytest
 import structlog.testing
 from prometheus_client import REGISTRY
 
+from paystream.cli import paystream_argv
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
 from paystream.consumers.ledger import LedgerHandler
 from paystream.consumers.records import Origin, Record
 from paystream.ops.reconcile import HotPathReconciler, reconcile, snapshot
-from tests.conftest import unique
-
-pytestmark = pytest.mark.integration
+from tests.support.ids import unique
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def paystream(*args: str) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess (same interpreter, same environment)."""
-    return subprocess.run([sys.executable, "-m", "paystream.cli", *args], cwd=ROOT,
+    return subprocess.run(paystream_argv(*args), cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

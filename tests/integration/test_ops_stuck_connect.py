@@ -11,12 +11,13 @@ from decimal import Decimal
 import httpx
 
 from paystream.chaos.harness import _start_group_at_end
+from paystream.cli import paystream_argv
 from paystream.connectors import connect
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
 from paystream.stack.settings import StackSettings
-from tests.conftest import paystream_cmd, unique
+from tests.support.ids import unique
 from tests.support.ingest import free_port
 
 STUCK_AFTER_S = 3
@@ -24,8 +25,8 @@ STUCK_AFTER_S = 3
 
 def _stuck(port: int) -> tuple[int, int, float]:
     """(stuck count from `paystream health`, its exit code, the exporter's gauge)."""
-    done = subprocess.run(paystream_cmd("health", "--json", "--check", "stuck_events",
-                                        "--stuck-after", str(STUCK_AFTER_S)),
+    done = subprocess.run(paystream_argv("health", "--json", "--check", "stuck_events",
+                                         "--stuck-after", str(STUCK_AFTER_S)),
                           capture_output=True, text=True, timeout=60)
     [row] = json.loads(done.stdout)
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
@@ -49,11 +50,11 @@ def test_events_stuck_while_connect_is_down_show_and_clear(db):
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
     _start_group_at_end(group, PAYMENTS_TOPIC, kafka_bootstrap())
-    ledger = subprocess.Popen(paystream_cmd("consume", "ledger", "--group", group,
-                                            "--metrics-port", "0"),
+    ledger = subprocess.Popen(paystream_argv("consume", "ledger", "--group", group,
+                                             "--metrics-port", "0"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    exporter = subprocess.Popen(paystream_cmd("health", "--serve-metrics", str(port),
-                                              "--stuck-after", str(STUCK_AFTER_S)),
+    exporter = subprocess.Popen(paystream_argv("health", "--serve-metrics", str(port),
+                                               "--stuck-after", str(STUCK_AFTER_S)),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert _wait(lambda: _serving(port), 30), "the health exporter did not start"

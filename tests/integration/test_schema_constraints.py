@@ -7,7 +7,7 @@ import pytest
 
 from paystream.schema.db import database_url
 from paystream.schema.migrate import apply_migrations, migration_files
-from tests.conftest import unique
+from tests.support.ids import unique
 
 
 def test_rerunning_migrations_applies_nothing(db):

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from decimal import Decimal
 
+from paystream.cli import paystream_argv
 from paystream.connectors import connect
 from paystream.schema.db import connect as db_connect
 from paystream.schema.db import kafka_bootstrap
@@ -14,7 +15,8 @@ from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
 from paystream.stack import postgres
 from paystream.stack.settings import StackSettings
-from tests.conftest import headers_of, paystream_cmd, unique
+from tests.support.ids import unique
+from tests.support.topics import headers_of
 
 
 def _write(db, user: str, amount: str, trace: str) -> PaymentEvent:
@@ -107,7 +109,7 @@ def test_stack_down_and_up_keeps_data_and_unsent_events(db, topic_reader):
     reader = topic_reader(PAYMENTS_TOPIC)  # positioned at the end before the restart
     before = _write(db, unique("user"), "4", unique("t"))
     db.close()
-    subprocess.run(paystream_cmd("stack", "down"), check=True, timeout=180)
+    subprocess.run(paystream_argv("stack", "down"), check=True, timeout=180)
     try:
         postgres.start(settings)  # only the database: the broker and Connect stay down
         conn = db_connect()
@@ -121,7 +123,7 @@ def test_stack_down_and_up_keeps_data_and_unsent_events(db, topic_reader):
         finally:
             conn.close()
     finally:
-        subprocess.run(paystream_cmd("stack", "up"), check=True, timeout=600)
+        subprocess.run(paystream_argv("stack", "up"), check=True, timeout=600)
     msgs = reader.read(2, timeout=60, match=_for_ids(before.event_id, during.event_id))
     assert sorted(headers_of(m)["event_id"] for m in msgs) == sorted(
         [before.event_id, during.event_id])

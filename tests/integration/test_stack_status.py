@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.conftest import paystream_cmd
+from paystream.cli import paystream_argv
 
 
 def test_status_lists_every_component_healthy():
-    done = subprocess.run(paystream_cmd("stack", "status"), capture_output=True, text=True,
+    done = subprocess.run(paystream_argv("stack", "status"), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:]}

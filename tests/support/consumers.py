@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from paystream.cli import paystream_argv
 from paystream.consumers.ledger_plan import decide, signed_amount
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent
@@ -180,10 +180,10 @@ class ConsumerProcess:
               name: str | None = None) -> ConsumerProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{name or group}-{time.monotonic_ns()}.log"
-        args = [sys.executable, "-m", "paystream.cli", "consume", kind, "--topic", topic,
-                "--group", group, "--dlq-topic", dlq_topic, "--metrics-port", "0",
-                "--session-timeout-ms", "6000", "--max-poll-interval-ms", "30000",
-                "--backoff-max", "2", *extra_args]
+        args = paystream_argv("consume", kind, "--topic", topic,
+                              "--group", group, "--dlq-topic", dlq_topic, "--metrics-port", "0",
+                              "--session-timeout-ms", "6000", "--max-poll-interval-ms", "30000",
+                              "--backoff-max", "2", *extra_args)
         with open(log_path, "wb") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, **(env or {})})
