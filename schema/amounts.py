@@ -76,7 +76,8 @@ def _checked(amount: Decimal) -> Decimal:
         raise AmountError("amount must be below 10^20 (NUMERIC(38,18) capacity)")
     canonical = _canonical(amount)
     exponent = canonical.as_tuple().exponent
-    if -exponent > MAX_SCALE:
+    # Always an int here (the amount is finite); the check tells the type checker so.
+    if not isinstance(exponent, int) or -exponent > MAX_SCALE:
         raise AmountError(f"amount has more than {MAX_SCALE} decimal places")
     return canonical
 
@@ -87,9 +88,9 @@ def _canonical(amount: Decimal) -> Decimal:
     50.000 -> 50, 1.50 -> 1.5, 1E+2 -> 100; built from the digit tuple, so no
     precision or exponent limit of a decimal context can round it.
     """
-    if not amount.is_finite():
-        return amount
     sign, digits, exponent = amount.as_tuple()
+    if not isinstance(exponent, int):  # NaN or infinity: the exponent is a letter
+        return amount
     if not any(digits):
         return Decimal((sign, (0,), 0))
     digit_list = list(digits)

@@ -8,7 +8,7 @@ from paystream.schema.db import database_url
 from paystream.schema.migrate import apply_migrations
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("migrate", help="apply pending SQL migrations")
     p.set_defaults(func=_migrate)
 

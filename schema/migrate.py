@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from paystream.schema.db import connect
+from paystream.schema.db import Connection, connect
 
 AUTOCOMMIT_MARKER = "-- migrate: autocommit"
 _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file twice
@@ -19,7 +19,8 @@ _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file tw
 def migration_files() -> list[tuple[str, str]]:
     """(name, sql) of every migration, ordered by its number prefix."""
     folder = resources.files("paystream.schema") / "migrations"
-    files = sorted(p for p in folder.iterdir() if p.name.endswith(".sql"))
+    files = sorted((p for p in folder.iterdir() if p.name.endswith(".sql")),
+                   key=lambda p: p.name)
     return [(Path(p.name).stem, p.read_text(encoding="utf-8")) for p in files]
 
 
@@ -49,7 +50,7 @@ def apply_migrations(dsn: str | None = None) -> list[str]:
     return applied
 
 
-def _apply_one(conn, name: str, sql: str) -> None:
+def _apply_one(conn: Connection, name: str, sql: str) -> None:
     if sql.lstrip().startswith(AUTOCOMMIT_MARKER):
         # Autocommit files must be idempotent: a crash before the bookkeeping row
         # below means the file runs again.

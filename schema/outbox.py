@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from paystream.schema.db import Cursor
 from paystream.schema.events import PAYMENTS_AGGREGATE, PaymentEvent, wire_hash
 
 
@@ -25,7 +26,7 @@ class WriteOutcome(StrEnum):
     CONFLICT = "conflict"    # same event id, other content: caller must roll back
 
 
-def emit(cur, *, aggregatetype: str, aggregateid: str, event_type: str, event_id: str,
+def emit(cur: Cursor, *, aggregatetype: str, aggregateid: str, event_type: str, event_id: str,
          payload: dict[str, Any], trace_id: str) -> uuid.UUID:
     """Insert and delete one outbox row in the caller's transaction; return its id."""
     message_id = uuid.uuid4()
@@ -40,7 +41,7 @@ def emit(cur, *, aggregatetype: str, aggregateid: str, event_type: str, event_id
     return message_id
 
 
-def write_event(cur, event: PaymentEvent, trace_id: str) -> WriteOutcome:
+def write_event(cur: Cursor, event: PaymentEvent, trace_id: str) -> WriteOutcome:
     """Record a payment event and publish it through the outbox, once per event id."""
     wire = event.to_wire()
     content_hash = event.content_hash()
@@ -63,7 +64,7 @@ def write_event(cur, event: PaymentEvent, trace_id: str) -> WriteOutcome:
     return WriteOutcome.ACCEPTED
 
 
-def write_events(cur, events: Sequence[tuple[PaymentEvent, str]]) -> list[WriteOutcome]:
+def write_events(cur: Cursor, events: Sequence[tuple[PaymentEvent, str]]) -> list[WriteOutcome]:
     """write_event for each (event, trace_id) in order, in three round trips for them all.
 
     The outcomes, the rows and the outbox messages (in the same order) are those of
@@ -107,7 +108,9 @@ def write_events(cur, events: Sequence[tuple[PaymentEvent, str]]) -> list[WriteO
         cur.execute("SELECT event_id, content_hash FROM payment_events"
                     " WHERE event_id = ANY(%s)", (known,))
         first_hash.update(cur.fetchall())
-    outcomes, messages, accepted = [], [], set()
+    outcomes: list[WriteOutcome] = []
+    messages: list[dict[str, Any]] = []
+    accepted: set[str] = set()
     for (event, trace_id), wire, content_hash in zip(events, wires, hashes, strict=True):
         if event.event_id in inserted and event.event_id not in accepted:
             accepted.add(event.event_id)

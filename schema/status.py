@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from paystream.schema.db import Cursor
+
 
 class EventStatus(StrEnum):
     RECEIVED = "received"
@@ -53,7 +55,7 @@ def check_transition(current: EventStatus | str, target: EventStatus | str) -> N
         raise IllegalTransitionError(f"event status cannot move from {cur} to {tgt}")
 
 
-def transition(cur, event_ids: list[str], target: EventStatus | str) -> int:
+def transition(cur: Cursor, event_ids: list[str], target: EventStatus | str) -> int:
     """Move events to `target` in the caller's transaction; return how many moved.
 
     Only rows whose current status may legally move to `target` change: the allowed
