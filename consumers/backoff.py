@@ -21,7 +21,7 @@ class Backoff:
 
     def cap(self, attempt: int) -> float:
         # Bound the exponent: 2**1000 overflows a float long before the cap matters.
-        return min(self.maximum_s, self.initial_s * 2 ** min(attempt, 60))
+        return min(self.maximum_s, self.initial_s * 2.0 ** min(attempt, 60))
 
     def next_delay(self) -> float:
         cap = self.cap(self.attempt)

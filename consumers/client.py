@@ -11,12 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from paystream.consumers.settings import ConfigError, ConsumerSettings
 
 # Properties whose value is fixed by the commit protocol.
 REQUIRED_FALSE = ("enable.auto.commit", "enable.auto.offset.store")
+
+# librdkafka properties: strings, numbers, booleans and callbacks in one dict (the
+# client's own constructors take dict[str, Any]).
+KafkaConfig = dict[str, Any]
 
 
 def _is_true(value: object) -> bool:
@@ -25,9 +29,9 @@ def _is_true(value: object) -> bool:
 
 def consumer_config(settings: ConsumerSettings, *,
                     stats_cb: Callable[[str], None] | None = None,
-                    error_cb: Callable[[Any], None] | None = None) -> dict[str, Any]:
+                    error_cb: Callable[[KafkaError], None] | None = None) -> KafkaConfig:
     """The consumer configuration; raise ConfigError if it breaks the commit protocol."""
-    conf: dict[str, Any] = {
+    conf: KafkaConfig = {
         "bootstrap.servers": settings.bootstrap,
         "group.id": settings.group,
         "enable.auto.commit": False,
@@ -58,7 +62,7 @@ def consumer_config(settings: ConsumerSettings, *,
     return conf
 
 
-def validate_consumer_config(conf: dict[str, Any]) -> None:
+def validate_consumer_config(conf: KafkaConfig) -> None:
     for key in REQUIRED_FALSE:
         if key not in conf or _is_true(conf[key]):
             raise ConfigError(
@@ -67,12 +71,12 @@ def validate_consumer_config(conf: dict[str, Any]) -> None:
             )
 
 
-def make_consumer(conf: dict[str, Any]) -> Consumer:
+def make_consumer(conf: KafkaConfig) -> Consumer:
     validate_consumer_config(conf)
     return Consumer(conf)
 
 
-def dlq_producer_config(settings: ConsumerSettings) -> dict[str, Any]:
+def dlq_producer_config(settings: ConsumerSettings) -> KafkaConfig:
     """An idempotent producer acknowledged by all in-sync replicas."""
     return {
         "bootstrap.servers": settings.bootstrap,
@@ -86,5 +90,5 @@ def dlq_producer_config(settings: ConsumerSettings) -> dict[str, Any]:
     }
 
 
-def make_producer(conf: dict[str, Any]) -> Producer:
+def make_producer(conf: KafkaConfig) -> Producer:
     return Producer(conf)

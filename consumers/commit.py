@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from paystream.consumers import metrics
 from paystream.consumers.connection import Database
@@ -32,6 +31,7 @@ from paystream.consumers.dlq import DeadLetter, DeadLetterProducer, DlqRateLimit
 from paystream.consumers.failures import FailureClass, PoisonError, classify, describe, sqlstate
 from paystream.consumers.handler import BatchHandler, BatchResult
 from paystream.consumers.records import Record
+from paystream.schema.db import Connection
 
 log = structlog.get_logger("consumers.commit")
 
@@ -67,7 +67,7 @@ def is_retriable_commit_error(err: KafkaError) -> bool:
     return err.code() in RETRIABLE_COMMIT_ERRORS or bool(err.retriable())
 
 
-def commit_offsets(consumer: Any, offsets: dict[PartitionKey, int], budget_s: float,
+def commit_offsets(consumer: Consumer, offsets: dict[PartitionKey, int], budget_s: float,
                    group: str) -> dict[PartitionKey, int]:
     """Step 6: commit synchronously; return the offsets that could not be committed."""
     todo = dict(offsets)
@@ -80,7 +80,7 @@ def commit_offsets(consumer: Any, offsets: dict[PartitionKey, int], budget_s: fl
         try:
             result = consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
-            err = exc.args[0]
+            err: KafkaError = exc.args[0]  # a KafkaException carries its KafkaError
             if err.code() == KafkaError._NO_OFFSET:
                 return given_up  # nothing new to commit
             if is_retriable_commit_error(err) and time.monotonic() < deadline:
@@ -113,7 +113,7 @@ def _give_up(group: str, err: KafkaError, offsets: dict[PartitionKey, int],
     given_up.update(offsets)
 
 
-def apply_with_isolation(conn: Any, handler: BatchHandler,
+def apply_with_isolation(conn: Connection, handler: BatchHandler,
                          records: Sequence[Record]) -> BatchResult:
     """Steps 1 and 2: the whole batch at once, else one SAVEPOINT per message."""
     try:
@@ -154,7 +154,7 @@ def _poison_cause(exc: BaseException) -> tuple[str, str]:
 class CommitProtocol:
     """Runs steps 1-6 for one batch and keeps the offsets that still need committing."""
 
-    def __init__(self, *, group: str, consumer: Any, db: Database, handler: BatchHandler,
+    def __init__(self, *, group: str, consumer: Consumer, db: Database, handler: BatchHandler,
                  dlq: DeadLetterProducer, dlq_limit: DlqRateLimit, commit_budget_s: float,
                  hooks: CrashHooks | None = None) -> None:
         self._group = group

@@ -9,21 +9,21 @@ from __future__ import annotations
 import contextlib
 
 import psycopg2
-import psycopg2.extensions
 
-from paystream.schema.db import connect, database_url
+from paystream.schema.db import Connection, connect, database_url
 
 LOCK_TIMEOUT_MS = 10_000  # 55P03 after this: transient, the batch is retried
 STATEMENT_TIMEOUT_MS = 30_000  # 57014 after this: transient, the batch is retried
 
 
 class Database:
-    def __init__(self, dsn: str | None = None, application_name: str = "paystream-consumer"):
+    def __init__(self, dsn: str | None = None,
+                 application_name: str = "paystream-consumer") -> None:
         self._dsn = dsn or database_url()
         self._application_name = application_name
-        self._conn: psycopg2.extensions.connection | None = None
+        self._conn: Connection | None = None
 
-    def connection(self) -> psycopg2.extensions.connection:
+    def connection(self) -> Connection:
         """The open connection, reconnecting if the previous one broke."""
         if self._conn is not None and self._conn.closed:
             self._conn = None

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
 
 from paystream.consumers.failures import FatalError, TransientError
 from paystream.consumers.records import Record
@@ -32,6 +33,10 @@ DLQ_HEADERS = (H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_REASON, H_
                H_GROUP, H_FAILED_AT, H_ATTEMPTS)
 MAX_DETAIL = 2000  # a detail is for a person; a stack dump belongs in the logs
 
+# Message headers as the producer takes them (confluent-kafka's own header type).
+Headers = list[tuple[str, str | bytes | None]]
+DeliveryReport = Callable[[KafkaError | None, Message], None]
+
 
 @dataclass(frozen=True)
 class DeadLetter:
@@ -39,7 +44,7 @@ class DeadLetter:
     reason: str
     detail: str
     # How the consumer got here, e.g. the batch error that led to isolating the message.
-    attempts: tuple[dict[str, Any], ...] = field(default=())
+    attempts: tuple[dict[str, str], ...] = field(default=())
 
 
 class DlqLimitExceededError(FatalError):
@@ -80,8 +85,7 @@ class DlqRateLimit:
             self._times.popleft()
 
 
-def dlq_headers(letter: DeadLetter, group: str,
-                now: datetime | None = None) -> list[tuple[str, bytes]]:
+def dlq_headers(letter: DeadLetter, group: str, now: datetime | None = None) -> Headers:
     origin = letter.record.origin
     failed_at = (now or datetime.now(UTC)).isoformat()
     attempts = [*letter.attempts,
@@ -97,15 +101,16 @@ def dlq_headers(letter: DeadLetter, group: str,
         H_FAILED_AT: failed_at,
         H_ATTEMPTS: json.dumps(attempts, separators=(",", ":")),
     }
-    kept = [(k, v if v is not None else b"") for k, v in letter.record.headers
-            if k not in added]
+    kept: Headers = [(k, v if v is not None else b"") for k, v in letter.record.headers
+                     if k not in added]
     return kept + [(k, v.encode("utf-8")) for k, v in added.items()]
 
 
 class DeadLetterProducer:
     """Produces dead letters and waits until the broker acknowledged every one."""
 
-    def __init__(self, producer: Any, topic: str, group: str, flush_timeout_s: float) -> None:
+    def __init__(self, producer: Producer, topic: str, group: str,
+                 flush_timeout_s: float) -> None:
         self._producer = producer
         self.topic = topic
         self._group = group
@@ -117,7 +122,7 @@ class DeadLetterProducer:
             return
         failures: list[str] = []
 
-        def on_delivery(err: Any, _msg: Any) -> None:
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 failures.append(str(err))
 
@@ -129,7 +134,7 @@ class DeadLetterProducer:
         if failures:
             raise TransientError(f"dead letter delivery failed: {failures[0]}")
 
-    def _produce(self, letter: DeadLetter, on_delivery: Any) -> None:
+    def _produce(self, letter: DeadLetter, on_delivery: DeliveryReport) -> None:
         while True:
             try:
                 self._producer.produce(

@@ -11,22 +11,40 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import structlog
 
 from paystream.consumers import dlq
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record, printable
+from paystream.schema.db import Cursor
 from paystream.schema.status import EventStatus, transition
 
 log = structlog.get_logger("consumers.dlq_mirror")
 
 
+class MirrorRow(TypedDict):
+    """The parameters of one dead_letter_queue upsert (JSON columns as JSON text)."""
+
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    message_key: str | None
+    headers: str
+    payload: str | None
+    event_id: str | None
+    error_reason: str
+    error_detail: str
+    attempts: str
+    # [{"dlq_partition", "dlq_offset"}]: recognises a redelivered DLQ record.
+    dlq_position: str
+
+
 class DlqMirrorHandler:
     name = "dlq-mirror"
 
-    def apply(self, cur: Any, records: Sequence[Record]) -> BatchResult:
+    def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         result = BatchResult()
         dead_lettered: list[str] = []
         for record in records:
@@ -61,7 +79,7 @@ class DlqMirrorHandler:
         return result
 
 
-def mirror_row(record: Record) -> dict[str, Any]:
+def mirror_row(record: Record) -> MirrorRow:
     """The dead_letter_queue row of one DLQ record (pure: unit-tested)."""
     headers = record.header_map()
     origin = record.origin

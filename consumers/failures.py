@@ -68,7 +68,7 @@ class FatalError(Exception):
 def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a database error; from its class when raised without a server
     response (psycopg2 sets pgcode only for errors the server sent)."""
-    code = getattr(exc, "pgcode", None)
+    code: str | None = getattr(exc, "pgcode", None)
     if code is None and isinstance(exc, psycopg2.Error):
         code = _SQLSTATE_OF_CLASS.get(type(exc))
     return code

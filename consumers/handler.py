@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from paystream.consumers.dlq import DeadLetter
 from paystream.consumers.records import Record
+from paystream.schema.db import Cursor
 
 
 @dataclass
@@ -31,6 +32,6 @@ class BatchResult:
 class BatchHandler(Protocol):
     name: str
 
-    def apply(self, cur: Any, records: Sequence[Record]) -> BatchResult:
+    def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         """Apply `records` (in offset order per partition) with `cur`; never commit."""
         ...

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import psycopg2
 import structlog
 from prometheus_client import Counter, Gauge
+
+from paystream.schema.db import Connection
 
 # Compensating debits applied (deposit_reversed), by whether available covered them.
 REVERSALS = Counter(
@@ -37,7 +38,7 @@ class ShortfallGauge:
         self.interval_s = interval_s
         self._last = float("-inf")
 
-    def maybe_refresh(self, connection: Callable[[], Any]) -> int | None:
+    def maybe_refresh(self, connection: Callable[[], Connection]) -> int | None:
         if time.monotonic() - self._last < self.interval_s:
             return None
         self._last = time.monotonic()
@@ -46,7 +47,8 @@ class ShortfallGauge:
         try:
             with snapshot(connection()) as cur:
                 cur.execute("SELECT count(*) FROM account_shortfalls WHERE resolved_at IS NULL")
-                count = int(cur.fetchone()[0])
+                row = cur.fetchone()
+                count = int(row[0]) if row is not None else 0  # count(*): always a row
         except (psycopg2.Error, RuntimeError) as exc:
             structlog.get_logger("consumers.ledger").warning(
                 "open_shortfalls_unavailable", error=str(exc).strip()[:300])

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+
+from confluent_kafka import Message
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Record:
 
     def headers_named(self, *names: str) -> dict[str, str]:
         """The named headers that are present, as text, in one pass over the headers."""
-        found = {}
+        found: dict[str, bytes] = {}
         for key, value in self.headers:
             if key in names and value is not None:
                 found[key] = value
@@ -69,14 +70,17 @@ def header_text(raw: bytes) -> str:
     return text
 
 
-def from_message(message: Any) -> Record:
-    """Copy a confluent_kafka.Message (its buffers belong to the client) into a Record."""
+def from_message(message: Message) -> Record:
+    """Copy a message without error (its buffers belong to the client) into a Record."""
     ts_type, ts = message.timestamp()
+    # The client's stubs allow None for topic, partition and offset (error events have
+    # none) and str header values (the producer accepts them); a fetched message always
+    # has all three and bytes values. Not checked per message: this is the hot path.
     return Record(
-        origin=Origin(message.topic(), message.partition(), message.offset()),
+        origin=Origin(message.topic(), message.partition(), message.offset()),  # type: ignore[arg-type]
         key=message.key(),
         value=message.value(),
-        headers=tuple(message.headers() or ()),
+        headers=tuple(message.headers() or ()),  # type: ignore[arg-type]
         timestamp_ms=ts if ts_type != 0 else None,  # 0 = TIMESTAMP_NOT_AVAILABLE
     )
 

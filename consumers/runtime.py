@@ -18,10 +18,10 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from typing import Any
+from types import FrameType
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from paystream.consumers import metrics
 from paystream.consumers.backoff import Backoff
@@ -54,6 +54,9 @@ EXIT_FATAL = 3
 
 
 class BatchConsumer:
+    # The Kafka client, created by run(): constructing the runtime does no network work.
+    _consumer: Consumer
+
     def __init__(self, settings: ConsumerSettings, handler: BatchHandler, *,
                  db: Database | None = None, hooks: CrashHooks | None = None) -> None:
         self.settings = settings
@@ -65,7 +68,6 @@ class BatchConsumer:
         self._fatal: str | None = None
         self._stall_started: float | None = None
         self._paused: set[PartitionKey] = set()
-        self._consumer: Any = None
         self._protocol: CommitProtocol | None = None
         # Twice max.poll.interval.ms: longer than any bounded step of one iteration.
         self._watchdog = Watchdog(2 * settings.max_poll_interval_ms / 1000, settings.group)
@@ -129,7 +131,7 @@ class BatchConsumer:
         log.info("consumer_closed", group=self.settings.group)
 
     def _install_signal_handlers(self) -> None:
-        def on_signal(signum: int, _frame: Any) -> None:
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
             if self._stopping:
                 # Second signal: leave now. The open DB transaction dies with the
                 # connection; uncommitted offsets are redelivered to the next owner.
@@ -142,7 +144,7 @@ class BatchConsumer:
 
     # -- one batch ---------------------------------------------------------------------
 
-    def _records(self, messages: Sequence[Any]) -> list[Record]:
+    def _records(self, messages: Sequence[Message]) -> list[Record]:
         records = []
         for message in messages:
             err = message.error()
@@ -243,7 +245,7 @@ class BatchConsumer:
 
     # -- rebalance callbacks (run inside consume()) -------------------------------------
 
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         metrics.REBALANCES.labels(self.settings.group, "assign").inc()
         if partitions:
             # librdkafka keeps a partition's paused flag across lost/assign: a partition
@@ -254,7 +256,7 @@ class BatchConsumer:
                 consumer.resume(partitions)
         log.info("partitions_assigned", partitions=_names(partitions))
 
-    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         metrics.REBALANCES.labels(self.settings.group, "revoke").inc()
         keys = [(tp.topic, tp.partition) for tp in partitions]
         if self._protocol is not None:
@@ -266,7 +268,7 @@ class BatchConsumer:
         self._drop_partitions(keys)
         log.info("partitions_revoked", partitions=_names(partitions))
 
-    def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         metrics.REBALANCES.labels(self.settings.group, "lost").inc()
         keys = [(tp.topic, tp.partition) for tp in partitions]
         if self._protocol is not None:
