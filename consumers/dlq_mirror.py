@@ -10,7 +10,7 @@ through the one transition function.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypedDict
 
 import structlog
@@ -18,7 +18,7 @@ import structlog
 from paystream.consumers import dlq
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record, printable
-from paystream.schema.db import Cursor
+from paystream.schema.db import Connection, Cursor
 from paystream.schema.status import EventStatus, transition
 
 log = structlog.get_logger("consumers.dlq_mirror")
@@ -77,6 +77,9 @@ class DlqMirrorHandler:
                             f"@{row['source_offset']}")
         transition(cur, sorted(set(dead_lettered)), EventStatus.DEAD_LETTERED)
         return result
+
+    def after_batch(self, connection: Callable[[], Connection]) -> None:
+        """Nothing to do between batches: the mirror keeps no periodic checks."""
 
 
 def mirror_row(record: Record) -> MirrorRow:

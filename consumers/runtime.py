@@ -115,10 +115,9 @@ class BatchConsumer:
             records = self._records(messages)
             if records:
                 self._process(records)
-            after_batch = getattr(self.handler, "after_batch", None)
-            if after_batch is not None and self._stall_started is None:
-                # Housekeeping checks between batches, never while a failure is retried.
-                after_batch(self._db.connection)
+            if self._stall_started is None:
+                # Between batches, never while a failure is retried (see BatchHandler).
+                self.handler.after_batch(self._db.connection)
 
     def _close(self, dlq: DeadLetterProducer) -> None:
         # close() leaves the group; its on_revoke commits whatever is still pending.
