@@ -13,15 +13,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# SettingsError: a configuration the ingest must not run with (`paystream ingest` exits 2).
+from paystream.env import SettingsError, env_float, env_int, env_str
 from paystream.schema.db import database_url
 from paystream.schema.events import ASSET_PATTERN
 
 MIN_SECRET_BYTES = 32
 STANDARD_WEBHOOKS_PREFIX = "whsec_"
-
-
-class SettingsError(ValueError):
-    """A configuration the ingest must not run with; the message says how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -85,24 +83,25 @@ class IngestSettings:
         env = os.environ if env is None else env
         return cls(
             alchemy_signing_keys=tuple(
-                k.encode("utf-8") for k in _split(env.get("ALCHEMY_SIGNING_KEY", ""))
+                k.encode("utf-8") for k in _split(env_str("ALCHEMY_SIGNING_KEY", "", env))
             ),
             payments_secrets=tuple(
                 decode_standard_secret(s)
-                for s in _split(env.get("PAYMENTS_WEBHOOK_SECRET", ""))
+                for s in _split(env_str("PAYMENTS_WEBHOOK_SECRET", "", env))
             ),
-            payments_default_asset=env.get("PAYMENTS_DEFAULT_ASSET") or "USD",
-            database_url=env.get("PAYSTREAM_DATABASE_URL") or database_url(),
-            max_body_bytes=_int(env, "PAYSTREAM_INGEST_MAX_BODY_BYTES", 1024 * 1024),
-            timestamp_tolerance_s=_int(env, "PAYSTREAM_INGEST_TIMESTAMP_TOLERANCE_S", 300),
-            rate_per_second=_float(env, "PAYSTREAM_INGEST_RATE_PER_SECOND", 1000.0),
-            rate_burst=_int(env, "PAYSTREAM_INGEST_RATE_BURST", 2000),
-            db_writers=_int(env, "PAYSTREAM_INGEST_DB_WRITERS", 2),
-            commit_batch_max=_int(env, "PAYSTREAM_INGEST_COMMIT_BATCH_MAX", 128),
-            commit_linger_ms=_float(env, "PAYSTREAM_INGEST_COMMIT_LINGER_MS", 0.0),
-            db_connect_timeout_s=_int(env, "PAYSTREAM_INGEST_DB_CONNECT_TIMEOUT_S", 2),
-            db_statement_timeout_ms=_int(env, "PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS", 2000),
-            retry_after_s=_int(env, "PAYSTREAM_INGEST_RETRY_AFTER_S", 5),
+            payments_default_asset=env_str("PAYMENTS_DEFAULT_ASSET", "USD", env),
+            database_url=env_str("PAYSTREAM_DATABASE_URL", None, env) or database_url(),
+            max_body_bytes=env_int("PAYSTREAM_INGEST_MAX_BODY_BYTES", 1024 * 1024, env),
+            timestamp_tolerance_s=env_int("PAYSTREAM_INGEST_TIMESTAMP_TOLERANCE_S", 300, env),
+            rate_per_second=env_float("PAYSTREAM_INGEST_RATE_PER_SECOND", 1000.0, env),
+            rate_burst=env_int("PAYSTREAM_INGEST_RATE_BURST", 2000, env),
+            db_writers=env_int("PAYSTREAM_INGEST_DB_WRITERS", 2, env),
+            commit_batch_max=env_int("PAYSTREAM_INGEST_COMMIT_BATCH_MAX", 128, env),
+            commit_linger_ms=env_float("PAYSTREAM_INGEST_COMMIT_LINGER_MS", 0.0, env),
+            db_connect_timeout_s=env_int("PAYSTREAM_INGEST_DB_CONNECT_TIMEOUT_S", 2, env),
+            db_statement_timeout_ms=env_int("PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS", 2000,
+                                            env),
+            retry_after_s=env_int("PAYSTREAM_INGEST_RETRY_AFTER_S", 5, env),
         )
 
 
@@ -119,23 +118,3 @@ def decode_standard_secret(text: str) -> bytes:
 def _split(value: str) -> list[str]:
     # Several secrets, separated by spaces or commas, during a rotation.
     return [part for part in re.split(r"[\s,]+", value.strip()) if part]
-
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a number, got {raw!r}") from None

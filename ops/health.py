@@ -23,7 +23,6 @@ computed at scrape time (HealthCollector), for the rules in ops/prometheus/alert
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,6 +37,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from paystream.env import env_float
 from paystream.schema.db import connect, database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 from paystream.stack.settings import StackSettings
@@ -123,11 +123,6 @@ class CheckResult:
     samples: tuple[Sample, ...] = ()
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
-
-
 @dataclass(frozen=True)
 class HealthSettings:
     """Thresholds (env PAYSTREAM_HEALTH_*, overridden by flags) and where to look."""
@@ -153,15 +148,15 @@ class HealthSettings:
     @classmethod
     def from_env(cls, **overrides: Any) -> HealthSettings:
         base = cls(
-            stuck_after_s=_env_float("PAYSTREAM_HEALTH_STUCK_AFTER_S", 60.0),
-            wal_warn_bytes=_env_float("PAYSTREAM_HEALTH_WAL_WARN_MB", 512) * MIB,
-            wal_unhealthy_bytes=_env_float("PAYSTREAM_HEALTH_WAL_UNHEALTHY_MB", 2048) * MIB,
-            lag_warn=_env_float("PAYSTREAM_HEALTH_LAG_WARN", 1_000),
-            lag_unhealthy=_env_float("PAYSTREAM_HEALTH_LAG_UNHEALTHY", 100_000),
-            dead_letters_warn=_env_float("PAYSTREAM_HEALTH_DLQ_WARN", 1),
-            dead_letters_unhealthy=_env_float("PAYSTREAM_HEALTH_DLQ_UNHEALTHY", 50),
-            deposit_wait_warn_s=_env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_WARN_S", 1800),
-            deposit_wait_unhealthy_s=_env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_UNHEALTHY_S",
+            stuck_after_s=env_float("PAYSTREAM_HEALTH_STUCK_AFTER_S", 60.0),
+            wal_warn_bytes=env_float("PAYSTREAM_HEALTH_WAL_WARN_MB", 512) * MIB,
+            wal_unhealthy_bytes=env_float("PAYSTREAM_HEALTH_WAL_UNHEALTHY_MB", 2048) * MIB,
+            lag_warn=env_float("PAYSTREAM_HEALTH_LAG_WARN", 1_000),
+            lag_unhealthy=env_float("PAYSTREAM_HEALTH_LAG_UNHEALTHY", 100_000),
+            dead_letters_warn=env_float("PAYSTREAM_HEALTH_DLQ_WARN", 1),
+            dead_letters_unhealthy=env_float("PAYSTREAM_HEALTH_DLQ_UNHEALTHY", 50),
+            deposit_wait_warn_s=env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_WARN_S", 1800),
+            deposit_wait_unhealthy_s=env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_UNHEALTHY_S",
                                                 7200),
         )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})

@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import json
 import logging
-import os
 import sys
 import threading
 from typing import Any, TextIO
@@ -19,10 +18,12 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
+from paystream.env import env_str
+
 
 def configure_logging(service: str, level: str | None = None) -> None:
     """JSON lines on stdout: timestamp, level, service, event, and bound context."""
-    lvl = getattr(logging, (level or os.environ.get("PAYSTREAM_LOG_LEVEL", "INFO")).upper())
+    lvl = getattr(logging, (level or env_str("PAYSTREAM_LOG_LEVEL", "INFO")).upper())
     logging.basicConfig(stream=sys.stdout, level=lvl, format="%(message)s")
     structlog.configure(
         processors=[

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from paystream.env import env_int
 from paystream.stack.settings import StackSettings
 
 RESTART_DELAY_S = 2.0
@@ -118,5 +119,5 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run ingest and the consumers on the local stack")
-    p.add_argument("--ingest-port", type=int, default=int(os.environ.get("PORT", "8000")))
+    p.add_argument("--ingest-port", type=int, default=env_int("PORT", 8000))
     p.set_defaults(func=run)

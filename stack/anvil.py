@@ -31,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from paystream.env import env_float, env_int, env_str
 from paystream.stack.process import StackError, read_pid, run, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
 
@@ -45,10 +46,6 @@ DEFAULT_SLOTS_IN_EPOCH = 2
 
 # npm's names for this machine's platform package (@foundry-rs/anvil-<os>-<arch>).
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
 
 
 @dataclass(frozen=True)
@@ -68,13 +65,13 @@ class AnvilConfig:
     @classmethod
     def from_env(cls) -> AnvilConfig:
         return cls(
-            port=int(_env("PAYSTREAM_ANVIL_PORT", str(DEFAULT_PORT))),
-            chain_id=int(_env("PAYSTREAM_ANVIL_CHAIN_ID", str(DEFAULT_CHAIN_ID))),
-            block_time=float(_env("PAYSTREAM_ANVIL_BLOCK_TIME", "0")),
-            slots_in_an_epoch=int(_env("PAYSTREAM_ANVIL_SLOTS_IN_EPOCH",
-                                       str(DEFAULT_SLOTS_IN_EPOCH))),
-            mnemonic=_env("PAYSTREAM_ANVIL_MNEMONIC", DEFAULT_MNEMONIC),
-            persist=_env("PAYSTREAM_ANVIL_PERSIST", "1") != "0",
+            port=env_int("PAYSTREAM_ANVIL_PORT", DEFAULT_PORT),
+            chain_id=env_int("PAYSTREAM_ANVIL_CHAIN_ID", DEFAULT_CHAIN_ID),
+            block_time=env_float("PAYSTREAM_ANVIL_BLOCK_TIME", 0.0),
+            slots_in_an_epoch=env_int("PAYSTREAM_ANVIL_SLOTS_IN_EPOCH",
+                                      DEFAULT_SLOTS_IN_EPOCH),
+            mnemonic=env_str("PAYSTREAM_ANVIL_MNEMONIC", DEFAULT_MNEMONIC),
+            persist=env_str("PAYSTREAM_ANVIL_PERSIST", "1") != "0",
         )
 
     @property

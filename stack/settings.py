@@ -6,15 +6,12 @@ test run's) can live side by side on one machine.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from paystream.env import env_int, env_str
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name) or default
 
 
 @dataclass(frozen=True)
@@ -35,18 +32,19 @@ class StackSettings:
     @classmethod
     def from_env(cls) -> StackSettings:
         return cls(
-            state_dir=Path(_env("PAYSTREAM_STATE_DIR", str(PROJECT_ROOT / ".stack"))).resolve(),
-            pg_port=int(_env("PAYSTREAM_PG_PORT", "5433")),
-            pg_user=_env("PAYSTREAM_PG_USER", "paystream"),
-            pg_password=_env("PAYSTREAM_PG_PASSWORD", "paystream"),
-            pg_db=_env("PAYSTREAM_PG_DB", "paystream"),
-            kafka_port=int(_env("PAYSTREAM_KAFKA_PORT", "9092")),
-            controller_port=int(_env("PAYSTREAM_CONTROLLER_PORT", "9093")),
-            connect_port=int(_env("PAYSTREAM_CONNECT_PORT", "8083")),
-            kafka_heap=_env("PAYSTREAM_KAFKA_HEAP", "512m"),
-            connect_heap=_env("PAYSTREAM_CONNECT_HEAP", "768m"),
-            partitions=int(_env("PAYSTREAM_TOPIC_PARTITIONS", "12")),
-            connector_name=_env("PAYSTREAM_CONNECTOR_NAME", "paystream-outbox"),
+            state_dir=Path(env_str("PAYSTREAM_STATE_DIR", str(PROJECT_ROOT / ".stack"))
+                           ).resolve(),
+            pg_port=env_int("PAYSTREAM_PG_PORT", 5433),
+            pg_user=env_str("PAYSTREAM_PG_USER", "paystream"),
+            pg_password=env_str("PAYSTREAM_PG_PASSWORD", "paystream"),
+            pg_db=env_str("PAYSTREAM_PG_DB", "paystream"),
+            kafka_port=env_int("PAYSTREAM_KAFKA_PORT", 9092),
+            controller_port=env_int("PAYSTREAM_CONTROLLER_PORT", 9093),
+            connect_port=env_int("PAYSTREAM_CONNECT_PORT", 8083),
+            kafka_heap=env_str("PAYSTREAM_KAFKA_HEAP", "512m"),
+            connect_heap=env_str("PAYSTREAM_CONNECT_HEAP", "768m"),
+            partitions=env_int("PAYSTREAM_TOPIC_PARTITIONS", 12),
+            connector_name=env_str("PAYSTREAM_CONNECTOR_NAME", "paystream-outbox"),
         )
 
     # Folders under the state dir; all git-ignored, all survive `down` + `up`.
@@ -74,17 +72,17 @@ class StackSettings:
     # points these at the other containers).
     @property
     def kafka_bootstrap(self) -> str:
-        return os.environ.get("PAYSTREAM_KAFKA_BOOTSTRAP") or f"127.0.0.1:{self.kafka_port}"
+        return env_str("PAYSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{self.kafka_port}")
 
     @property
     def connect_url(self) -> str:
-        return os.environ.get("PAYSTREAM_CONNECT_URL") or f"http://127.0.0.1:{self.connect_port}"
+        return env_str("PAYSTREAM_CONNECT_URL", f"http://127.0.0.1:{self.connect_port}")
 
     @property
     def database_url(self) -> str:
-        return os.environ.get("PAYSTREAM_DATABASE_URL") or (
-            f"postgresql://{self.pg_user}:{self.pg_password}@127.0.0.1:"
-            f"{self.pg_port}/{self.pg_db}")
+        return env_str("PAYSTREAM_DATABASE_URL",
+                       f"postgresql://{self.pg_user}:{self.pg_password}@127.0.0.1:"
+                       f"{self.pg_port}/{self.pg_db}")
 
     def service_env(self) -> dict[str, str]:
         """Variables that point paystream processes (and Connect) at this stack."""
