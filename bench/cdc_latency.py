@@ -17,12 +17,11 @@ from decimal import Decimal
 
 from confluent_kafka import Consumer, TopicPartition
 
-from paystream.connectors import connect
 from paystream.schema.db import connect as db_connect
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
-from paystream.stack import kafka
+from paystream.stack import connect, kafka
 from paystream.stack.process import read_pid
 from paystream.stack.settings import StackSettings
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import httpx
 import structlog
 
-from paystream.stack.settings import StackSettings
+from paystream.connectors.endpoint import ConnectorEndpoint
+from paystream.connectors.status import read_status
 
 log = structlog.get_logger("paystream.connectors.task_restarter")
 DEFAULT_INTERVAL_S = 5.0
@@ -30,56 +31,49 @@ RESTART_PARAMS = {"includeTasks": "true", "onlyFailed": "true"}
 
 @dataclass(frozen=True)
 class Check:
-    state: str                # the connector's state, or "unreachable" / "absent"
+    state: str                # the connector's state, or "unreachable" / "absent" / "HTTP n"
     failed: tuple[str, ...]   # "connector" and/or "task N" that were FAILED
     restarted: bool
 
 
-def failed_parts(status: dict) -> tuple[str, ...]:
-    """Which parts of a Connect status document are FAILED."""
-    parts = ["connector"] if status.get("connector", {}).get("state") == "FAILED" else []
-    parts += [f"task {t.get('id')}" for t in status.get("tasks", [])
-              if t.get("state") == "FAILED"]
-    return tuple(parts)
-
-
-def check_once(s: StackSettings, client: httpx.Client) -> Check:
+def check_once(endpoint: ConnectorEndpoint, client: httpx.Client) -> Check:
     """One status check, and a restart of the failed parts if there are any."""
-    url = f"{s.connect_url}/connectors/{s.connector_name}"
+    name = endpoint.connector_name
     try:
-        resp = client.get(url + "/status")
+        status = read_status(endpoint, client=client)
     except httpx.HTTPError as exc:
-        log.warning("connect_unreachable", connect_url=s.connect_url, error=str(exc))
+        log.warning("connect_unreachable", connect_url=endpoint.connect_url, error=str(exc))
         return Check("unreachable", (), False)
-    if resp.status_code == 404:
-        log.error("connector_absent", connector=s.connector_name,
+    if not status.registered:
+        log.error("connector_absent", connector=name,
                   hint="paystream stack setup registers it")
         return Check("absent", (), False)
-    status = resp.json()
-    failed = failed_parts(status)
+    if status.http_status != 200:
+        log.warning("connect_status_error", connector=name, status=status.http_status)
+        return Check(f"HTTP {status.http_status}", (), False)
+    failed = status.failed_parts
     if not failed:
-        return Check(status["connector"]["state"], (), False)
-    traces = [t.get("trace", "").splitlines()[0] for t in status.get("tasks", [])
-              if t.get("state") == "FAILED" and t.get("trace")]
-    log.warning("connector_failed_restarting", connector=s.connector_name,
-                failed=list(failed), cause=traces[:1])
+        return Check(status.state, (), False)
+    log.warning("connector_failed_restarting", connector=name,
+                failed=list(failed), cause=list(status.failure_causes[:1]))
     try:
-        answer = client.post(url + "/restart", params=RESTART_PARAMS)
+        answer = client.post(f"{endpoint.connect_url}/connectors/{name}/restart",
+                             params=RESTART_PARAMS)
     except httpx.HTTPError as exc:
-        log.error("connector_restart_failed", connector=s.connector_name, error=str(exc))
-        return Check(status["connector"]["state"], failed, False)
+        log.error("connector_restart_failed", connector=name, error=str(exc))
+        return Check(status.state, failed, False)
     restarted = answer.status_code in (200, 202, 204)
     if not restarted:
-        log.error("connector_restart_refused", connector=s.connector_name,
+        log.error("connector_restart_refused", connector=name,
                   status=answer.status_code, body=answer.text[:500])
-    return Check(status["connector"]["state"], failed, restarted)
+    return Check(status.state, failed, restarted)
 
 
-def run(s: StackSettings, stop: threading.Event,
+def run(endpoint: ConnectorEndpoint, stop: threading.Event,
         interval: float = DEFAULT_INTERVAL_S) -> None:
-    log.info("task_restarter_started", connector=s.connector_name,
-             connect_url=s.connect_url, interval_s=interval)
+    log.info("task_restarter_started", connector=endpoint.connector_name,
+             connect_url=endpoint.connect_url, interval_s=interval)
     with httpx.Client(timeout=10) as client:
         while not stop.is_set():
-            check_once(s, client)
+            check_once(endpoint, client)
             stop.wait(interval)

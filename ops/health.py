@@ -37,10 +37,11 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from paystream.connectors import endpoint
+from paystream.connectors.status import read_status
 from paystream.env import env_float
 from paystream.schema.db import connect, database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
-from paystream.stack.settings import StackSettings
 
 MIB = 1024 * 1024
 
@@ -141,9 +142,8 @@ class HealthSettings:
     timeout_s: float = 5.0
     dsn: str = field(default_factory=database_url)
     bootstrap: str = field(default_factory=kafka_bootstrap)
-    connect_url: str = field(default_factory=lambda: StackSettings.from_env().connect_url)
-    connector_name: str = field(
-        default_factory=lambda: StackSettings.from_env().connector_name)
+    connect_url: str = field(default_factory=endpoint.connect_url)
+    connector_name: str = field(default_factory=endpoint.connector_name)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> HealthSettings:
@@ -373,22 +373,17 @@ class HealthChecker:
         labels = (("connector", s.connector_name),)
         check = f"connector {s.connector_name}"
         try:
-            resp = httpx.get(f"{s.connect_url}/connectors/{s.connector_name}/status",
-                             timeout=s.timeout_s)
+            status = read_status(s, timeout=s.timeout_s)
         except httpx.HTTPError as exc:
             return CheckResult("connector", "connect", check,
                                f"REST unreachable ({type(exc).__name__})", "RUNNING",
                                Verdict.UNHEALTHY, (Sample("paystream_connector_running", 0,
                                                           labels),))
-        try:
-            body = resp.json() if resp.content else {}
-        except ValueError:  # an HTML error page from a proxy, say
-            body = {}
-        state = connector_summary(resp.status_code, body if isinstance(body, dict) else {})
-        verdict = Verdict.OK if state == "RUNNING" else (
+        state = status.summary
+        verdict = Verdict.OK if status.running else (
             Verdict.WARN if "RESTARTING" in state else Verdict.UNHEALTHY)
         return CheckResult("connector", "connect", check, state, "RUNNING", verdict,
-                           (Sample("paystream_connector_running", int(state == "RUNNING"),
+                           (Sample("paystream_connector_running", int(status.running),
                                    labels),))
 
 
@@ -397,20 +392,6 @@ def _kafka_reason(exc: BaseException) -> str:
     if isinstance(exc, KafkaException) and hasattr(err, "str"):
         return f"kafka: {err.str()}"
     return str(exc) or type(exc).__name__
-
-
-def connector_summary(status_code: int, body: dict[str, Any]) -> str:
-    """RUNNING when the connector and every task run; else what is wrong, briefly."""
-    if status_code == 404:
-        return "absent (not registered)"
-    if status_code != 200:
-        return f"HTTP {status_code}"
-    tasks = body.get("tasks") or []
-    states = [body.get("connector", {}).get("state", "?")] + [t.get("state", "?")
-                                                               for t in tasks]
-    if not tasks:
-        return f"{states[0]} (no task)"
-    return "RUNNING" if all(x == "RUNNING" for x in states) else "/".join(states)
 
 
 def group_lag(admin: AdminClient, group: str, topic: str, timeout_s: float) -> tuple[int, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from paystream.connectors import endpoint
 from paystream.env import env_int, env_str
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -40,11 +41,11 @@ class StackSettings:
             pg_db=env_str("PAYSTREAM_PG_DB", "paystream"),
             kafka_port=env_int("PAYSTREAM_KAFKA_PORT", 9092),
             controller_port=env_int("PAYSTREAM_CONTROLLER_PORT", 9093),
-            connect_port=env_int("PAYSTREAM_CONNECT_PORT", 8083),
+            connect_port=endpoint.connect_port(),
             kafka_heap=env_str("PAYSTREAM_KAFKA_HEAP", "512m"),
             connect_heap=env_str("PAYSTREAM_CONNECT_HEAP", "768m"),
             partitions=env_int("PAYSTREAM_TOPIC_PARTITIONS", 12),
-            connector_name=env_str("PAYSTREAM_CONNECTOR_NAME", "paystream-outbox"),
+            connector_name=endpoint.connector_name(),
         )
 
     # Folders under the state dir; all git-ignored, all survive `down` + `up`.
@@ -76,7 +77,7 @@ class StackSettings:
 
     @property
     def connect_url(self) -> str:
-        return env_str("PAYSTREAM_CONNECT_URL", f"http://127.0.0.1:{self.connect_port}")
+        return endpoint.connect_url(self.connect_port)
 
     @property
     def database_url(self) -> str:

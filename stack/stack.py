@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from paystream.connectors import connect
 from paystream.schema.migrate import apply_migrations
-from paystream.stack import anvil, kafka, postgres
+from paystream.stack import anvil, connect, kafka, postgres
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
 from paystream.stack.settings import StackSettings

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from paystream.connectors import connect
-from paystream.stack import kafka, postgres
+from paystream.stack import connect, kafka, postgres
 from paystream.stack.process import pid_alive, read_pid, wait_until
 from paystream.stack.settings import StackSettings
 

@@ -13,7 +13,8 @@ import time
 import httpx
 
 from paystream.cli import paystream_argv
-from paystream.connectors import connect, task_restarter
+from paystream.connectors import task_restarter
+from paystream.stack import connect
 from paystream.stack.settings import StackSettings
 
 

@@ -9,9 +9,8 @@ import time
 
 import httpx
 
-from paystream.connectors import connect
 from paystream.schema.db import connect as db_connect
-from paystream.stack import postgres
+from paystream.stack import connect, postgres
 from paystream.stack.settings import StackSettings
 from tests.support.consumers import (
     assert_applied_exactly_once,
@@ -51,8 +50,8 @@ def _committed_total(group: str, topic: str) -> int:
 def _restore(stack: StackSettings) -> None:
     """Postgres back up, and Debezium's task running again if the outage failed it."""
     postgres.start(stack)
-    st = connect.status(stack) or {}
-    if any(t.get("state") == "FAILED" for t in st.get("tasks", [])):
+    st = connect.status(stack)
+    if st is not None and any(t.state == "FAILED" for t in st.tasks):
         httpx.post(f"{stack.connect_url}/connectors/{stack.connector_name}/restart"
                    "?includeTasks=true&onlyFailed=true", timeout=30)
     connect.wait_running(stack, timeout=60)

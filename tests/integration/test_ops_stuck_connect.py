@@ -12,10 +12,10 @@ import httpx
 
 from paystream.chaos.harness import _start_group_at_end
 from paystream.cli import paystream_argv
-from paystream.connectors import connect
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
+from paystream.stack import connect
 from paystream.stack.settings import StackSettings
 from tests.support.ids import unique
 from tests.support.ingest import free_port

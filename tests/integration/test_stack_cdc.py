@@ -8,12 +8,11 @@ import subprocess
 from decimal import Decimal
 
 from paystream.cli import paystream_argv
-from paystream.connectors import connect
 from paystream.schema.db import connect as db_connect
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
-from paystream.stack import postgres
+from paystream.stack import connect, postgres
 from paystream.stack.settings import StackSettings
 from tests.support.ids import unique
 from tests.support.topics import headers_of

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from paystream.connectors.connect import connector_config
+from paystream.connectors.registration import connector_config
 from paystream.stack.kafka import CONFIG_DIR, TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Which parts of a Kafka Connect status document the task restarter restarts."""
 
-from paystream.connectors.task_restarter import failed_parts
+from paystream.connectors.status import failed_parts
 
 
 def test_running_connector_and_tasks_need_nothing():

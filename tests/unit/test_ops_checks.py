@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from paystream.connectors.status import connector_summary
 from paystream.ops import cli as ops_cli
 from paystream.ops import health, housekeeping
 from paystream.ops.health import (
@@ -17,7 +18,6 @@ from paystream.ops.health import (
     HealthSettings,
     Sample,
     Verdict,
-    connector_summary,
     format_table,
     worst,
 )

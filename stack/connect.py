@@ -1,18 +1,19 @@
-"""Kafka Connect (distributed mode) and the Debezium outbox connector."""
+"""The local stack's Kafka Connect worker (distributed mode): start, stop, health, and
+the outbox connector registered and running on it (connectors/ holds the connector)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
 
+from paystream.connectors import registration
+from paystream.connectors.status import FAILED, ConnectorStatus, read_status
 from paystream.stack.kafka import CONFIG_DIR, java_cmd, render
 from paystream.stack.process import StackError, read_pid, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
 
 COMPONENT = "connect"
-CONNECTOR_FILE = CONFIG_DIR / "outbox-connector.json"
 
 
 def pid_file(s: StackSettings) -> Path:
@@ -62,49 +63,39 @@ def stop(s: StackSettings) -> bool:
     return stop_pid(pid_file(s), timeout=60)
 
 
-def connector_config() -> dict[str, str]:
-    return json.loads(CONNECTOR_FILE.read_text())
-
-
 def register(s: StackSettings) -> None:
     """PUT the connector config: creates it, or updates it in place (idempotent)."""
-    resp = httpx.put(f"{s.connect_url}/connectors/{s.connector_name}/config",
-                     json=connector_config(), timeout=60)
-    if resp.status_code not in (200, 201):
-        raise StackError(COMPONENT, f"registering {s.connector_name} failed: "
-                         f"{resp.status_code} {resp.text[:2000]}", log_file(s))
-
-
-def status(s: StackSettings) -> dict | None:
     try:
-        resp = _get(s, f"/connectors/{s.connector_name}/status")
+        registration.register(s)
+    except registration.RegistrationError as exc:
+        raise StackError(COMPONENT, str(exc), log_file(s)) from None
+
+
+def status(s: StackSettings) -> ConnectorStatus | None:
+    """The connector's status; None when Connect does not answer."""
+    try:
+        return read_status(s)
     except httpx.HTTPError:
         return None
-    return resp.json() if resp.status_code == 200 else None
 
 
 def connector_state(s: StackSettings) -> str:
     st = status(s)
-    if st is None:
-        return "absent"
-    tasks = st.get("tasks", [])
-    states = [st["connector"]["state"]] + [t["state"] for t in tasks]
-    if not tasks:
-        return f"{st['connector']['state']} (no task yet)"
-    return "RUNNING" if all(x == "RUNNING" for x in states) else "/".join(states)
+    return "unreachable" if st is None else st.summary
 
 
 def wait_running(s: StackSettings, timeout: float = 120) -> None:
+    """Until the connector and its task run; a task that FAILED fails the wait at once,
+    with its trace (Connect never restarts it by itself)."""
     def check() -> bool:
         st = status(s)
         if st is None:
             return False
-        for task in st.get("tasks", []):
-            if task["state"] == "FAILED":
-                raise StackError(COMPONENT, "connector task FAILED:\n"
-                                 + task.get("trace", "")[:3000], log_file(s))
-        return connector_state(s) == "RUNNING"
+        for task in st.tasks:
+            if task.state == FAILED:
+                raise StackError(COMPONENT, "connector task FAILED:\n" + task.trace[:3000],
+                                 log_file(s))
+        return st.running
 
     wait_until(COMPONENT, "running the connector and its task", check, timeout=timeout,
                log=log_file(s), pid_file=pid_file(s))
-

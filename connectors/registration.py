@@ -1,0 +1,35 @@
+"""The Debezium outbox connector's configuration (config/outbox-connector.json) and its
+registration with Kafka Connect.
+
+The configuration reads the database address from the Connect worker's environment
+(`${env:...}`, EnvVarConfigProvider), so one file serves every stack.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+
+from paystream.connectors.endpoint import ConnectorEndpoint
+
+CONNECTOR_FILE = Path(__file__).resolve().parent / "config" / "outbox-connector.json"
+
+
+class RegistrationError(Exception):
+    """Connect refused the connector's configuration; the message has its answer."""
+
+
+def connector_config() -> dict[str, str]:
+    config: dict[str, str] = json.loads(CONNECTOR_FILE.read_text())
+    return config
+
+
+def register(endpoint: ConnectorEndpoint, *, timeout: float = 60.0) -> None:
+    """PUT the connector config: creates it, or updates it in place (idempotent)."""
+    resp = httpx.put(f"{endpoint.connect_url}/connectors/{endpoint.connector_name}/config",
+                     json=connector_config(), timeout=timeout)
+    if resp.status_code not in (200, 201):
+        raise RegistrationError(f"registering {endpoint.connector_name} failed: "
+                                f"{resp.status_code} {resp.text[:2000]}")
