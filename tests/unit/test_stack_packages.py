@@ -1,9 +1,9 @@
 """The Debian package names the stack manager asks for exist on Debian 12 and 13.
 
-The bookworm column was read with `apt-cache policy NAME` on our Debian 12 machines on
-2026-12-01. The trixie column is what Debian 13's archive lists for the same names, not
-yet run on a Debian 13 machine here (none is lent to us): on whichever Debian the test
-runs, it also asks that machine's apt for every name, evidence that does not come from
+Both columns were read with `apt-cache policy NAME` on 2026-12-01: bookworm on our
+Debian 12 machines, trixie in a Debian 13.8 chroot made with `debootstrap --variant=minbase
+trixie`, where `openjdk-17-jre-headless` has no candidate. On whichever Debian the test
+runs, it also asks that machine's apt for every name: evidence that does not come from
 the code under test.
 """
 
@@ -15,16 +15,16 @@ from pathlib import Path
 
 from paystream.stack.packages import NEEDS, POSTGRES_PACKAGE
 
-# name -> (bookworm candidate, what it is on trixie)
+# name -> (bookworm candidate, trixie candidate)
 ON_BOTH_RELEASES = {
-    "postgresql": ("15+248+deb12u2", "PostgreSQL 17"),
-    "kcat": ("1.7.1-2", "kcat 1.7"),
-    "default-jre-headless": ("2:1.17-74, OpenJDK 17", "OpenJDK 21"),
-    "maven": ("3.8.7-1", "Maven 3.9"),
-    "npm": ("9.2.0~ds1-1", "npm 9"),
-    "prometheus": ("2.42.0+ds-5+deb12u1", "Prometheus 2.53"),
-    "wrk": ("4.1.0-3+b2", "wrk 4.1"),
-    "python3-venv": ("3.11.2-1+b1", "for Python 3.13"),  # the Makefile installs it
+    "postgresql": ("15+248+deb12u2", "17+278+deb13u1"),
+    "kcat": ("1.7.1-2", "1.7.1-3"),
+    "default-jre-headless": ("2:1.17-74 (OpenJDK 17)", "2:1.21-76 (OpenJDK 21)"),
+    "maven": ("3.8.7-1", "3.9.9-1"),
+    "npm": ("9.2.0~ds1-1", "9.2.0~ds1-3"),
+    "prometheus": ("2.42.0+ds-5+deb12u1", "2.53.3+ds1-2"),
+    "wrk": ("4.1.0-3+b2", "4.1.0-4+b1"),
+    "python3-venv": ("3.11.2-1+b1", "3.13.5-1"),  # the Makefile installs it
 }
 
 ROOT = Path(__file__).resolve().parents[2]
