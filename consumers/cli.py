@@ -1,16 +1,16 @@
-"""`paystream consume ledger | dlq-mirror | finality` and `paystream dlq list | show |
-replay`. `finality` is not a Kafka group: it runs the chain finality watcher
-(finality/service.py), one thread per network of
-PAYSTREAM_FINALITY_NETWORKS (or --network)."""
+"""`paystream consume ledger | dlq-mirror | finality`. `finality` is not a Kafka group:
+it runs the chain finality watcher (finality/service.py), one thread per network of
+PAYSTREAM_FINALITY_NETWORKS (or --network). The dead letters' commands (`paystream dlq`)
+are the operator's: ops/cli.py."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from paystream.consumers.settings import ConfigError, ConsumerSettings
+from paystream.operator_cli import EXIT_CANNOT_RUN
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
 # group -> (default topic, default DLQ topic, default metrics port, default DLQ limit)
@@ -52,20 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "PAYSTREAM_FINALITY_NETWORKS, else ETH_MAINNET)")
     consume.set_defaults(func=_consume)
 
-    dlq = sub.add_parser("dlq", help="inspect and replay dead letters")
-    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    p_list = dsub.add_parser("list", help="dead letters, newest first")
-    p_list.add_argument("--status", default="open",
-                        help="open, replayed, discarded or all (default open)")
-    p_list.add_argument("--limit", type=int, default=50)
-    p_list.set_defaults(func=_dlq_list)
-    p_show = dsub.add_parser("show", help="one dead letter with payload and attempts")
-    p_show.add_argument("id", type=int)
-    p_show.set_defaults(func=_dlq_show)
-    p_replay = dsub.add_parser("replay", help="send the event back through the outbox")
-    p_replay.add_argument("id", type=int)
-    p_replay.set_defaults(func=_dlq_replay)
-
 
 def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
     topic, dlq_topic, port, limit = GROUPS[args.kind]
@@ -105,7 +91,7 @@ def _finality(args: argparse.Namespace) -> int:
         networks = settings.from_env()
     except ValueError as exc:
         print(f"paystream consume finality: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CANNOT_RUN
     configure_logging("finality")
     metrics.serve(service.DEFAULT_METRICS_PORT if args.metrics_port is None
                   else args.metrics_port)
@@ -126,7 +112,7 @@ def _consume(args: argparse.Namespace) -> int:
         consumer_config(settings)  # refuse a bad configuration before anything starts
     except ConfigError as exc:
         print(f"paystream consume: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CANNOT_RUN
     configure_logging(f"consumer-{settings.group}")
     handler: Any
     if args.kind == "ledger":
@@ -137,47 +123,3 @@ def _consume(args: argparse.Namespace) -> int:
         handler = DlqMirrorHandler()
     metrics.serve(settings.metrics_port)
     return BatchConsumer(settings, handler).run()
-
-
-def _with_cursor(action: Any) -> Any:
-    from paystream.schema.db import connect
-    conn = connect(application_name="paystream-dlq")
-    try:
-        with conn, conn.cursor() as cur:
-            return action(cur)
-    finally:
-        conn.close()
-
-
-def _dlq_list(args: argparse.Namespace) -> int:
-    from paystream.ops.replay import list_dead_letters
-    status = None if args.status == "all" else args.status
-    rows = _with_cursor(lambda cur: list_dead_letters(cur, status, args.limit))
-    print(f"{'id':>6}  {'status':<9} {'reason':<22} {'event_id':<36} origin")
-    for r in rows:
-        origin = f"{r['source_topic']}[{r['source_partition']}]@{r['source_offset']}"
-        print(f"{r['id']:>6}  {r['status']:<9} {r['error_reason'][:22]:<22} "
-              f"{(r['event_id'] or '-')[:36]:<36} {origin}")
-    return 0
-
-
-def _dlq_show(args: argparse.Namespace) -> int:
-    from paystream.ops.replay import show_dead_letter
-    row = _with_cursor(lambda cur: show_dead_letter(cur, args.id))
-    if row is None:
-        print(f"no dead letter with id {args.id}", file=sys.stderr)
-        return 1
-    print(json.dumps(row, indent=2, default=str))
-    return 0
-
-
-def _dlq_replay(args: argparse.Namespace) -> int:
-    from paystream.ops.replay import ReplayRefused, replay
-    try:
-        done = _with_cursor(lambda cur: replay(cur, args.id))
-    except ReplayRefused as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return 1
-    print(f"replayed dead letter {done.dlq_id}: event {done.event_id} sent again "
-          f"through the outbox (message id {done.outbox_id})")
-    return 0

@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-import psycopg2.extensions
-
 from paystream.ingest.alchemy import ADDRESS_PATTERN, NETWORK_PATTERN
+from paystream.operator_cli import format_table
 from paystream.schema.amounts import format_amount
+from paystream.schema.db import Connection
 from paystream.schema.events import USER_ID_PATTERN
-
-Connection = psycopg2.extensions.connection
 
 
 class AdminError(ValueError):
@@ -75,17 +73,7 @@ def balances(conn: Connection, user_id: str | None = None) -> list[BalanceRow]:
 
 def render_table(rows: list[BalanceRow]) -> str:
     """A plain text table; amounts in canonical form (no float, no trailing zeros)."""
-    header = ("user", "asset", "balance", "pending")
-    cells = [header] + [(r.user_id, r.asset, format_amount(r.balance),
-                         format_amount(r.pending)) for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(4)]
-    lines = []
-    for n, row in enumerate(cells):
-        left = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
-        right = [row[2].rjust(widths[2]), row[3].rjust(widths[3])]
-        lines.append("  ".join(left + right).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
+    return format_table(("user", "asset", "balance", "pending"),
+                        [(r.user_id, r.asset, format_amount(r.balance),
+                          format_amount(r.pending)) for r in rows],
+                        right_aligned={2, 3}, rule=True)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import psycopg2
+from paystream.ingest.settings import IngestSettings
+from paystream.operator_cli import EXIT_OK, EXIT_PROBLEM, database
 
-from paystream.ingest.settings import IngestSettings, SettingsError
+if TYPE_CHECKING:
+    from paystream.schema.db import Connection
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,11 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    try:
-        IngestSettings.from_env()  # fail here, with the reason, not in every worker
-    except SettingsError as exc:
-        print(f"paystream ingest: {exc}", file=sys.stderr)
-        return 2
+    # Fail here, with the reason (a SettingsError: exit 2), not in every worker.
+    IngestSettings.from_env()
     uvicorn.run("paystream.ingest.app:create_app_from_env", factory=True, host=args.host,
                 port=args.port, workers=args.workers, access_log=False,
                 log_level="warning", lifespan="on")
@@ -55,41 +56,32 @@ def _serve(args: argparse.Namespace) -> int:
 def _add_user(args: argparse.Namespace) -> int:
     from paystream.ingest import admin
 
-    return _with_db(lambda conn: print(
-        f"user {args.user_id}: " + ("created" if admin.add_user(conn, args.user_id)
-                                    else "already exists")))
+    return _admin(lambda conn: f"user {args.user_id}: " + (
+        "created" if admin.add_user(conn, args.user_id) else "already exists"))
 
 
 def _add_address(args: argparse.Namespace) -> int:
     from paystream.ingest import admin
 
-    return _with_db(lambda conn: print(
-        f"{args.network.upper()} {args.address.lower()} -> {args.user}: "
-        + ("added" if admin.add_address(conn, args.network, args.address, args.user)
-           else "already assigned")))
+    return _admin(lambda conn: f"{args.network.upper()} {args.address.lower()} -> "
+                  f"{args.user}: " + ("added" if admin.add_address(
+                      conn, args.network, args.address, args.user) else "already assigned"))
 
 
 def _balances(args: argparse.Namespace) -> int:
     from paystream.ingest import admin
 
-    return _with_db(lambda conn: print(admin.render_table(admin.balances(conn, args.user))))
+    return _admin(lambda conn: admin.render_table(admin.balances(conn, args.user)))
 
 
-def _with_db(action) -> int:
+def _admin(action: Callable[[Connection], str]) -> int:
+    """Run one admin action and print its answer; a refused request exits 1."""
     from paystream.ingest.admin import AdminError
-    from paystream.schema.db import connect, database_url
 
-    try:
-        conn = connect(database_url(), application_name="paystream-admin")
-    except psycopg2.OperationalError as exc:
-        print(f"cannot reach Postgres at {database_url()}: {str(exc).strip()}; "
-              "is the stack up (paystream stack up)?", file=sys.stderr)
-        return 1
-    try:
-        action(conn)
-    except AdminError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        conn.close()
-    return 0
+    with database("paystream-admin") as conn:
+        try:
+            print(action(conn))
+        except AdminError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_PROBLEM
+    return EXIT_OK

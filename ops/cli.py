@@ -1,7 +1,9 @@
-"""`paystream reconcile | health | housekeeping | shortfalls`: the operator's checks.
+"""`paystream reconcile | health | housekeeping | shortfalls | dlq`: the operator's checks
+and actions.
 
-Exit codes: 0 clean / healthy / done; 1 a mismatch or an unhealthy check; 2 the check
-itself could not run (bad arguments, database unreachable for reconcile/housekeeping).
+Exit codes (paystream/operator_cli.py): 0 clean / healthy / done; 1 a mismatch, an
+unhealthy check, an open shortfall, a refused replay; 2 the command could not run (bad
+arguments, the database unreachable).
 """
 
 from __future__ import annotations
@@ -13,9 +15,14 @@ import sys
 import threading
 from typing import Any
 
-EXIT_OK = 0
-EXIT_PROBLEM = 1
-EXIT_CANNOT_RUN = 2
+from paystream.operator_cli import (
+    EXIT_CANNOT_RUN,
+    EXIT_OK,
+    EXIT_PROBLEM,
+    database,
+    format_table,
+    transaction,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,6 +87,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                             help="what happened (recovered off-platform, written off, ...)")
     sf_resolve.set_defaults(func=_shortfalls_resolve)
 
+    dlq = sub.add_parser("dlq", help="inspect and replay dead letters")
+    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    p_list = dsub.add_parser("list", help="dead letters, newest first")
+    p_list.add_argument("--status", default="open",
+                        help="open, replayed, discarded or all (default open)")
+    p_list.add_argument("--limit", type=int, default=50)
+    p_list.set_defaults(func=_dlq_list)
+    p_show = dsub.add_parser("show", help="one dead letter with payload and attempts")
+    p_show.add_argument("id", type=int)
+    p_show.set_defaults(func=_dlq_show)
+    p_replay = dsub.add_parser("replay", help="send the event back through the outbox")
+    p_replay.add_argument("id", type=int)
+    p_replay.set_defaults(func=_dlq_replay)
+
 
 # The names of consumers.health.CHECK_NAMES, repeated here so that `paystream --help`
 # does not import the Kafka client (a unit test keeps both in step).
@@ -91,26 +112,11 @@ def _check_names() -> str:
     return ", ".join(CHECK_NAMES)
 
 
-def _autocommit_connection(application_name: str) -> Any:
-    from paystream.schema.db import connect, database_url
-    conn = connect(database_url(), application_name=application_name)
-    conn.autocommit = True
-    return conn
-
-
 def _reconcile(args: argparse.Namespace) -> int:
-    import psycopg2
-
     from paystream.ops.reconcile import format_report, reconcile
-    try:
-        conn = _autocommit_connection("paystream-reconcile")
-    except psycopg2.OperationalError as exc:
-        print(f"paystream reconcile: database unreachable: {exc}".rstrip(), file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    try:
+
+    with database("paystream-reconcile", autocommit=True) as conn:
         report = reconcile(conn, users=args.user)
-    finally:
-        conn.close()
     print(format_report(report))
     return EXIT_OK if report.clean else EXIT_PROBLEM
 
@@ -188,22 +194,19 @@ def _full_reconciliation() -> None:
     import psycopg2
     import structlog
 
+    from paystream.operator_cli import CannotRunError
     from paystream.ops.reconcile import ERRORS, SCOPE_FULL, reconcile, record_full_check
+
     try:
-        conn = _autocommit_connection("paystream-reconcile")
-        try:
+        with database("paystream-reconcile", autocommit=True) as conn:
             record_full_check(reconcile(conn))
-        finally:
-            conn.close()
-    except psycopg2.Error as exc:
+    except (psycopg2.Error, CannotRunError) as exc:
         ERRORS.labels(SCOPE_FULL).inc()
         structlog.get_logger("consumers.reconcile").error(
             "reconciliation_failed", scope=SCOPE_FULL, error=str(exc).strip()[:300])
 
 
 def _housekeeping(args: argparse.Namespace) -> int:
-    import psycopg2
-
     from paystream.ops.housekeeping import (
         DEFAULT_BATCH_SIZE,
         DEFAULT_TTL_DAYS,
@@ -216,17 +219,10 @@ def _housekeeping(args: argparse.Namespace) -> int:
         print("paystream housekeeping: --ttl-days must be >= 0, --batch-size >= 1",
               file=sys.stderr)
         return EXIT_CANNOT_RUN
-    try:
-        conn = _autocommit_connection("paystream-housekeeping")
-    except psycopg2.OperationalError as exc:
-        print(f"paystream housekeeping: database unreachable: {exc}".rstrip(), file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    try:
+    with database("paystream-housekeeping", autocommit=True) as conn:
         result = purge_processed_events(conn, ttl_days=ttl, batch_size=batch,
                                         pause_s=args.pause, max_batches=args.max_batches,
                                         dry_run=args.dry_run)
-    finally:
-        conn.close()
     what = f"processed_events entries with outcome {'/'.join(FINAL_OUTCOMES)}"
     if result.dry_run:
         print(f"housekeeping (dry run): {result.deleted} {what} older than {ttl:g} days "
@@ -238,37 +234,11 @@ def _housekeeping(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _CannotRunError(Exception):
-    """The command could not run; the message says why (exit 2)."""
-
-
-def _shortfalls_transaction(work):
-    """Run work(cur) in one transaction of a fresh connection; _CannotRunError when the
-    database cannot be reached."""
-    import psycopg2
-
-    from paystream.schema.db import connect
-
-    try:
-        conn = connect(application_name="paystream-shortfalls")
-    except psycopg2.OperationalError as exc:
-        raise _CannotRunError(f"cannot reach the database: {exc}".strip()) from None
-    try:
-        with conn, conn.cursor() as cur:
-            return work(cur)
-    finally:
-        conn.close()
-
-
 def _shortfalls_list(args: argparse.Namespace) -> int:
     from paystream.ops import shortfalls
 
-    try:
-        rows = _shortfalls_transaction(lambda cur: shortfalls.list_shortfalls(
-            cur, include_resolved=args.all, user_id=args.user))
-    except _CannotRunError as exc:
-        print(f"shortfalls: {exc}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
+    with transaction("paystream-shortfalls") as cur:
+        rows = shortfalls.list_shortfalls(cur, include_resolved=args.all, user_id=args.user)
     if not rows:
         print("shortfalls: none" + ("" if args.all else " open"))
         return EXIT_OK
@@ -281,13 +251,54 @@ def _shortfalls_resolve(args: argparse.Namespace) -> int:
     from paystream.ops import shortfalls
 
     try:
-        row, still_flagged = _shortfalls_transaction(
-            lambda cur: shortfalls.resolve(cur, args.id, args.resolution))
-    except (_CannotRunError, shortfalls.ResolveRefused) as exc:
+        with transaction("paystream-shortfalls") as cur:
+            row, still_flagged = shortfalls.resolve(cur, args.id, args.resolution)
+    except shortfalls.ResolveRefused as exc:
         print(f"shortfalls resolve: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     state = ("still flagged: other shortfalls are open" if still_flagged
              else "no longer flagged: withdrawals are accepted again")
     print(f"shortfall {row.id} resolved: {row.user_id} owed {row.amount.normalize():f} "
           f"{row.asset}; {state}")
+    return EXIT_OK
+
+
+def _dlq_list(args: argparse.Namespace) -> int:
+    from paystream.ops.replay import list_dead_letters
+
+    status = None if args.status == "all" else args.status
+    with transaction("paystream-dlq") as cur:
+        rows = list_dead_letters(cur, status, args.limit)
+    print(format_table(
+        ("id", "status", "reason", "event_id", "origin"),
+        [(str(r["id"]), r["status"], r["error_reason"], r["event_id"] or "-",
+          f"{r['source_topic']}[{r['source_partition']}]@{r['source_offset']}")
+         for r in rows],
+        right_aligned={0}))
+    return EXIT_OK
+
+
+def _dlq_show(args: argparse.Namespace) -> int:
+    from paystream.ops.replay import show_dead_letter
+
+    with transaction("paystream-dlq") as cur:
+        row = show_dead_letter(cur, args.id)
+    if row is None:
+        print(f"no dead letter with id {args.id}", file=sys.stderr)
+        return EXIT_PROBLEM
+    print(json.dumps(row, indent=2, default=str))
+    return EXIT_OK
+
+
+def _dlq_replay(args: argparse.Namespace) -> int:
+    from paystream.ops.replay import ReplayRefused, replay
+
+    try:
+        with transaction("paystream-dlq") as cur:
+            done = replay(cur, args.id)
+    except ReplayRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    print(f"replayed dead letter {done.dlq_id}: event {done.event_id} sent again "
+          f"through the outbox (message id {done.outbox_id})")
     return EXIT_OK

@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from paystream import operator_cli
 from paystream.connectors import endpoint
 from paystream.connectors.status import read_status
 from paystream.env import env_float
@@ -429,13 +430,10 @@ def worst(results: Sequence[CheckResult]) -> Verdict:
 
 
 def format_table(results: Sequence[CheckResult]) -> str:
-    rows = [("component", "check", "value", "threshold", "verdict")]
-    rows += [(r.component, r.check, r.value, r.threshold, str(r.verdict)) for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-             for row in rows]
-    lines.append(f"overall: {worst(results)}")
-    return "\n".join(lines)
+    table = operator_cli.format_table(
+        ("component", "check", "value", "threshold", "verdict"),
+        [(r.component, r.check, r.value, r.threshold, str(r.verdict)) for r in results])
+    return f"{table}\noverall: {worst(results)}"
 
 
 class HealthCollector(Collector):

@@ -14,6 +14,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from paystream.operator_cli import format_table
+
 COLUMNS = ("id", "user_id", "asset", "amount", "deposit_event_id", "source_event_id",
            "created_at", "resolved_at", "resolution")
 
@@ -72,12 +74,9 @@ def resolve(cur: Any, shortfall_id: int, resolution: str) -> tuple[ShortfallRow,
 
 
 def render_table(rows: list[ShortfallRow]) -> str:
-    header = ("id", "user", "asset", "owed", "deposit", "since", "resolved")
-    lines = [header] + [
-        (str(r.id), r.user_id, r.asset, f"{r.amount.normalize():f}", r.deposit_event_id,
-         r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-         f"{r.resolved_at:%Y-%m-%d %H:%M} {r.resolution}" if r.resolved_at else "OPEN")
-        for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
-                     .rstrip() for line in lines)
+    return format_table(
+        ("id", "user", "asset", "owed", "deposit", "since", "resolved"),
+        [(str(r.id), r.user_id, r.asset, f"{r.amount.normalize():f}", r.deposit_event_id,
+          r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+          f"{r.resolved_at:%Y-%m-%d %H:%M} {r.resolution}" if r.resolved_at else "OPEN")
+         for r in rows])

@@ -11,6 +11,9 @@ import argparse
 import importlib
 import sys
 
+from paystream.env import SettingsError
+from paystream.operator_cli import EXIT_CANNOT_RUN, CannotRunError
+
 # (module, function) pairs; each function takes the subparsers object and adds commands
 # whose parsers set `func` (a callable taking the parsed args and returning an exit code).
 COMMAND_MODULES = (
@@ -51,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except (CannotRunError, SettingsError) as exc:
+        # One place for "could not run": the database unreachable, a bad setting.
+        print(f"paystream {args.command}: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     except KeyboardInterrupt:
         return 130
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from paystream.operator_cli import format_table
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import anvil, connect, kafka, postgres
 from paystream.stack.packages import ensure_packages
@@ -127,10 +128,7 @@ def status(s: StackSettings) -> int:
          anvil.version(s), _health(anvil_ok), "-"),
         ("kcat", "-", "-", kcat_version, "installed" if kcat else "missing", "-"),
     ]
-    header = ("component", "port", "pid", "version", "health", "rss")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+    print(format_table(("component", "port", "pid", "version", "health", "rss"), rows))
     ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok
     return 0 if ok else 1
 
