@@ -26,10 +26,10 @@ from collections.abc import Callable
 import aiohttp
 
 from paystream.chaos import processes as px
-from paystream.chaos.harness import _start_group_at_end
 from paystream.ingest import standard_webhooks
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_TOPIC
+from paystream.stack import kafka
 from paystream.stack.settings import StackSettings
 from tests.support.ingest import free_port
 
@@ -156,7 +156,7 @@ def main() -> None:
                         [(u,) for u in users])
     conn.close()
     group = f"bench-e2e-{run_id}"
-    _start_group_at_end(group, PAYMENTS_TOPIC, s.kafka_bootstrap)
+    kafka.start_group_at_end(group, PAYMENTS_TOPIC, s.kafka_bootstrap)
     ingest = px.Managed("ingest", ["ingest", "--port", str(port)], env, log_dir)
     ledger = px.Managed("ledger", ["consume", "ledger", "--group", group, "--metrics-port", "0",
                                    "--batch-timeout", "0.05", "--session-timeout-ms", "6000"],

@@ -27,12 +27,6 @@ COMMAND_MODULES = (
 )
 
 
-def paystream_argv(*args: str) -> list[str]:
-    """The command line that runs `paystream ARGS` as a child process, with this
-    interpreter (no PATH lookup, so it works from a venv that is not activated)."""
-    return [sys.executable, "-m", "paystream.cli", *args]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="paystream",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paystream.env import env_int
+from paystream.launch import paystream_argv
 from paystream.stack.settings import StackSettings
 
 RESTART_DELAY_S = 2.0
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     todo = services(args.ingest_port)
     if not todo:
         print("no paystream services are installed yet; the stack is up:")
-        return subprocess.call([sys.argv[0], "stack", "status"], env=env)
+        return subprocess.call(paystream_argv("stack", "status"), env=env)
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     for svc in todo:
-        svc.proc = subprocess.Popen([sys.argv[0], *svc.args], env=env)
+        svc.proc = subprocess.Popen(paystream_argv(*svc.args), env=env)
     print("paystream is running (Ctrl-C stops it; secrets in "
           f"{settings.state_dir / 'dev-secrets.env'}):")
     for svc in todo:
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{svc.name} exited with {svc.proc.returncode}; restarting in "
                       f"{RESTART_DELAY_S:.0f} s", file=sys.stderr)
                 time.sleep(RESTART_DELAY_S)
-                svc.proc = subprocess.Popen([sys.argv[0], *svc.args], env=env)
+                svc.proc = subprocess.Popen(paystream_argv(*svc.args), env=env)
     for svc in todo:
         if svc.proc.poll() is None:
             svc.proc.send_signal(signal.SIGTERM)

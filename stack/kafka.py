@@ -1,4 +1,5 @@
-"""The Kafka broker (KRaft, one combined broker + controller) and the project's topics."""
+"""The Kafka broker (KRaft, one combined broker + controller), the project's topics, and
+starting a consumer group at a topic's end."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 import string
 from pathlib import Path
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from paystream.stack.process import StackError, read_pid, run, start_detached, stop_pid, wait_until
@@ -142,6 +143,30 @@ def ensure_topics(s: StackSettings) -> list[str]:
             print(f"  warning: topic {name} has {len(existing[name].partitions)} partitions,"
                   f" PAYSTREAM_TOPIC_PARTITIONS says {s.partitions}; left as it is")
     return created
+
+
+def start_group_at_end(group: str, topic: str, bootstrap: str | None = None
+                       ) -> dict[int, int]:
+    """Commit the topic's current end offsets for `group`, so a new group reads only what
+    comes next: a chaos run, a benchmark or a test applies its own events, not what
+    earlier runs left on the shared topic. Returns partition -> the offset committed.
+    Raises KafkaException when the broker does not answer, LookupError when the topic
+    is missing."""
+    servers = bootstrap or StackSettings.from_env().kafka_bootstrap
+    c = Consumer({"bootstrap.servers": servers, "group.id": group,
+                  "enable.auto.commit": False, "log_level": 2})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise LookupError(f"topic {topic} is missing at {servers}: "
+                              f"{meta.error if meta else 'no metadata'}")
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in sorted(meta.partitions)}
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in ends.items()],
+                 asynchronous=False)
+    finally:
+        c.close()
+    return ends
 
 
 def jvm_rss_mib(pid: int | None) -> str:

@@ -14,8 +14,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
-
 from paystream.chaos import processes as px
 from paystream.chaos.chain import (
     REORG_GRACE_BLOCKS,
@@ -35,7 +33,7 @@ from paystream.chaos.traffic import MIX, Kind, TrafficPlan
 from paystream.ingest import admin
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
-from paystream.stack import anvil
+from paystream.stack import anvil, kafka
 from paystream.stack.settings import StackSettings
 
 # The fault cycle, as fractions of one cycle's length; each run jitters the points.
@@ -71,20 +69,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _start_group_at_end(group: str, topic: str, bootstrap: str) -> None:
-    """Commit the topic's current end for a new group, so the run's consumers apply the
-    run's events and not what earlier runs and tests left on the shared topic."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 2,
-                  "enable.auto.commit": False})
-    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-    offsets = []
-    for p in parts:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        offsets.append(TopicPartition(topic, p, high))
-    c.commit(offsets=offsets, asynchronous=False)
-    c.close()
 
 
 class Chaos:
@@ -152,8 +136,9 @@ class Chaos:
                 conn, net, address, user))
         finally:
             conn.close()
-        _start_group_at_end(self.group, PAYMENTS_TOPIC, self.s.kafka_bootstrap)
-        _start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC, self.s.kafka_bootstrap)
+        kafka.start_group_at_end(self.group, PAYMENTS_TOPIC, self.s.kafka_bootstrap)
+        kafka.start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC,
+                                 self.s.kafka_bootstrap)
         self.ingest.start()
         px.wait_http_ok(f"http://127.0.0.1:{self.port}/readyz", 60)
         for c in (*self.ledgers, self.mirror, self.finality, self.watchdog):

@@ -7,13 +7,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from paystream.launch import paystream_argv
 from paystream.stack import connect, kafka, postgres
 from paystream.stack.process import pid_alive, read_pid, wait_until
 from paystream.stack.settings import StackSettings
@@ -34,7 +34,7 @@ class Managed:
         self.starts += 1
         log = (self.log_dir / f"{self.name}.log").open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "paystream.cli", *self.args],
+            paystream_argv(*self.args),
             env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL)
         log.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from paystream.cli import paystream_argv
+from paystream.launch import paystream_argv
 
 
 def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():

@@ -12,8 +12,8 @@ import time
 
 import httpx
 
-from paystream.cli import paystream_argv
 from paystream.connectors import task_restarter
+from paystream.launch import paystream_argv
 from paystream.stack import connect
 from paystream.stack.settings import StackSettings
 

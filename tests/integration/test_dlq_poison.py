@@ -7,8 +7,8 @@ import shutil
 import subprocess
 from decimal import Decimal
 
-from paystream.cli import paystream_argv
 from paystream.consumers import dlq
+from paystream.launch import paystream_argv
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.consumers import (

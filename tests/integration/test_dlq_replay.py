@@ -5,13 +5,13 @@ from __future__ import annotations
 import subprocess
 from decimal import Decimal
 
-from paystream.cli import paystream_argv
+from paystream.launch import paystream_argv
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
+from paystream.stack.kafka import start_group_at_end
 from tests.support.consumers import (
     create_topic,
     create_users,
-    start_group_at_end,
     wait_until,
 )
 from tests.support.ids import unique

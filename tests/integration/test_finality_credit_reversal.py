@@ -16,7 +16,7 @@ from decimal import Decimal
 import httpx
 import pytest
 
-from paystream.cli import paystream_argv
+from paystream.launch import paystream_argv
 from paystream.ops.reconcile import find_mismatches, reconcile
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_TOPIC

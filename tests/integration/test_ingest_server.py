@@ -18,8 +18,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from paystream.cli import paystream_argv
 from paystream.ingest import alchemy_signature, standard_webhooks
+from paystream.launch import paystream_argv
 from paystream.schema.db import database_url
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import postgres

@@ -7,11 +7,11 @@ from decimal import Decimal
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import emit, write_event
+from paystream.stack.kafka import start_group_at_end
 from tests.support.consumers import (
     create_users,
     drained,
     end_offsets,
-    start_group_at_end,
     wait_until,
 )
 from tests.support.ids import unique

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from paystream.cli import paystream_argv
+from paystream.launch import paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
 from paystream.schema.db import kafka_bootstrap
 from tests.support.ids import unique

@@ -17,11 +17,11 @@ import pytest
 import structlog.testing
 from prometheus_client import REGISTRY
 
-from paystream.cli import paystream_argv
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
 from paystream.consumers.ledger import LedgerHandler
 from paystream.consumers.records import Origin, Record
+from paystream.launch import paystream_argv
 from paystream.ops.reconcile import HotPathReconciler, reconcile, snapshot
 from tests.support.ids import unique
 

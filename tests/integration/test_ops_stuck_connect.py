@@ -10,12 +10,11 @@ from decimal import Decimal
 
 import httpx
 
-from paystream.chaos.harness import _start_group_at_end
-from paystream.cli import paystream_argv
-from paystream.schema.db import kafka_bootstrap
+from paystream.launch import paystream_argv
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
 from paystream.stack import connect
+from paystream.stack.kafka import start_group_at_end
 from paystream.stack.settings import StackSettings
 from tests.support.ids import unique
 from tests.support.ingest import free_port
@@ -49,7 +48,7 @@ def test_events_stuck_while_connect_is_down_show_and_clear(db):
     user, group, port = unique("stuck-user"), unique("stuck-ledger"), free_port()
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
-    _start_group_at_end(group, PAYMENTS_TOPIC, kafka_bootstrap())
+    start_group_at_end(group, PAYMENTS_TOPIC)
     ledger = subprocess.Popen(paystream_argv("consume", "ledger", "--group", group,
                                              "--metrics-port", "0"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

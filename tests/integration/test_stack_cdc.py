@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from decimal import Decimal
 
-from paystream.cli import paystream_argv
+from paystream.launch import paystream_argv
 from paystream.schema.db import connect as db_connect
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from paystream.cli import paystream_argv
+from paystream.launch import paystream_argv
 
 
 def test_status_lists_every_component_healthy():

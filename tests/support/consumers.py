@@ -21,8 +21,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from paystream.cli import paystream_argv
 from paystream.consumers.ledger_plan import decide, signed_amount
+from paystream.launch import paystream_argv
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent
 
@@ -121,18 +121,6 @@ def committed(group: str, topic: str, partitions: Iterable[int]) -> dict[int, in
         return {tp.partition: tp.offset for tp in result}
     finally:
         c.close()
-
-
-def start_group_at_end(group: str, topic: str) -> dict[int, int]:
-    """Commit the current end offsets for a new group: it reads only what comes next."""
-    ends = end_offsets(topic)
-    c = _probe(group)
-    try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in ends.items()],
-                 asynchronous=False)
-    finally:
-        c.close()
-    return ends
 
 
 def drained(group: str, topic: str) -> bool:

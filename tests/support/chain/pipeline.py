@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -30,12 +29,12 @@ from typing import Any, TypeVar
 
 import httpx
 import psycopg2
-from confluent_kafka import Consumer, TopicPartition
 
 from paystream.ingest import admin
+from paystream.launch import paystream_argv
 from paystream.schema.db import connect, database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC
-from paystream.stack import anvil
+from paystream.stack import anvil, kafka
 from paystream.stack.settings import StackSettings
 from tests.support.chain import alchemy
 from tests.support.chain.deposits import activities
@@ -43,7 +42,6 @@ from tests.support.chain.node import AnvilUnavailableError, Chain, Token
 from tests.support.ingest import ALCHEMY_KEY, free_port, ingest_server
 
 T = TypeVar("T")
-PAYSTREAM = str(Path(sys.executable).parent / "paystream")
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0,
@@ -56,23 +54,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
-
-
-def start_group_at_end(group: str, topic: str = PAYMENTS_TOPIC) -> None:
-    """Commit the topic's current end for a new group (see paystream/chaos/harness.py)."""
-    c = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": group,
-                  "log_level": 2, "enable.auto.commit": False})
-    try:
-        md = c.list_topics(topic, timeout=10)
-    except Exception as exc:  # any client error here means "no broker"
-        raise AssertionError(f"Kafka is not reachable at {kafka_bootstrap()} ({exc}); "
-                             "run `paystream stack up` (make test does)") from exc
-    offsets = []
-    for p in md.topics[topic].partitions:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        offsets.append(TopicPartition(topic, p, high))
-    c.commit(offsets=offsets, asynchronous=False)
-    c.close()
 
 
 @contextmanager
@@ -135,7 +116,11 @@ class Pipeline:
         except psycopg2.OperationalError as exc:
             raise AssertionError(f"Postgres is not reachable at {database_url()} ({exc}); "
                                  "run `paystream stack up` (make test does)") from exc
-        start_group_at_end(self.group)
+        try:
+            kafka.start_group_at_end(self.group, PAYMENTS_TOPIC)
+        except Exception as exc:  # any client error here means "no broker"
+            raise AssertionError(f"Kafka is not reachable at {kafka_bootstrap()} ({exc}); "
+                                 "run `paystream stack up` (make test does)") from exc
         server = self._stack.enter_context(ingest_server(
             log_path=self.log_dir / "paystream.ingest.log"))
         self.ingest_url = server.url
@@ -156,7 +141,7 @@ class Pipeline:
     def start(self, name: str, args: Sequence[str], env: dict[str, str] | None = None
               ) -> None:
         log = (self.log_dir / f"{name}.log").open("ab")
-        self.processes[name] = subprocess.Popen([PAYSTREAM, *args],
+        self.processes[name] = subprocess.Popen(paystream_argv(*args),
                                                 env={**os.environ, **(env or {})},
                                                 stdout=log, stderr=subprocess.STDOUT)
         log.close()
