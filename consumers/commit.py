@@ -13,7 +13,8 @@ For every polled batch, in this order:
      every partition's error and retrying retriable ones within a time budget.
 A crash after 5 and before 6 redelivers the batch; the idempotency rows written in 1
 turn it into a no-op. Offsets that could not be committed in 6 stay pending: retried
-after the next poll, committed in on_revoke (time-bounded), dropped in on_lost.
+at the top of the next loop pass, before the next consume(); committed in on_revoke
+(time-bounded); dropped in on_lost.
 """
 
 from __future__ import annotations

@@ -66,5 +66,5 @@ class ConsumerSettings:
     @property
     def commit_retry_budget_s(self) -> float:
         # A retriable commit error is retried for at most a quarter of the poll interval,
-        # after which the offsets stay pending and are retried after the next poll.
+        # after which the offsets stay pending and are retried before the next consume().
         return self.max_poll_interval_ms / 1000 / 4
