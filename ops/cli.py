@@ -143,7 +143,7 @@ def _health_settings(args: argparse.Namespace) -> Any:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from paystream.ops.health import HealthChecker, Verdict, format_table, worst
+    from paystream.ops.health import Health, HealthChecker, format_table, worst
     unknown = sorted(set(args.check or ()) - set(CHECK_NAMES))
     if unknown:
         print(f"paystream health: unknown check(s) {', '.join(unknown)}; "
@@ -164,7 +164,7 @@ def _health(args: argparse.Namespace) -> int:
                            "verdict": str(r.verdict)} for r in results], indent=2))
     else:
         print(format_table(results))
-    return EXIT_PROBLEM if worst(results) is Verdict.UNHEALTHY else EXIT_OK
+    return EXIT_PROBLEM if worst(results) is Health.UNHEALTHY else EXIT_OK
 
 
 def _serve_metrics(args: argparse.Namespace, checker: Any) -> int:

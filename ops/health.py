@@ -98,7 +98,9 @@ DEFAULT_GROUPS: tuple[tuple[str, str], ...] = (
     ("ledger", PAYMENTS_TOPIC), ("dlq-mirror", PAYMENTS_DLQ_TOPIC))
 
 
-class Verdict(IntEnum):
+class Health(IntEnum):
+    """How healthy a check found its part of the pipeline, in order: the worst wins."""
+
     OK = 0
     WARN = 1
     UNHEALTHY = 2
@@ -121,7 +123,7 @@ class CheckResult:
     check: str
     value: str
     threshold: str
-    verdict: Verdict
+    verdict: Health
     samples: tuple[Sample, ...] = ()
 
 
@@ -163,10 +165,10 @@ class HealthSettings:
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _grade(value: float, warn: float, unhealthy: float) -> Verdict:
+def _grade(value: float, warn: float, unhealthy: float) -> Health:
     if value >= unhealthy:
-        return Verdict.UNHEALTHY
-    return Verdict.WARN if value >= warn else Verdict.OK
+        return Health.UNHEALTHY
+    return Health.WARN if value >= warn else Health.OK
 
 
 def _bytes(n: float) -> str:
@@ -216,7 +218,7 @@ class HealthChecker:
                 cur.execute("SELECT 1")
                 elapsed_ms = (time.monotonic() - started) * 1000
                 out = [CheckResult("database", "postgres", "reachable", f"{elapsed_ms:.0f} ms",
-                                   f"answers within {s.timeout_s:g} s", Verdict.OK,
+                                   f"answers within {s.timeout_s:g} s", Health.OK,
                                    (Sample("paystream_database_up", 1),))]
                 if wanted & {"stuck_events", "oldest_unapplied"}:
                     out += self._event_checks(cur)
@@ -229,10 +231,10 @@ class HealthChecker:
         except psycopg2.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             out = [CheckResult("database", "postgres", "reachable", f"error: {reason[:80]}",
-                               f"answers within {s.timeout_s:g} s", Verdict.UNHEALTHY,
+                               f"answers within {s.timeout_s:g} s", Health.UNHEALTHY,
                                (Sample("paystream_database_up", 0),))]
             out += [CheckResult(name, "postgres", name, "unknown (database unreachable)", "-",
-                                Verdict.UNHEALTHY) for name in sorted(wanted - {"database"})]
+                                Health.UNHEALTHY) for name in sorted(wanted - {"database"})]
         return [r for r in out if r.name in wanted]
 
     def _event_checks(self, cur: Any) -> list[CheckResult]:
@@ -249,12 +251,12 @@ class HealthChecker:
         return [
             CheckResult("stuck_events", "pipeline", f"events received > {s.stuck_after_s:g} s ago",
                         str(stuck), "0 (more: CDC or consumer stuck)",
-                        Verdict.UNHEALTHY if stuck else Verdict.OK,
+                        Health.UNHEALTHY if stuck else Health.OK,
                         (Sample("paystream_stuck_events", stuck),
                          Sample("paystream_stuck_event_threshold_seconds", s.stuck_after_s))),
             CheckResult("oldest_unapplied", "pipeline", "oldest unapplied event age",
                         f"{oldest:.1f} s", f"warn > {s.stuck_after_s:g} s",
-                        Verdict.WARN if oldest > s.stuck_after_s else Verdict.OK,
+                        Health.WARN if oldest > s.stuck_after_s else Health.OK,
                         (Sample("paystream_oldest_unapplied_event_age_seconds", oldest),)),
         ]
 
@@ -269,18 +271,18 @@ class HealthChecker:
         if row is None:
             # Without the slot, events written now are never sent: nothing else is worse.
             return CheckResult("replication_slot", "postgres", check, "slot missing", threshold,
-                               Verdict.UNHEALTHY)
+                               Health.UNHEALTHY)
         active, retained, wal_status = row
         labels = (("slot", s.slot_name),)
         if retained is None:  # restart_lsn NULL: the slot was invalidated (WAL removed)
             return CheckResult("replication_slot", "postgres", check,
-                               f"invalidated ({wal_status})", threshold, Verdict.UNHEALTHY,
+                               f"invalidated ({wal_status})", threshold, Health.UNHEALTHY,
                                (Sample("paystream_replication_slot_active", int(active), labels),))
         retained = float(retained)
         verdict = _grade(retained, s.wal_warn_bytes, s.wal_unhealthy_bytes)
         if not active:
             # Normal for a moment while Connect restarts; stuck_events says when it matters.
-            verdict = max(verdict, Verdict.WARN)
+            verdict = max(verdict, Health.WARN)
         return CheckResult(
             "replication_slot", "postgres", check,
             f"{_bytes(retained)} ({'active' if active else 'INACTIVE'})", threshold, verdict,
@@ -323,7 +325,7 @@ class HealthChecker:
             CheckResult("chain_deposits", "ledger",
                         f"settlements unapplied > {s.stuck_after_s:g} s", str(stuck),
                         "0 (more: CDC or ledger stuck, or a dead letter)",
-                        Verdict.UNHEALTHY if stuck else Verdict.OK,
+                        Health.UNHEALTHY if stuck else Health.OK,
                         (Sample("paystream_stuck_chain_settlements", stuck),)),
         ]
 
@@ -353,12 +355,12 @@ class HealthChecker:
                 if isinstance(exc, KafkaException | TimeoutError):
                     broker_down = reason
                 out.append(CheckResult("consumer_lag", "kafka", name, f"error: {reason[:90]}",
-                                       threshold, Verdict.UNHEALTHY))
+                                       threshold, Health.UNHEALTHY))
                 continue
             verdict = _grade(lag, s.lag_warn, s.lag_unhealthy)
             if members == 0:
                 # Messages waiting and nobody to read them: stalled whatever the size.
-                verdict = max(verdict, Verdict.UNHEALTHY if lag else Verdict.WARN)
+                verdict = max(verdict, Health.UNHEALTHY if lag else Health.WARN)
             out.append(CheckResult(
                 "consumer_lag", "kafka", name,
                 f"{lag} ({members} member{'s' if members != 1 else ''})", threshold, verdict,
@@ -378,11 +380,11 @@ class HealthChecker:
         except httpx.HTTPError as exc:
             return CheckResult("connector", "connect", check,
                                f"REST unreachable ({type(exc).__name__})", "RUNNING",
-                               Verdict.UNHEALTHY, (Sample("paystream_connector_running", 0,
+                               Health.UNHEALTHY, (Sample("paystream_connector_running", 0,
                                                           labels),))
         state = status.summary
-        verdict = Verdict.OK if status.running else (
-            Verdict.WARN if "RESTARTING" in state else Verdict.UNHEALTHY)
+        verdict = Health.OK if status.running else (
+            Health.WARN if "RESTARTING" in state else Health.UNHEALTHY)
         return CheckResult("connector", "connect", check, state, "RUNNING", verdict,
                            (Sample("paystream_connector_running", int(status.running),
                                    labels),))
@@ -425,8 +427,8 @@ def group_lag(admin: AdminClient, group: str, topic: str, timeout_s: float) -> t
     return lag, len(desc_f.result(timeout_s).members)
 
 
-def worst(results: Sequence[CheckResult]) -> Verdict:
-    return max((r.verdict for r in results), default=Verdict.OK)
+def worst(results: Sequence[CheckResult]) -> Health:
+    return max((r.verdict for r in results), default=Health.OK)
 
 
 def format_table(results: Sequence[CheckResult]) -> str:
@@ -452,9 +454,9 @@ class HealthCollector(Collector):
         results = self.checker.run(self.only)
         families = {name: GaugeMetricFamily(name, help_text, labels=list(labels))
                     for name, (help_text, labels) in METRICS.items()}
-        verdicts: dict[str, Verdict] = {}
+        verdicts: dict[str, Health] = {}
         for r in results:
-            verdicts[r.name] = max(verdicts.get(r.name, Verdict.OK), r.verdict)
+            verdicts[r.name] = max(verdicts.get(r.name, Health.OK), r.verdict)
             for smp in r.samples:
                 families[smp.metric].add_metric([v for _, v in smp.labels], smp.value)
         for name, verdict in verdicts.items():

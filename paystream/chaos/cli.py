@@ -30,7 +30,7 @@ def _chaos(args: argparse.Namespace) -> int:
                       users=args.users or base["users"], seed=args.seed,
                       drain_timeout_s=args.drain_timeout)
     chaos = Chaos(cfg)
-    verdict, stats = chaos.run()
-    print(report(cfg, chaos, verdict, stats))
+    findings, stats = chaos.run()
+    print(report(cfg, chaos, findings, stats))
     sys.stdout.flush()
-    return 0 if verdict.passed else 1
+    return 0 if findings.passed else 1

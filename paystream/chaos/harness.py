@@ -22,7 +22,7 @@ from paystream.chaos.chain import (
     ChainDriver,
 )
 from paystream.chaos.invariants import (
-    Verdict,
+    InvariantReport,
     chain_pending_count,
     check,
     check_chain,
@@ -225,7 +225,7 @@ class Chaos:
                 c.start()
 
     # --- the run ---------------------------------------------------------------------
-    def run(self) -> tuple[Verdict, dict]:
+    def run(self) -> tuple[InvariantReport, dict]:
         try:
             self.prepare()
             return self._run()
@@ -241,7 +241,7 @@ class Chaos:
             self.log(f"progress: {len(sender.sent)} sent, {sender.answered} answered, "
                      f"{sender.in_flight} in flight")
 
-    def _run(self) -> tuple[Verdict, dict]:
+    def _run(self) -> tuple[InvariantReport, dict]:
         self._last_progress = time.monotonic()
         sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan)
         # A daemon: if the harness itself fails, the process must still exit.
@@ -276,20 +276,20 @@ class Chaos:
         conn = connect()
         try:
             with conn, conn.cursor() as cur:
-                verdict = check(cur, sender.sent, self.plan.users)
-                check_chain(cur, verdict, self.chain.deposits, self.chain.receipt)
+                findings = check(cur, sender.sent, self.plan.users)
+                check_chain(cur, findings, self.chain.deposits, self.chain.receipt)
         finally:
             conn.close()
-        verdict.violations += [f"fault not injected: {e}" for e in self.fault_errors]
+        findings.violations += [f"fault not injected: {e}" for e in self.fault_errors]
         if self.chain.error:
-            verdict.violations.append(f"chain driver stopped early: {self.chain.error}")
+            findings.violations.append(f"chain driver stopped early: {self.chain.error}")
         stats = {
             "sent": sender.sent, "retries": sender.retries,
             "drain_after_last_fault_s": (drained_at - self.last_fault_at) if drained_at else None,
             "drain_after_traffic_s": (drained_at - traffic_end) if drained_at else None,
             "latencies_ms": sender.latencies_ms,
         }
-        return verdict, stats
+        return findings, stats
 
     def _drain(self, sender: Sender) -> float | None:
         deadline = time.monotonic() + self.cfg.drain_timeout_s
@@ -311,7 +311,7 @@ class Chaos:
         return None
 
 
-def report(cfg: ChaosConfig, chaos: Chaos, verdict: Verdict, stats: dict) -> str:
+def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dict) -> str:
     sent = stats["sent"]
     by_kind = Counter(r.kind.value for r in sent)
     answers = Counter(f"{r.kind.value}:{r.status}" for r in sent)
@@ -328,20 +328,20 @@ def report(cfg: ChaosConfig, chaos: Chaos, verdict: Verdict, stats: dict) -> str
         "sender retries (no answer / 429 / 5xx): "
         + (", ".join(f"{k}={v}" for k, v in sorted(stats["retries"].items())) or "none"),
         "faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(chaos.faults.items())),
-        "final outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(verdict.outcomes.items())),
+        "final outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(findings.outcomes.items())),
         f"duplicates absorbed (identical redeliveries answered duplicate): {dup}",
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
         f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "
         f"after the last request: {_secs(stats['drain_after_traffic_s'])}",
-        f"lost = {len(verdict.lost)}",
-        f"double-applied = {len(verdict.double_applied)}",
-        f"other violations = {len(verdict.violations)}",
+        f"lost = {len(findings.lost)}",
+        f"double-applied = {len(findings.double_applied)}",
+        f"other violations = {len(findings.violations)}",
     ]
-    for title, items in (("LOST", verdict.lost), ("DOUBLE", verdict.double_applied),
-                         ("VIOLATION", verdict.violations)):
+    for title, items in (("LOST", findings.lost), ("DOUBLE", findings.double_applied),
+                         ("VIOLATION", findings.violations)):
         lines += [f"  {title}: {item}" for item in items[:20]]
-    lines.append("RESULT: " + ("PASS" if verdict.passed else "FAIL"))
+    lines.append("RESULT: " + ("PASS" if findings.passed else "FAIL"))
     return "\n".join(lines)
 
 

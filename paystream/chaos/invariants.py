@@ -20,7 +20,10 @@ def ok(req: Request) -> bool:
 
 
 @dataclass
-class Verdict:
+class InvariantReport:
+    """What checking the run's invariants found: events lost or applied twice, any other
+    broken rule, and the final outcomes counted. The run passes with nothing found."""
+
     lost: list[str] = field(default_factory=list)
     double_applied: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -53,8 +56,8 @@ def pending_count(cur, sent: list[Request]) -> int:
     return (len(accepted) - final) + (len(poison) - mirrored)
 
 
-def check(cur, sent: list[Request], users: list[str]) -> Verdict:
-    v = Verdict()
+def check(cur, sent: list[Request], users: list[str]) -> InvariantReport:
+    v = InvariantReport()
     accepted = accepted_events(sent)
     ids = list(accepted)
     cur.execute("SELECT event_id, status, amount FROM payment_events WHERE event_id = ANY(%s)",
@@ -146,7 +149,7 @@ def chain_pending_count(cur, deposits: list[ChainDeposit]) -> int:
     return len(accepted) - cur.fetchone()[0]
 
 
-def check_chain(cur, v: Verdict, deposits: list[ChainDeposit],
+def check_chain(cur, v: InvariantReport, deposits: list[ChainDeposit],
                 receipt: Callable[[str], dict | None]) -> None:
     """Every accepted deposit whose transfer is on the chain now is credited exactly once,
     under the block it is in; every other one is reorged and never credited; the

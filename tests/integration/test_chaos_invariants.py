@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from paystream.chaos.chain import ChainDeposit
-from paystream.chaos.invariants import Verdict, check, check_chain
+from paystream.chaos.invariants import InvariantReport, check, check_chain
 from paystream.chaos.traffic import Kind, Request
 from tests.support.ids import unique
 
@@ -86,7 +86,7 @@ def test_chain_deposits_settled_as_the_chain_says_pass(db):
     with db.cursor() as cur:
         good = _chain_deposit(cur, state="final", status="applied",
                               credits=["{}:finalized"])
-        verdict = Verdict()
+        verdict = InvariantReport()
         check_chain(cur, verdict, [good], _on_chain())
         dropped = _chain_deposit(cur, state="reorged", status="reorged", credits=[])
         check_chain(cur, verdict, [dropped], lambda tx: None)
@@ -97,7 +97,7 @@ def test_chain_deposits_settled_as_the_chain_says_pass(db):
 def test_a_deposit_on_chain_but_never_credited_is_lost(db):
     with db.cursor() as cur:
         d = _chain_deposit(cur, state="reorged", status="reorged", credits=[])
-        verdict = Verdict()
+        verdict = InvariantReport()
         check_chain(cur, verdict, [d], _on_chain())
     assert len(verdict.lost) == 1 and "on chain but reorged" in verdict.lost[0]
 
@@ -105,7 +105,7 @@ def test_a_deposit_on_chain_but_never_credited_is_lost(db):
 def test_a_credited_deposit_the_chain_does_not_have_is_a_violation(db):
     with db.cursor() as cur:
         d = _chain_deposit(cur, state="final", status="applied", credits=["{}:finalized"])
-        verdict = Verdict()
+        verdict = InvariantReport()
         check_chain(cur, verdict, [d], lambda tx: None)
     assert any("not on chain but final" in v for v in verdict.violations)
 
@@ -114,7 +114,7 @@ def test_a_deposit_credited_twice_is_double_applied(db):
     with db.cursor() as cur:
         d = _chain_deposit(cur, state="final", status="applied",
                            credits=["{}:finalized", "{}"])
-        verdict = Verdict()
+        verdict = InvariantReport()
         check_chain(cur, verdict, [d], _on_chain())
     assert len(verdict.double_applied) == 1
 
@@ -123,6 +123,6 @@ def test_an_accepted_deposit_the_ledger_never_held_is_lost(db):
     d = ChainDeposit("0xfeed", unique("u"), "0x" + "22" * 20, 10**15, 3,
                      event_id=unique("CHAOS_T:0xfeed:external"), status=200)
     with db.cursor() as cur:
-        verdict = Verdict()
+        verdict = InvariantReport()
         check_chain(cur, verdict, [d], _on_chain())
     assert len(verdict.lost) == 1 and "never held" in verdict.lost[0]

@@ -13,11 +13,11 @@ from paystream.ops import cli as ops_cli
 from paystream.ops import health, housekeeping
 from paystream.ops.health import (
     CheckResult,
+    Health,
     HealthChecker,
     HealthCollector,
     HealthSettings,
     Sample,
-    Verdict,
     format_table,
     worst,
 )
@@ -82,9 +82,9 @@ def test_cli_check_names_match_the_health_module() -> None:
 
 
 def test_grading_and_connector_summary() -> None:
-    assert health._grade(0, 1, 50) is Verdict.OK
-    assert health._grade(1, 1, 50) is Verdict.WARN
-    assert health._grade(50, 1, 50) is Verdict.UNHEALTHY
+    assert health._grade(0, 1, 50) is Health.OK
+    assert health._grade(1, 1, 50) is Health.WARN
+    assert health._grade(50, 1, 50) is Health.UNHEALTHY
     assert connector_summary(404, {}) == "absent (not registered)"
     running = {"connector": {"state": "RUNNING"}, "tasks": [{"state": "RUNNING"}]}
     assert connector_summary(200, running) == "RUNNING"
@@ -101,13 +101,13 @@ def test_thresholds_from_env_and_flags(monkeypatch) -> None:
 
 
 RESULTS = [
-    CheckResult("database", "postgres", "reachable", "3 ms", "5 s", Verdict.OK,
+    CheckResult("database", "postgres", "reachable", "3 ms", "5 s", Health.OK,
                 (Sample("paystream_database_up", 1),)),
     CheckResult("consumer_lag", "kafka", "group ledger lag", "12 (1 member)", "1000",
-                Verdict.WARN, (Sample("paystream_consumer_group_lag", 12,
+                Health.WARN, (Sample("paystream_consumer_group_lag", 12,
                                       (("group", "ledger"), ("topic", "t"))),)),
     CheckResult("consumer_lag", "kafka", "group dlq-mirror lag", "error", "1000",
-                Verdict.UNHEALTHY),
+                Health.UNHEALTHY),
 ]
 
 
@@ -127,7 +127,7 @@ def test_table_and_overall_verdict() -> None:
     assert text.splitlines()[0].split() == ["component", "check", "value", "threshold",
                                             "verdict"]
     assert text.splitlines()[-1] == "overall: unhealthy"
-    assert worst(RESULTS) is Verdict.UNHEALTHY and worst([]) is Verdict.OK
+    assert worst(RESULTS) is Health.UNHEALTHY and worst([]) is Health.OK
 
 
 def test_collector_publishes_samples_and_worst_verdict_per_check() -> None:
