@@ -22,7 +22,7 @@ GROUPS: dict[str, tuple[str, str, int, int]] = {
 }
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume = sub.add_parser("consume", help="run a consumer group (ledger, dlq-mirror) "
                                              "or the chain finality watcher (finality)")
     consume.add_argument("kind", choices=sorted([*GROUPS, "finality"]))

@@ -45,7 +45,9 @@ def add_address(conn: Connection, network: str, address: str, user_id: str) -> b
             return True
         cur.execute("SELECT user_id FROM deposit_addresses WHERE network = %s"
                     " AND address = %s", (network, address))
-        owner = cur.fetchone()[0]
+        found = cur.fetchone()
+        assert found is not None, "the insert conflicted, so the address is assigned"
+        owner = found[0]
     if owner != user_id:
         # An address credits exactly one user: reassigning it would redirect deposits.
         raise AdminError(f"{network} {address} already belongs to {owner!r}")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from paystream.schema.db import Connection
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("ingest", help="serve the webhook ingest API (uvicorn)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)

@@ -13,7 +13,7 @@ import json
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from paystream.operator_cli import (
     EXIT_CANNOT_RUN,
@@ -24,8 +24,11 @@ from paystream.operator_cli import (
     transaction,
 )
 
+if TYPE_CHECKING:  # imported on use: `paystream --help` must not need the Kafka client
+    from paystream.ops.health import HealthChecker, HealthSettings
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rec = sub.add_parser("reconcile",
                          help="check every balance against its journal in one snapshot")
     rec.add_argument("--user", action="append", metavar="USER_ID",
@@ -121,17 +124,17 @@ def _reconcile(args: argparse.Namespace) -> int:
     return EXIT_OK if report.clean else EXIT_PROBLEM
 
 
-def _health_settings(args: argparse.Namespace) -> Any:
+def _health_settings(args: argparse.Namespace) -> HealthSettings:
     from paystream.ops.health import MIB, HealthSettings
-    groups = None
+    groups: tuple[tuple[str, str], ...] | None = None
     if args.group:
-        groups = []
+        pairs = []
         for item in args.group:
             group, sep, topic = item.partition("=")
             if not sep or not group or not topic:
                 raise ValueError(f"--group needs GROUP=TOPIC, got {item!r}")
-            groups.append((group, topic))
-        groups = tuple(groups)
+            pairs.append((group, topic))
+        groups = tuple(pairs)
     return HealthSettings.from_env(
         stuck_after_s=args.stuck_after,
         wal_warn_bytes=None if args.wal_warn_mb is None else args.wal_warn_mb * MIB,
@@ -167,7 +170,7 @@ def _health(args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if worst(results) is Health.UNHEALTHY else EXIT_OK
 
 
-def _serve_metrics(args: argparse.Namespace, checker: Any) -> int:
+def _serve_metrics(args: argparse.Namespace, checker: HealthChecker) -> int:
     from prometheus_client import REGISTRY, start_http_server
 
     from paystream.logs import configure_logging

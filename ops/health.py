@@ -31,8 +31,12 @@ from typing import Any
 
 import httpx
 import psycopg2
-import psycopg2.extensions
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -41,7 +45,7 @@ from paystream import operator_cli
 from paystream.connectors import endpoint
 from paystream.connectors.status import read_status
 from paystream.env import env_float
-from paystream.schema.db import connect, database_url, kafka_bootstrap
+from paystream.schema.db import Connection, Cursor, connect, database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
 MIB = 1024 * 1024
@@ -165,6 +169,13 @@ class HealthSettings:
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def _one_row(cur: Cursor) -> tuple[Any, ...]:
+    """The row an aggregate query (no GROUP BY) always answers."""
+    row = cur.fetchone()
+    assert row is not None, "an aggregate query answered no row"
+    return row
+
+
 def _grade(value: float, warn: float, unhealthy: float) -> Health:
     if value >= unhealthy:
         return Health.UNHEALTHY
@@ -199,7 +210,7 @@ class HealthChecker:
     # -- Postgres --------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _db(self) -> Iterator[psycopg2.extensions.connection]:
+    def _db(self) -> Iterator[Connection]:
         conn = connect(self.settings.dsn, connect_timeout=max(1, int(self.settings.timeout_s)),
                        application_name="paystream-health")
         try:
@@ -237,7 +248,7 @@ class HealthChecker:
                                 Health.UNHEALTHY) for name in sorted(wanted - {"database"})]
         return [r for r in out if r.name in wanted]
 
-    def _event_checks(self, cur: Any) -> list[CheckResult]:
+    def _event_checks(self, cur: Cursor) -> list[CheckResult]:
         s = self.settings
         # status_changed_at, not received_at: a DLQ replay makes an old event `received`
         # again, and its wait starts then. The partial index holds only received rows.
@@ -246,7 +257,7 @@ class HealthChecker:
             "                        < now() - make_interval(secs => %s)),"
             "       coalesce(extract(epoch FROM now() - min(status_changed_at)), 0)"
             " FROM payment_events WHERE status = 'received'", (s.stuck_after_s,))
-        stuck, oldest = cur.fetchone()
+        stuck, oldest = _one_row(cur)
         stuck, oldest = int(stuck), max(0.0, float(oldest))
         return [
             CheckResult("stuck_events", "pipeline", f"events received > {s.stuck_after_s:g} s ago",
@@ -260,7 +271,7 @@ class HealthChecker:
                         (Sample("paystream_oldest_unapplied_event_age_seconds", oldest),)),
         ]
 
-    def _slot_check(self, cur: Any) -> CheckResult:
+    def _slot_check(self, cur: Cursor) -> CheckResult:
         s = self.settings
         threshold = f"warn {_bytes(s.wal_warn_bytes)}, unhealthy {_bytes(s.wal_unhealthy_bytes)}"
         cur.execute(
@@ -289,18 +300,18 @@ class HealthChecker:
             (Sample("paystream_replication_slot_retained_wal_bytes", retained, labels),
              Sample("paystream_replication_slot_active", int(active), labels)))
 
-    def _dead_letter_check(self, cur: Any) -> CheckResult:
+    def _dead_letter_check(self, cur: Cursor) -> CheckResult:
         s = self.settings
         cur.execute("SELECT count(*) FROM dead_letter_queue"
                     " WHERE first_seen_at > now() - interval '1 hour'")
-        count = int(cur.fetchone()[0])
+        count = int(_one_row(cur)[0])
         return CheckResult(
             "dead_letters", "dlq", "dead letters in the last hour", str(count),
             f"warn >= {s.dead_letters_warn:g}, unhealthy >= {s.dead_letters_unhealthy:g}",
             _grade(count, s.dead_letters_warn, s.dead_letters_unhealthy),
             (Sample("paystream_dead_letters_last_hour", count),))
 
-    def _chain_deposit_checks(self, cur: Any) -> list[CheckResult]:
+    def _chain_deposit_checks(self, cur: Cursor) -> list[CheckResult]:
         s = self.settings
         cur.execute(
             "SELECT count(*) FILTER (WHERE state = ANY(%s)),"
@@ -311,7 +322,7 @@ class HealthChecker:
             " FROM chain_deposits WHERE state = ANY(%s)",
             (list(WAITING_STATES), list(WAITING_STATES), list(SETTLING_STATES),
              s.stuck_after_s, [*WAITING_STATES, *SETTLING_STATES]))
-        waiting, oldest, stuck = cur.fetchone()
+        waiting, oldest, stuck = _one_row(cur)
         waiting, oldest, stuck = int(waiting), max(0.0, float(oldest)), int(stuck)
         wait_verdict = _grade(oldest, s.deposit_wait_warn_s, s.deposit_wait_unhealthy_s)
         return [
@@ -392,7 +403,7 @@ class HealthChecker:
 
 def _kafka_reason(exc: BaseException) -> str:
     err = exc.args[0] if exc.args else None
-    if isinstance(exc, KafkaException) and hasattr(err, "str"):
+    if isinstance(exc, KafkaException) and isinstance(err, KafkaError):
         return f"kafka: {err.str()}"
     return str(exc) or type(exc).__name__
 
@@ -410,10 +421,10 @@ def group_lag(admin: AdminClient, group: str, topic: str, timeout_s: float) -> t
     tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
     request = [ConsumerGroupTopicPartitions(group, tps)]
     committed_f = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group]
-    high_f = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
-                                request_timeout=timeout_s)
-    low_f = admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps},
-                               request_timeout=timeout_s)
+    # confluent-kafka leaves OffsetSpec's constructors unannotated.
+    latest, earliest = OffsetSpec.latest(), OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    high_f = admin.list_offsets({tp: latest for tp in tps}, request_timeout=timeout_s)
+    low_f = admin.list_offsets({tp: earliest for tp in tps}, request_timeout=timeout_s)
     desc_f = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
     committed = {tp.partition: tp.offset for tp in committed_f.result(timeout_s).topic_partitions}
     high = {tp.partition: f.result(timeout_s).offset for tp, f in high_f.items()}
@@ -445,7 +456,7 @@ class HealthCollector(Collector):
         self.checker = checker
         self.only = only
 
-    def describe(self) -> list:
+    def describe(self) -> list[GaugeMetricFamily]:
         # Without describe() the registry would run the checks once at registration.
         return [GaugeMetricFamily(name, help_text, labels=list(labels))
                 for name, (help_text, labels) in METRICS.items()]

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,15 @@ class Service:
     module: str  # the package whose CLI provides the command
     args: list[str]
     listens: str
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: Mapping[str, str]) -> None:
+        self.proc = subprocess.Popen(paystream_argv(*self.args), env=env)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        assert self.proc is not None, f"{self.name} was never started"
+        return self.proc
 
 
 def services(ingest_port: int) -> list[Service]:
@@ -94,31 +103,31 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     for svc in todo:
-        svc.proc = subprocess.Popen(paystream_argv(*svc.args), env=env)
+        svc.start(env)
     print("paystream is running (Ctrl-C stops it; secrets in "
           f"{settings.state_dir / 'dev-secrets.env'}):")
     for svc in todo:
-        print(f"  {svc.name:<11} pid {svc.proc.pid:<7} {svc.listens}")
+        print(f"  {svc.name:<11} pid {svc.process.pid:<7} {svc.listens}")
     while not stopping:
         time.sleep(0.5)
         for svc in todo:
-            if svc.proc.poll() is not None and not stopping:
-                print(f"{svc.name} exited with {svc.proc.returncode}; restarting in "
+            if svc.process.poll() is not None and not stopping:
+                print(f"{svc.name} exited with {svc.process.returncode}; restarting in "
                       f"{RESTART_DELAY_S:.0f} s", file=sys.stderr)
                 time.sleep(RESTART_DELAY_S)
-                svc.proc = subprocess.Popen(paystream_argv(*svc.args), env=env)
+                svc.start(env)
     for svc in todo:
-        if svc.proc.poll() is None:
-            svc.proc.send_signal(signal.SIGTERM)
+        if svc.process.poll() is None:
+            svc.process.send_signal(signal.SIGTERM)
     for svc in todo:
         try:
-            svc.proc.wait(timeout=30)
+            svc.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            svc.proc.kill()
+            svc.process.kill()
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run ingest and the consumers on the local stack")
     p.add_argument("--ingest-port", type=int, default=env_int("PORT", 8000))
     p.set_defaults(func=run)

@@ -157,7 +157,8 @@ def command(s: StackSettings, cfg: AnvilConfig | None = None) -> list[str]:
     return cmd
 
 
-def rpc(url: str, method: str, params: list | None = None, timeout: float = 3.0) -> object:
+def rpc(url: str, method: str, params: list[object] | None = None, timeout: float = 3.0
+        ) -> object:
     """One JSON-RPC call (health checks and chain control; the watcher uses web3)."""
     resp = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method,
                                  "params": params or []}, timeout=timeout)

@@ -7,19 +7,19 @@ import argparse
 from paystream.stack.settings import StackSettings
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stack = sub.add_parser("stack", help="run the local stack (Postgres, Kafka, Connect)")
     ssub = stack.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
     ssub.add_parser("up", help="install, start and configure everything (idempotent)") \
-        .set_defaults(func=lambda a: _stack().up(StackSettings.from_env()))
+        .set_defaults(func=_up)
     ssub.add_parser("down", help="stop every component; data is kept") \
-        .set_defaults(func=lambda a: _stack().down(StackSettings.from_env()))
+        .set_defaults(func=_down)
     ssub.add_parser("status", help="a table of components; non-zero if one is unhealthy") \
-        .set_defaults(func=lambda a: _stack().status(StackSettings.from_env()))
+        .set_defaults(func=_status)
     ssub.add_parser("setup", help="migrate, create topics, register the connector on "
                     "services run elsewhere (PAYSTREAM_DATABASE_URL, PAYSTREAM_KAFKA_BOOTSTRAP,"
                     " PAYSTREAM_CONNECT_URL)") \
-        .set_defaults(func=lambda a: _stack().setup(StackSettings.from_env()))
+        .set_defaults(func=_setup)
     watchdog = ssub.add_parser("watchdog", help="restart the connector's FAILED tasks "
                                "(Connect never does), until SIGTERM; run by `paystream run`")
     watchdog.add_argument("--interval", type=float, default=5.0, help="seconds between checks")
@@ -28,14 +28,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil"])
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
-    logs.set_defaults(func=lambda a: _stack().logs(StackSettings.from_env(), a.component,
-                                                   a.lines, a.follow))
+    logs.set_defaults(func=_logs)
 
 
-def _stack():
-    # Imported on use: `paystream --help` should not need confluent-kafka loaded.
+# paystream.stack.stack is imported on use: `paystream --help` should not need
+# confluent-kafka loaded.
+
+def _up(args: argparse.Namespace) -> int:
     from paystream.stack import stack
-    return stack
+    return stack.up(StackSettings.from_env())
+
+
+def _down(args: argparse.Namespace) -> int:
+    from paystream.stack import stack
+    return stack.down(StackSettings.from_env())
+
+
+def _status(args: argparse.Namespace) -> int:
+    from paystream.stack import stack
+    return stack.status(StackSettings.from_env())
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from paystream.stack import stack
+    return stack.setup(StackSettings.from_env())
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from paystream.stack import stack
+    return stack.logs(StackSettings.from_env(), args.component, args.lines, args.follow)
 
 
 def _watchdog(args: argparse.Namespace) -> int:

@@ -162,7 +162,8 @@ def version(s: StackSettings) -> str:
     try:
         with psycopg2.connect(s.database_url, connect_timeout=2) as conn, conn.cursor() as cur:
             cur.execute("SHOW server_version")
-            return str(cur.fetchone()[0]).split()[0]
+            row = cur.fetchone()
+            return str(row[0]).split()[0] if row else "?"
     except psycopg2.Error:
         return "?"
 

@@ -67,8 +67,16 @@ def _configure(s: StackSettings) -> None:
     _step("schema migrations", lambda: ", ".join(apply_migrations(s.database_url)) or False)
     _step(f"topics ({s.partitions} partitions)",
           lambda: ", ".join(kafka.ensure_topics(s)) or False)
-    _step(f"connector {s.connector_name}", lambda: connect.register(s) or True)
-    _step("connector and task RUNNING", lambda: connect.wait_running(s) or True)
+    _step(f"connector {s.connector_name}", _always(lambda: connect.register(s)))
+    _step("connector and task RUNNING", _always(lambda: connect.wait_running(s)))
+
+
+def _always(action: Callable[[], None]) -> Callable[[], bool]:
+    """A step with no "already done" case: done once it returns."""
+    def step() -> bool:
+        action()
+        return True
+    return step
 
 
 def setup(s: StackSettings) -> int:

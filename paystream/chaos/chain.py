@@ -105,11 +105,12 @@ class ChainDriver:
         return int(self.rpc("eth_getBlockByNumber", "finalized", False)["number"], 16)
 
     def receipt(self, tx_hash: str) -> dict[str, Any] | None:
-        return self.rpc("eth_getTransactionReceipt", tx_hash)
+        found = self.rpc("eth_getTransactionReceipt", tx_hash)
+        return found if isinstance(found, dict) else None  # null: not (or no longer) mined
 
     # --- set-up -----------------------------------------------------------------------
 
-    def prepare(self, add_address: Callable[[str, str, str], None]) -> None:
+    def prepare(self, add_address: Callable[[str, str, str], object]) -> None:
         """A fresh deposit address per user (registered through `add_address(network,
         address, user)`), and the dev account the transfers are sent from."""
         if not anvil.healthy(self.s, self.cfg):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-SHORT = {"rate": 40.0, "duration": 100.0, "users": 40}
-LONG = {"rate": 200.0, "duration": 600.0, "users": 500}
+SHORT: dict[str, float] = {"rate": 40.0, "duration": 100.0, "users": 40}
+LONG: dict[str, float] = {"rate": 200.0, "duration": 600.0, "users": 500}
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("chaos", help="prove the invariants while the stack's parts crash")
     p.add_argument("--short", action="store_true",
                    help=f"the test suite's form: {SHORT['rate']:.0f}/s for "
@@ -27,7 +27,7 @@ def _chaos(args: argparse.Namespace) -> int:
 
     base = SHORT if args.short else LONG
     cfg = ChaosConfig(rate=args.rate or base["rate"], duration_s=args.duration or base["duration"],
-                      users=args.users or base["users"], seed=args.seed,
+                      users=args.users or int(base["users"]), seed=args.seed,
                       drain_timeout_s=args.drain_timeout)
     chaos = Chaos(cfg)
     findings, stats = chaos.run()

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from paystream.chaos import processes as px
 from paystream.chaos.chain import (
@@ -86,6 +87,7 @@ class Chaos:
         self.faults: Counter[str] = Counter()
         self.fault_errors: list[str] = []
         self.last_fault_at = 0.0
+        self._last_progress = 0.0
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
                "ALCHEMY_SIGNING_KEY": self.alchemy_key}
@@ -221,11 +223,12 @@ class Chaos:
         """A consumer that died on its own is restarted, as a process manager would."""
         for c in (*self.ledgers, self.mirror, self.finality, self.watchdog):
             if not c.alive():
-                self.log(f"{c.name} exited ({c.proc.returncode}); restarting")
+                self.log(f"{c.name} exited ({c.proc.returncode if c.proc else None}); "
+                         "restarting")
                 c.start()
 
     # --- the run ---------------------------------------------------------------------
-    def run(self) -> tuple[InvariantReport, dict]:
+    def run(self) -> tuple[InvariantReport, dict[str, Any]]:
         try:
             self.prepare()
             return self._run()
@@ -241,7 +244,7 @@ class Chaos:
             self.log(f"progress: {len(sender.sent)} sent, {sender.answered} answered, "
                      f"{sender.in_flight} in flight")
 
-    def _run(self) -> tuple[InvariantReport, dict]:
+    def _run(self) -> tuple[InvariantReport, dict[str, Any]]:
         self._last_progress = time.monotonic()
         sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan)
         # A daemon: if the harness itself fails, the process must still exit.
@@ -311,13 +314,14 @@ class Chaos:
         return None
 
 
-def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dict) -> str:
+def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dict[str, Any]
+           ) -> str:
     sent = stats["sent"]
     by_kind = Counter(r.kind.value for r in sent)
     answers = Counter(f"{r.kind.value}:{r.status}" for r in sent)
     lat = sorted(stats["latencies_ms"])
-    def pct(q):
-        return (lat[int(q * (len(lat) - 1))] if lat else float("nan"))
+    def pct(q: float) -> float:
+        return float(lat[int(q * (len(lat) - 1))]) if lat else float("nan")
     dup = sum(1 for r in sent if r.kind is Kind.REDELIVERY and r.answer == "duplicate")
     lines = [
         "== paystream chaos report ==",

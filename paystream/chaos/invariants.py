@@ -7,12 +7,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.traffic import Kind, Request
+from paystream.schema.db import Cursor
 from paystream.schema.idempotency import idempotency_key
 
 FINAL_STATUSES = ("applied", "rejected", "dead_lettered")
+
+
+def _count(cur: Cursor) -> int:
+    """The answer of a SELECT count(*) just executed."""
+    row = cur.fetchone()
+    assert row is not None, "count(*) answered no row"
+    return int(row[0])
 
 
 def ok(req: Request) -> bool:
@@ -43,20 +52,20 @@ def accepted_events(sent: list[Request]) -> dict[str, Request]:
     return out
 
 
-def pending_count(cur, sent: list[Request]) -> int:
+def pending_count(cur: Cursor, sent: list[Request]) -> int:
     """Accepted events without a final status yet, plus poison not yet mirrored."""
     accepted = accepted_events(sent)
     cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
                 " AND status = ANY(%s)", (list(accepted), list(FINAL_STATUSES)))
-    final = cur.fetchone()[0]
+    final = _count(cur)
     poison = [e for e, r in accepted.items() if r.kind is Kind.POISON]
     cur.execute("SELECT count(DISTINCT event_id) FROM dead_letter_queue"
                 " WHERE event_id = ANY(%s)", (poison,))
-    mirrored = cur.fetchone()[0]
+    mirrored = _count(cur)
     return (len(accepted) - final) + (len(poison) - mirrored)
 
 
-def check(cur, sent: list[Request], users: list[str]) -> InvariantReport:
+def check(cur: Cursor, sent: list[Request], users: list[str]) -> InvariantReport:
     v = InvariantReport()
     accepted = accepted_events(sent)
     ids = list(accepted)
@@ -141,16 +150,16 @@ def accepted_chain(deposits: list[ChainDeposit]) -> dict[str, ChainDeposit]:
     return {d.event_id: d for d in deposits if d.accepted and d.event_id}
 
 
-def chain_pending_count(cur, deposits: list[ChainDeposit]) -> int:
+def chain_pending_count(cur: Cursor, deposits: list[ChainDeposit]) -> int:
     """Accepted chain deposits the ledger has not yet credited or released."""
     accepted = accepted_chain(deposits)
     cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
                 " AND status = ANY(%s)", (list(accepted), list(CHAIN_FINAL_STATUSES)))
-    return len(accepted) - cur.fetchone()[0]
+    return len(accepted) - _count(cur)
 
 
-def check_chain(cur, v: InvariantReport, deposits: list[ChainDeposit],
-                receipt: Callable[[str], dict | None]) -> None:
+def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
+                receipt: Callable[[str], dict[str, Any] | None]) -> None:
     """Every accepted deposit whose transfer is on the chain now is credited exactly once,
     under the block it is in; every other one is reorged and never credited; the
     pending book is empty and matches its journal."""
@@ -182,7 +191,7 @@ def check_chain(cur, v: InvariantReport, deposits: list[ChainDeposit],
             v.violations.append(f"chain {event_id}: held {amount}, sent {d.amount}")
         if len(got) > 1:
             v.double_applied.append(f"chain {event_id}: credited {len(got)} times")
-        if landed:
+        if landed and on_chain is not None:
             if state != "final" or status.get(event_id) != "applied" or got != [d.amount]:
                 v.lost.append(f"chain {event_id}: on chain but {state}/"
                               f"{status.get(event_id)}, credits {got}")

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ class Managed:
     args: list[str]
     env: dict[str, str]
     log_dir: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -43,12 +44,12 @@ class Managed:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        if self.alive():
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
     def stop(self) -> None:
-        if self.alive():
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
@@ -116,7 +117,7 @@ def restart_postgres(s: StackSettings) -> None:
     _must_be_healthy("postgres", lambda: postgres.healthy(s))
 
 
-def _must_be_healthy(component: str, check) -> None:
+def _must_be_healthy(component: str, check: Callable[[], bool]) -> None:
     """A restart that left the component down would make the rest of the run
     meaningless: fail the fault (and so the run) instead."""
     wait_until(component, "healthy after the restart", check, timeout=60)

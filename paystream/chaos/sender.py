@@ -86,7 +86,7 @@ class Sender:
         connector = aiohttp.TCPConnector(limit=128)
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
-            tasks: set[asyncio.Task] = set()
+            tasks: set[asyncio.Task[None]] = set()
             start = time.monotonic()
             n = 0
             while time.monotonic() - start < duration_s:

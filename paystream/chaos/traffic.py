@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
 ASSETS = ("USD", "EUR", "BTC")
 
@@ -44,7 +45,7 @@ class Request:
     status: int | None = None
     answer: str | None = None  # the body's "status" (accepted / duplicate) or error
     attempts: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class TrafficPlan:
