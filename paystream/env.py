@@ -12,8 +12,10 @@ lets a settings object be built from a mapping in tests instead of os.environ.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import overload
+from collections.abc import Callable, Mapping
+from typing import TypeVar, overload
+
+T = TypeVar("T")
 
 
 class SettingsError(ValueError):
@@ -45,13 +47,7 @@ def env_int(name: str, default: None, environ: Mapping[str, str] | None = None
             ) -> int | None: ...
 def env_int(name: str, default: int | None, environ: Mapping[str, str] | None = None
             ) -> int | None:
-    raw = _raw(name, environ)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    return _parsed(name, default, environ, int, "an integer")
 
 
 @overload
@@ -62,10 +58,15 @@ def env_float(name: str, default: None, environ: Mapping[str, str] | None = None
               ) -> float | None: ...
 def env_float(name: str, default: float | None, environ: Mapping[str, str] | None = None
               ) -> float | None:
+    return _parsed(name, default, environ, float, "a number")
+
+
+def _parsed(name: str, default: T | None, environ: Mapping[str, str] | None,
+            parse: Callable[[str], T], what: str) -> T | None:
     raw = _raw(name, environ)
     if raw is None:
         return default
     try:
-        return float(raw)
+        return parse(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+        raise SettingsError(f"{name} must be {what}, got {raw!r}") from None
