@@ -4,6 +4,8 @@ Two pure steps around one database lookup:
   parse_delivery(obj)      validates the payload's shape (any breach: 400, nothing written)
   classify(delivery, owners) turns each transfer into a deposit event for the user who owns
                            the receiving address, or into a notice that is never credited.
+AlchemyWrite is what one delivery writes (the lookup of the owners, then the events and
+notices), the ingest.recording.DeliveryWrite contract.
 The event id is the transfer's on-chain identity, so a retried delivery and the same
 transfer repeated in another payload both map to the same event. Nothing that varies
 between payloads (delivery id, createdAt, the float `value`) enters an event.
@@ -12,13 +14,15 @@ between payloads (delivery id, createdAt, the float `value`) enters an event.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from paystream.ingest.errors import PayloadError
+from paystream.ingest.errors import IngestError, PayloadError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
+from paystream.ingest.recording import DeliveryWrite, Recorded, record
 from paystream.schema.amounts import AmountError, from_base_units
+from paystream.schema.db import Cursor
 from paystream.schema.events import EventType, PaymentEvent
 
 PROVIDER = "alchemy"
@@ -161,6 +165,39 @@ def classify(delivery: AlchemyDelivery, owners: Mapping[str, str]) -> Classified
     return Classified(tuple(events), tuple(notices))
 
 
+@dataclass(frozen=True, slots=True)
+class AlchemyWrite(DeliveryWrite):
+    """One Alchemy delivery's database work: who owns its addresses, then its events
+    (through the outbox) and notices, all or nothing."""
+
+    delivery: AlchemyDelivery
+    trace_id: str
+
+    def write(self, cur: Cursor) -> Recorded:
+        owners = deposit_owners(cur, self.delivery.network, self.delivery.addresses())
+        classified = classify(self.delivery, owners)
+        return record(cur, classified.events, classified.notices, self.trace_id,
+                      chain_events=True)
+
+    @classmethod
+    def write_together(cls, cur: Cursor, writes: Sequence[AlchemyWrite]
+                       ) -> list[Recorded | IngestError]:
+        """One after the other, with no multi-row form: a delivery is several events and
+        notices. A conflict raises out of here (it may follow writes of the same
+        delivery), and the store then writes the run one savepoint each."""
+        return [w.write(cur) for w in writes]
+
+
+def deposit_owners(cur: Cursor, network: str | None, addresses: Sequence[str]
+                   ) -> dict[str, str]:
+    """Lowercased deposit address -> user id, for the addresses of one delivery."""
+    if network is None or not addresses:
+        return {}
+    cur.execute("SELECT address, user_id FROM deposit_addresses"
+                " WHERE network = %s AND address = ANY(%s)", (network, list(addresses)))
+    return dict(cur.fetchall())
+
+
 def _classify_one(t: ChainTransfer, owners: Mapping[str, str]
                   ) -> PaymentEvent | tuple[NoticeKind, str, dict[str, Any]]:
     if t.removed:
@@ -269,6 +306,7 @@ def _decimals(value: Any, where: str) -> int | None:
     """Token decimals: an int in Alchemy's examples, a hex string in its docs."""
     if value is None:
         return None
+    decimals: int | None
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 3:
         decimals = int(value)
     else:

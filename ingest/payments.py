@@ -2,7 +2,8 @@
 
 The gateway names the user itself (it is the system of record for its payments), signs
 with Standard Webhooks, and sends amounts as JSON strings checked by schema.amounts.
-PaymentWrite is what one such delivery writes, alone or grouped with others.
+PaymentWrite is what one such delivery writes, alone or grouped with others (the
+ingest.recording.DeliveryWrite contract).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from paystream.ingest.errors import ConflictError, IngestError, PayloadError
-from paystream.ingest.recording import Cursor, Recorded, record_payment
+from paystream.ingest.recording import DeliveryWrite, Recorded, record_payment
 from paystream.schema.amounts import AmountError, parse_amount
+from paystream.schema.db import Cursor
 from paystream.schema.events import (
     ASSET_PATTERN,
     EVENT_ID_PATTERN,
@@ -68,23 +70,22 @@ def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> st
     return value
 
 
-@dataclass(frozen=True)
-class PaymentWrite:
-    """One gateway delivery's database work: its one event, through the outbox.
-
-    Called alone (`write(cur)`), it is ingest.recording.record_payment. Several that
-    meet in one group commit run `together`, in a few multi-row statements for all of
-    them (ingest.store.EventStore.commit_group decides), with the same outcomes.
-    """
+@dataclass(frozen=True, slots=True)
+class PaymentWrite(DeliveryWrite):
+    """One gateway delivery's database work: its one event, through the outbox (the
+    ingest.recording.DeliveryWrite contract). Alone it is record_payment; several that
+    meet in a group commit are written together in a few multi-row statements for all
+    of them, with the same outcomes."""
 
     event: PaymentEvent
     trace_id: str
 
-    def __call__(self, cur: Cursor) -> Recorded:
+    def write(self, cur: Cursor) -> Recorded:
         return record_payment(cur, self.event, self.trace_id)
 
-    @staticmethod
-    def together(cur: Cursor, writes: Sequence[PaymentWrite]) -> list[Recorded | IngestError]:
+    @classmethod
+    def write_together(cls, cur: Cursor, writes: Sequence[PaymentWrite]
+                       ) -> list[Recorded | IngestError]:
         """Each write's answer, in order. A conflict wrote nothing: nothing to undo."""
         outcomes = write_events(cur, [(w.event, w.trace_id) for w in writes])
         answers: list[Recorded | IngestError] = []

@@ -1,26 +1,29 @@
-"""What one delivery writes, inside the single transaction EventStore.run gives it.
+"""What one delivery writes: the contract every provider implements, and the writing of
+events and notices they share.
 
-All or nothing per delivery: every new event goes through schema.outbox.write_event
-(event row + outbox row, or nothing when the id is known), every notice is recorded
-once, and a conflicting duplicate raises ConflictError so the whole delivery rolls back.
+`DeliveryWrite` is the one contract between a provider's route and the group commit
+(ingest.writer, ingest.store): ingest.payments.PaymentWrite and
+ingest.alchemy.AlchemyWrite implement it.
+
+All or nothing per delivery: every new event goes through schema.outbox (event row +
+outbox row, or nothing when the id is known), every notice is recorded once, and a
+conflicting duplicate raises ConflictError so the whole delivery rolls back.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
-import psycopg2.extensions
-
-from paystream.ingest import alchemy
-from paystream.ingest.errors import ConflictError
+from paystream.ingest.errors import ConflictError, IngestError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
+from paystream.schema.db import Cursor
 from paystream.schema.events import PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
 
-Cursor = psycopg2.extensions.cursor
 # Block coordinates may change when a reorg re-mines a transfer; nothing else may.
 BLOCK_FIELDS = ("block_number", "block_hash", "removed")
 
@@ -39,25 +42,42 @@ class Recorded:
                                              for _, o in self.events)
 
 
+class DeliveryWrite(ABC):
+    """One delivery's database work, as the group commit runs it.
+
+    ingest.store.EventStore.commit_group runs a group of deliveries in ONE transaction.
+    Consecutive deliveries of one class form a run, handed to that class's
+    `write_together` inside one SAVEPOINT. It returns each delivery's outcome in order
+    (a Recorded, or the IngestError it is answered with) and must give exactly the
+    outcomes of `write` called for each alone, in its own savepoint. If it raises
+    instead (a conflict after partial writes, a row the database refuses, a bug), the
+    store rolls the run back to its savepoint and calls `write` for each delivery in a
+    savepoint of its own.
+
+    `write` raises an IngestError (ConflictError: 409) to have its delivery rolled back
+    and answered with it; a database error that means "the database cannot answer now"
+    fails the whole group (503).
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    def write(self, cur: Cursor) -> Recorded:
+        """Write this delivery alone, in the savepoint the store opened for it."""
+
+    @classmethod
+    @abstractmethod
+    def write_together(cls, cur: Cursor, writes: Sequence[Self]
+                       ) -> list[Recorded | IngestError]:
+        """Write `writes` (all of this class), with the outcomes of writing each alone."""
+
+    def __call__(self, cur: Cursor) -> Recorded:
+        # A delivery is also a plain unit of work for the store (ingest.store.Work).
+        return self.write(cur)
+
+
 def record_payment(cur: Cursor, event: PaymentEvent, trace_id: str) -> Recorded:
     return record(cur, [event], [], trace_id, chain_events=False)
-
-
-def record_alchemy(cur: Cursor, delivery: alchemy.AlchemyDelivery,
-                   trace_id: str) -> Recorded:
-    owners = deposit_owners(cur, delivery.network, delivery.addresses())
-    classified = alchemy.classify(delivery, owners)
-    return record(cur, classified.events, classified.notices, trace_id, chain_events=True)
-
-
-def deposit_owners(cur: Cursor, network: str | None, addresses: Sequence[str]
-                   ) -> dict[str, str]:
-    """Lowercased deposit address -> user id, for the addresses of one delivery."""
-    if network is None or not addresses:
-        return {}
-    cur.execute("SELECT address, user_id FROM deposit_addresses"
-                " WHERE network = %s AND address = ANY(%s)", (network, list(addresses)))
-    return dict(cur.fetchall())
 
 
 def record(cur: Cursor, events: Iterable[PaymentEvent], notices: Iterable[Notice],

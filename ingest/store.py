@@ -26,13 +26,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg2
-import psycopg2.extensions
 import structlog
 
 from paystream.ingest.errors import DatabaseUnavailableError, IngestError, PayloadError
+from paystream.ingest.recording import DeliveryWrite
+from paystream.schema.db import Connection
+from paystream.schema.db import Cursor as Cursor  # re-exported: ingest.writer names it here
 
 log = structlog.get_logger("paystream.ingest.store")
-Cursor = psycopg2.extensions.cursor
+# What runs in one savepoint: a delivery (ingest.recording.DeliveryWrite, callable), or
+# any other work on the cursor (the readiness probe's SELECT 1).
 Work = Callable[[Cursor], Any]
 
 # Errors that say the database (not the request) is the problem: answer 503.
@@ -60,21 +63,21 @@ class ConnectionPool:
     without its database.
     """
 
-    def __init__(self, dsn: str, **connect_kwargs: object) -> None:
+    def __init__(self, dsn: str, **connect_kwargs: Any) -> None:
         self._dsn = dsn
         self._connect_kwargs = connect_kwargs
-        self._idle: deque[psycopg2.extensions.connection] = deque()
+        self._idle: deque[Connection] = deque()
         self._lock = threading.Lock()
 
-    def get(self) -> psycopg2.extensions.connection:
+    def get(self) -> Connection:
         with self._lock:
             if self._idle:
                 return self._idle.pop()  # the most recently used: warm, least likely stale
-        conn = psycopg2.connect(self._dsn, **self._connect_kwargs)
+        conn: Connection = psycopg2.connect(self._dsn, **self._connect_kwargs)
         conn.autocommit = True  # EventStore sends BEGIN and COMMIT itself
         return conn
 
-    def put(self, conn: psycopg2.extensions.connection, *, healthy: bool) -> None:
+    def put(self, conn: Connection, *, healthy: bool) -> None:
         if healthy and not conn.closed:
             with self._lock:
                 self._idle.append(conn)
@@ -143,8 +146,8 @@ class EventStore:
                 outcomes: list[Any] = []
                 for run in _runs(works):
                     cur.execute(NEXT_SAVEPOINT if outcomes else FIRST_SAVEPOINT)
-                    outcomes.extend(_run_together(cur, run) if hasattr(run[0], "together")
-                                    else [_one_delivery(cur, run[0])])
+                    outcomes.extend(_run_together(cur, run) if isinstance(run, list)
+                                    else [_one_delivery(cur, run)])
                 cur.execute("COMMIT")
                 # COMMIT of a failed transaction answers ROLLBACK, without an error:
                 # never acknowledge a group that was not written.
@@ -162,28 +165,26 @@ class EventStore:
             self._pool.put(conn, healthy=healthy)
 
 
-def _runs(works: Sequence[Work]) -> list[Sequence[Work]]:
-    """Split the group, in order, into runs of works that can run `together`.
-
-    A work may carry `together(cur, works) -> outcomes`: the same outcomes as running
-    each of them alone, in order, each in its own savepoint, but in a few multi-row
-    statements (ingest.payments.PaymentWrite). Other works are runs of one.
-    """
-    runs: list[Sequence[Work]] = []
-    start = 0
-    for n in range(1, len(works) + 1):
-        together = getattr(works[start], "together", None)
-        if n == len(works) or together is None or getattr(works[n], "together",
-                                                               None) is not together:
-            runs.append(works[start:n])
-            start = n
+def _runs(works: Sequence[Work]) -> list[list[DeliveryWrite] | Work]:
+    """Split the group, in order, into runs: consecutive deliveries of one DeliveryWrite
+    class (a list, written together by that class), and any other work alone."""
+    runs: list[list[DeliveryWrite] | Work] = []
+    for work in works:
+        if not isinstance(work, DeliveryWrite):
+            runs.append(work)
+            continue
+        last = runs[-1] if runs else None
+        if isinstance(last, list) and type(last[0]) is type(work):
+            last.append(work)
+        else:
+            runs.append([work])
     return runs
 
 
-def _run_together(cur: Cursor, run: Sequence[Work]) -> list[Any]:
+def _run_together(cur: Cursor, run: list[DeliveryWrite]) -> list[Any]:
     """One savepoint for the run; if the database rejects it, one savepoint each."""
     try:
-        return list(run[0].together(cur, run))  # type: ignore[attr-defined]
+        return list(type(run[0]).write_together(cur, run))
     except TRANSIENT_ERRORS:
         raise
     except Exception:
@@ -214,7 +215,7 @@ def _one_delivery(cur: Cursor, work: Work) -> Any:
         return exc
 
 
-def _rollback(conn: psycopg2.extensions.connection) -> bool:
+def _rollback(conn: Connection) -> bool:
     """Roll back; return False if the connection is unusable afterwards."""
     try:
         with conn.cursor() as cur:
@@ -224,6 +225,6 @@ def _rollback(conn: psycopg2.extensions.connection) -> bool:
     return True
 
 
-def _close(conn: psycopg2.extensions.connection) -> None:
+def _close(conn: Connection) -> None:
     with contextlib.suppress(psycopg2.Error):  # closing a dead connection may complain
         conn.close()

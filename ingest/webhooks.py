@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import orjson
@@ -31,7 +30,7 @@ from paystream.ingest.errors import ConflictError, DatabaseUnavailableError, Ing
 from paystream.ingest.metrics import IngestMetrics
 from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
 from paystream.ingest.rate_limit import TokenBuckets
-from paystream.ingest.recording import Recorded, record_alchemy
+from paystream.ingest.recording import Recorded
 from paystream.ingest.request_body import parse_json, read_bounded, require_json
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.trace import Trace
@@ -98,9 +97,8 @@ class Webhooks:
         obj = parse_json(body)
         trace = _trace(scope)
         trace.adopt_delivery_id(obj.get("id") if isinstance(obj, dict) else None)
-        delivery = alchemy.parse_delivery(obj)
         recorded = await self._writer.write(
-            partial(_bound, record_alchemy, delivery=delivery, trace_id=trace.trace_id))
+            alchemy.AlchemyWrite(alchemy.parse_delivery(obj), trace.trace_id))
         return self._accepted(scope, alchemy.PROVIDER, recorded)
 
     async def payments(self, scope: Scope, receive: Receive) -> Answer:
@@ -173,9 +171,6 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 
 def _trace(scope: Scope) -> Trace:
-    return scope[TRACE_SCOPE_KEY]
+    trace: Trace = scope[TRACE_SCOPE_KEY]
+    return trace
 
-
-def _bound(record: Callable[..., Recorded], cur: Any, **kwargs: Any) -> Recorded:
-    # The store passes the cursor first; the delivery and trace id are bound by name.
-    return record(cur, **kwargs)

@@ -18,7 +18,7 @@ import pytest
 from paystream.ingest import alchemy
 from paystream.ingest.errors import ConflictError, DatabaseUnavailableError, PayloadError
 from paystream.ingest.payments import PaymentWrite
-from paystream.ingest.recording import Recorded, record_alchemy, record_payment
+from paystream.ingest.recording import Recorded, record_payment
 from paystream.ingest.store import Cursor, EventStore
 from paystream.ingest.writer import GroupCommitWriter
 from paystream.schema.db import database_url
@@ -80,9 +80,9 @@ def test_an_alchemy_payload_is_one_savepoint_all_or_nothing(store: EventStore, d
     tampered = json.loads(json.dumps(usdc))
     tampered["rawContract"]["rawValue"] = hex(9_000_000)  # same log, other amount
 
-    def delivery(activities: list[dict[str, Any]]) -> Callable[[Cursor], Recorded]:
+    def delivery(activities: list[dict[str, Any]]) -> alchemy.AlchemyWrite:
         parsed = alchemy.parse_delivery(json.loads(alchemy_body(activities)))
-        return partial(record_alchemy, delivery=parsed, trace_id=unique("trace"))
+        return alchemy.AlchemyWrite(parsed, unique("trace"))
 
     fresh, other = eth_activity(address, 10**18), eth_activity(address, 3 * 10**18)
     # One group: the original transfer, then a payload holding a new transfer AND the
