@@ -20,7 +20,7 @@ COMMAND_MODULES = (
     "paystream.stack.cli",
     "paystream.schema.cli",
     "paystream.ingest.cli",
-    "paystream.consumers.cli",
+    "paystream.consume",
     "paystream.ops.cli",
     "paystream.run",
     "paystream.chaos.cli",

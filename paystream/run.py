@@ -30,7 +30,7 @@ RESTART_DELAY_S = 2.0
 @dataclass
 class Service:
     name: str
-    module: str  # the package whose CLI provides the command
+    module: str  # the module that registers the command
     args: list[str]
     listens: str
     proc: subprocess.Popen[bytes] | None = None
@@ -48,13 +48,13 @@ def services(ingest_port: int) -> list[Service]:
     candidates = [
         Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
                 f"http://127.0.0.1:{ingest_port} (/docs, /metrics)"),
-        Service("ledger", "paystream.consumers.cli",
+        Service("ledger", "paystream.consume",
                 ["consume", "ledger", "--metrics-port", "9401"],
                 "metrics http://127.0.0.1:9401/metrics"),
-        Service("dlq-mirror", "paystream.consumers.cli",
+        Service("dlq-mirror", "paystream.consume",
                 ["consume", "dlq-mirror", "--metrics-port", "9402"],
                 "metrics http://127.0.0.1:9402/metrics"),
-        Service("finality", "paystream.consumers.cli",
+        Service("finality", "paystream.consume",
                 ["consume", "finality", "--metrics-port", "9404"],
                 "metrics http://127.0.0.1:9404/metrics (pending deposits, RPC breaker)"),
         Service("connector-watchdog", "paystream.stack.cli", ["stack", "watchdog"],

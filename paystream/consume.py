@@ -1,7 +1,9 @@
-"""`paystream consume ledger | dlq-mirror | finality`. `finality` is not a Kafka group:
-it runs the chain finality watcher (finality/service.py), one thread per network of
-PAYSTREAM_FINALITY_NETWORKS (or --network). The dead letters' commands (`paystream dlq`)
-are the operator's: ops/cli.py."""
+"""`paystream consume ledger | dlq-mirror | finality`: one consumer group on the
+consumer runtime (consumers/), or the chain finality watcher (finality/service.py, not a
+Kafka group: one thread per network of PAYSTREAM_FINALITY_NETWORKS, or --network).
+
+The command spans both packages, so it lives here, above them. The dead letters'
+commands (`paystream dlq`) are the operator's: ops/cli.py."""
 
 from __future__ import annotations
 
