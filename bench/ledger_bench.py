@@ -20,9 +20,11 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
+from paystream.schema import processed_events
 from paystream.schema.db import connect
 from paystream.schema.events import EventType, PaymentEvent, parse_wire
 from paystream.schema.idempotency import idempotency_key
+from paystream.schema.processed_events import Outcome
 from tests.support.consumers import (
     ConsumerProcess,
     committed,
@@ -56,7 +58,8 @@ def make_stream(run: str, users: int, count: int, seed: int = 42) -> list[Paymen
 
 
 def per_event_baseline(values: list[bytes], suffix: str) -> float:
-    """One transaction per event: the shape the seed article applies events in."""
+    """One transaction per event: the shape the seed article applies events in, with the
+    outcome recorded through the same module as the ledger (schema.processed_events)."""
     conn = connect(application_name="paystream-bench-baseline")
     cur = conn.cursor()
     started = time.perf_counter()
@@ -66,30 +69,28 @@ def per_event_baseline(values: list[bytes], suffix: str) -> float:
         wire["user_id"] += suffix
         event = parse_wire(wire)
         key = idempotency_key(event.event_id, event.event_type.value)
-        cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
-                    " outcome) VALUES (%s, %s, %s, 'applied') ON CONFLICT DO NOTHING"
-                    " RETURNING 1", (key, event.event_id, event.event_type.value))
-        if cur.fetchone() is None:
-            conn.commit()
-            continue
         cur.execute("INSERT INTO balances (user_id, asset) VALUES (%s, %s)"
                     " ON CONFLICT DO NOTHING", (event.user_id, event.asset))
         cur.execute("SELECT balance FROM balances WHERE user_id = %s AND asset = %s"
                     " FOR UPDATE", (event.user_id, event.asset))
         balance = cur.fetchone()[0]
         delta = event.amount if event.event_type.is_credit else -event.amount
-        if balance + delta < 0:
-            cur.execute("UPDATE processed_events SET outcome = 'insufficient_funds'"
-                        " WHERE idempotency_key = %s", (key,))
-            status = "rejected"
-        else:
+        outcome = (Outcome.INSUFFICIENT_FUNDS if balance + delta < 0 else Outcome.APPLIED)
+        try:
+            # The claim: one applier, fresh ids, so a refused claim is a duplicate.
+            processed_events.record(cur, [(key, event.event_id, event.event_type.value,
+                                           outcome)])
+        except processed_events.AlreadyRecordedError:
+            conn.rollback()
+            continue
+        if outcome is Outcome.APPLIED:
             cur.execute("UPDATE balances SET balance = balance + %s, updated_at = now()"
                         " WHERE user_id = %s AND asset = %s", (delta, event.user_id, event.asset))
             cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id,"
                         " asset, delta) VALUES (%s, %s, %s, %s, %s)",
                         (event.event_id, event.event_type.value, event.user_id, event.asset,
                          delta))
-            status = "applied"
+        status = "applied" if outcome is Outcome.APPLIED else "rejected"
         cur.execute("UPDATE payment_events SET status = %s, status_changed_at = now()"
                     " WHERE event_id = %s AND status = 'received'", (status, event.event_id))
         conn.commit()

@@ -1,75 +1,106 @@
 """The ledger handler (group `ledger`): apply a batch of payment events exactly once.
 
-All of it runs in the batch transaction the commit protocol opened:
+All of it runs in the batch transaction the commit protocol opened. `apply` does, in
+this order (the steps are numbered at the call sites too):
   1. read each record into an event (a broken one becomes a dead letter) and drop
      repeats of an idempotency key inside the batch;
-  2. dead-letter events of users that do not exist;
-  3. claim the idempotency keys: one multi-row INSERT ... ON CONFLICT DO NOTHING
-     RETURNING into processed_events (a concurrent claimer of the same key waits for
-     our commit and then sees the conflict); unclaimed keys are duplicates, and so are
-     claimed keys whose effect is already on record (the journal, or a final event
-     status): housekeeping forgets old keys, a replay after that must stay a no-op;
-  4. create the balance rows of first credits, then lock every touched balance row
+  2. dead-letter events of users that do not exist, and settlements that no held chain
+     deposit explains: before anything is recorded, so a replayed dead letter is not
+     mistaken for a duplicate;
+  3. create the balance rows of first credits, then lock every touched balance row
      with SELECT ... FOR UPDATE in (user_id, asset) order (no deadlock between batches);
+  4. find what is done already: events with an outcome in processed_events, and events
+     whose effect is on record although housekeeping forgot their outcome (a journal
+     row, a final or waiting status, their deposit already settled): duplicates, never
+     applied again (their forgotten outcome is written back as it was: a rejection stays
+     a rejection);
   5. plan in memory (ledger_plan.py): each user's events in offset order over the
      locked balances, so a withdrawal sees the deposit before it;
-  6. one aggregated UPDATE of the balances, one INSERT of the journal rows
-     (balance_events by COPY, UNIQUE (source_event_id, event_type) as the last line),
-     the final outcome of rejected debits, a notification intent per rejection, and the
-     event status through schema.status.transition.
+  6. record each event's final outcome, once (schema.processed_events.record: the
+     claim; nothing is inserted as `applied` and corrected later);
+  7. one aggregated UPDATE of the balances, the journal rows by COPY (balance_events
+     UNIQUE (source_event_id, event_type) as the last line of defence);
+  8. the chain deposits, the waiting outcomes a settlement decides, a notification
+     intent per rejection and reversal, and the event statuses through
+     schema.status.transition.
+
+Why this order is safe when two appliers hold the same events (a rebalance can let two
+processes hold one batch for a moment; a crash between the DB commit and the offset
+commit redelivers it):
+  - An event that moves money moves its (user, asset) balance, and step 3 locks that row
+    before step 4 reads what is recorded. A second applier waits on the lock until the
+    first commits; its step 4 is a new statement, so under READ COMMITTED it sees the
+    first one's outcome row: a duplicate.
+  - An event whose balance row does not exist (a debit of an asset the user never held)
+    has no row to lock, so both may plan it. Step 6 is then the claim: the second's
+    INSERT waits on the first's key, finds it taken, and the whole batch rolls back as a
+    transient failure; retried, step 4 sees the outcome. Nothing of it was committed, so
+    nothing (money, notification) happened twice.
+  - The journal's UNIQUE constraint refuses a second effect whatever happens above.
 
 Chain deposits (issue 6, see ledger_plan.py's table): a deposit carrying `chain` is held
 in balances.pending (journal pending_events) and recorded in chain_deposits for the
 finality watcher, status pending_finality. The watcher's settlement events
 (deposit_finalized / deposit_reorged, same partition, after the deposit) move it to
 available or release it, set chain_deposits.state final / reorged and the deposit's
-status applied / reorged, all in the same batch transaction. The deposit's own
-processed_events outcome follows: pending_finality (waiting: housekeeping keeps it) until
-settled, then applied / reorged. A settlement naming no
-held deposit, or one that contradicts the deposit (other user, asset, amount, or the
-opposite verdict already applied) is a dead letter, checked BEFORE the idempotency claim
-so a replayed dead letter is not mistaken for a duplicate.
+status applied / reorged, all in the same batch transaction. The deposit's own outcome
+is waiting (pending_finality: housekeeping keeps it) until a settlement moves it to
+applied / reorged / reversed. A settlement naming no held deposit, or one that
+contradicts the deposit (other user, asset, amount, or the opposite verdict already
+applied) is a dead letter.
 
 Credit before finality (a network with a credit depth): deposit_credited moves pending
-to available (state credited, status credited, its own outcome `credited` until the
-deposit settles: housekeeping keeps it); deposit_finalized with chain.credited moves no
-money (state final, status applied); deposit_reversed debits available by the amount,
-never below zero: what it cannot take is an account_shortfalls row, the user is flagged
-(every later debit refused, outcome account_flagged), a critical log line, the shortfall
-metrics and a notification intent, all in the batch transaction (state reversed, status
-reversed). The journal records exactly what moved, so reconcile holds. A reversal of a
-deposit that was never credited is a dead letter (deposit_not_credited): the watcher
-only reverses what the ledger credited, so it means a bug or a forged event, for review.
+to available (state credited, status credited, its own outcome `credited`, waiting until
+the deposit settles); deposit_finalized with chain.credited moves no money (state final,
+status applied); deposit_reversed debits available by the amount, never below zero:
+what it cannot take is an account_shortfalls row, the user is flagged (every later debit
+refused, outcome account_flagged), a critical log line, the shortfall metrics and a
+notification intent, all in the batch transaction (state reversed, status reversed).
+The journal records exactly what moved, so reconcile holds. A reversal of a deposit that
+was never credited is a dead letter (deposit_not_credited): the watcher only reverses
+what the ledger credited, so it means a bug or a forged event, for review.
 """
 
 from __future__ import annotations
 
-import io
-import json
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
-from typing import Any
 
 import structlog
 
 from paystream.consumers.dlq import DeadLetter
-from paystream.consumers.failures import PoisonError
+from paystream.consumers.failures import PoisonError, TransientError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
-from paystream.consumers.ledger_plan import Candidate, Outcome, Pair, dedupe, plan_batch, read_event
+from paystream.consumers.ledger_plan import Candidate, Plan, dedupe, plan_batch, read_event
 from paystream.consumers.records import Record
-from paystream.finality.verify import ExpectedDeposit
 from paystream.ops.reconcile import HotPathReconciler
+from paystream.schema import chain_deposits, processed_events
 from paystream.schema.amounts import format_amount
-from paystream.schema.events import NOTIFICATIONS_AGGREGATE, EventType, SettlementType
+from paystream.schema.balances import BalanceKey
+from paystream.schema.chain_deposits import DepositState, HeldDeposit
+from paystream.schema.db import Connection, Cursor
+from paystream.schema.events import (
+    NOTIFICATIONS_AGGREGATE,
+    EventType,
+    PaymentEvent,
+    SettlementType,
+)
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import emit
+from paystream.schema.pgcopy import copy_rows, copy_text
+from paystream.schema.processed_events import Outcome
 from paystream.schema.status import EventStatus, transition
 
 log = structlog.get_logger("consumers.ledger")
 
 NOTIFICATION_WITHDRAWAL_REJECTED = "withdrawal_rejected"
 NOTIFICATION_DEPOSIT_REVERSED = "deposit_reversed"
+
+# Statuses an event has once the ledger has processed it (final, or waiting on a chain).
+_PROCESSED_STATUSES = ("applied", "rejected", "pending_finality", "reorged", "credited",
+                       "reversed")
 
 
 class LedgerHandler:
@@ -79,14 +110,15 @@ class LedgerHandler:
         self.reconciler = reconciler if reconciler is not None else HotPathReconciler.from_env()
         self.shortfalls = ShortfallGauge(self.reconciler.interval_s)
 
-    def after_batch(self, connection: Callable[[], Any]) -> None:
+    def after_batch(self, connection: Callable[[], Connection]) -> None:
         """Between batches: re-check recently touched balances against their journal,
         and refresh the open-shortfall gauge (operators resolve them elsewhere)."""
         self.reconciler.maybe_check(connection)
         self.shortfalls.maybe_refresh(connection)
 
-    def apply(self, cur: Any, records: Sequence[Record]) -> BatchResult:
+    def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         result = BatchResult()
+        # Step 1. Each record as an event; repeats of a key inside the batch.
         candidates: list[Candidate] = []
         for record in records:
             try:
@@ -95,291 +127,88 @@ class LedgerHandler:
                 result.dead_letters.append(DeadLetter(record, exc.reason, exc.detail))
         unique, repeats = dedupe(candidates)
         result.outcomes["duplicate"] += len(repeats)
-        known = _known_users(cur, {c.event.user_id for c in unique})
-        valid = []
-        for c in unique:
-            if c.event.user_id in known:
-                valid.append(c)
-            else:
-                result.dead_letters.append(DeadLetter(
-                    c.record, "unknown_user", f"user {c.event.user_id!r} does not exist"))
-        valid = _check_settlements(cur, valid, result)
-        claimed = _claim(cur, valid)
-        settled = _already_settled(cur, [c for c in valid if c.key in claimed])
-        fresh = [c for c in valid if c.key in claimed and c.key not in settled]
+        # Step 2. Dead letters: unknown users, settlements no held deposit explains.
+        valid = _known_users_only(cur, unique, result)
+        deposits = chain_deposits.held(
+            cur, (str(c.event.settles) for c in valid if c.event.settles is not None))
+        valid = _check_settlements(valid, deposits, result)
+        if not valid:
+            return result
+        # Step 3. Lock every balance the batch touches, in order.
+        opening = _lock_balances(cur, valid)
+        # Step 4. What is done already (see the module docstring for why after step 3).
+        recorded = processed_events.recorded(cur, (c.key for c in valid))
+        forgotten = _effects_on_record(cur, [c for c in valid if c.key not in recorded],
+                                       deposits)
+        done = recorded | {c.key for c, _ in forgotten}
+        fresh = [c for c in valid if c.key not in done]
         result.outcomes["duplicate"] += len(valid) - len(fresh)
+        # Step 5. Plan.
+        plan = plan_batch(fresh, opening, _flagged_users(cur, fresh)) if fresh else Plan()
+        # Step 6. Each event's outcome, once.
+        _record_outcomes(cur, [*plan.decisions, *forgotten])
         if not fresh:
             return result
-        opening = _lock_balances(cur, fresh)
-        plan = plan_batch(fresh, opening, _flagged_users(cur, fresh))
+        # Step 7. The money: balances and their journals.
         self.reconciler.note_touched(plan.touched)
         _write_balances(cur, plan.sorted_deltas())
         _write_balances(cur, plan.sorted_pending_deltas(), column="pending")
         _write_journal(cur, plan.available_journal)
         _write_journal(cur, plan.pending_journal, table="pending_events")
-        _write_outcomes(cur, plan)
-        for outcome in Outcome:
-            if count := len(plan.with_outcome(outcome)):
-                result.outcomes[outcome.value] += count
+        # Step 8. Chain deposits, waiting outcomes, notifications, statuses.
+        _write_consequences(cur, plan)
+        result.outcomes.update(Counter(outcome.value for _, outcome in plan.decisions))
         return result
 
 
-def _write_outcomes(cur: Any, plan: Any) -> None:
-    """Step 6 past the money: outcomes, chain_deposits, statuses, notifications."""
-    def of_type(candidates: Sequence[Candidate], kind: SettlementType) -> list[Candidate]:
-        return [c for c in candidates if c.event.event_type is kind]
-
-    applied = plan.with_outcome(Outcome.APPLIED)
-    rejected = (plan.with_outcome(Outcome.INSUFFICIENT_FUNDS)
-                + plan.with_outcome(Outcome.ACCOUNT_FLAGGED))
-    pending = plan.with_outcome(Outcome.PENDING_FINALITY)
-    reorged = plan.with_outcome(Outcome.REORGED)
-    credited = plan.with_outcome(Outcome.CREDITED)
-    reversals = (of_type(applied, SettlementType.DEPOSIT_REVERSED)
-                 + plan.with_outcome(Outcome.SHORTFALL))
-    if rejected:
-        _record_rejections(cur, rejected, plan)
-    _set_outcome(cur, pending, Outcome.PENDING_FINALITY)
-    _set_outcome(cur, reorged, Outcome.REORGED)
-    _set_outcome(cur, credited, Outcome.CREDITED)
-    _hold_chain_deposits(cur, pending)
-    finalized = of_type(applied, SettlementType.DEPOSIT_FINALIZED)
-    _settle_chain_deposits(cur, finalized, "final", Outcome.APPLIED)
-    _settle_chain_deposits(cur, reorged, "reorged", Outcome.REORGED)
-    _credit_chain_deposits(cur, credited)
-    if reversals:
-        _record_reversals(cur, reversals, plan)
-    plain = [c for c in applied if c.event.settles is None]
-    transition(cur, sorted({c.event.event_id for c in plain}), EventStatus.APPLIED)
-    transition(cur, sorted({c.event.event_id for c in rejected}), EventStatus.REJECTED)
-    transition(cur, sorted({c.event.event_id for c in pending}),
-               EventStatus.PENDING_FINALITY)
-    transition(cur, sorted({str(c.event.settles) for c in finalized}), EventStatus.APPLIED)
-    transition(cur, sorted({str(c.event.settles) for c in reorged}), EventStatus.REORGED)
-    transition(cur, sorted({str(c.event.settles) for c in credited}), EventStatus.CREDITED)
-    transition(cur, sorted({str(c.event.settles) for c in reversals}), EventStatus.REVERSED)
-
-
-def _flagged_users(cur: Any, fresh: Sequence[Candidate]) -> set[str]:
-    """Users of the batch's debits with an open shortfall: their debits are refused."""
-    debtors = sorted({c.event.user_id for c in fresh
-                      if isinstance(c.event.event_type, EventType)
-                      and not c.event.event_type.is_credit})
-    if not debtors:
-        return set()
-    cur.execute("SELECT DISTINCT user_id FROM account_shortfalls"
-                " WHERE resolved_at IS NULL AND user_id = ANY(%s)", (debtors,))
-    return {row[0] for row in cur.fetchall()}
-
-
-def _known_users(cur: Any, user_ids: set[str]) -> set[str]:
+def _known_users_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
+                      ) -> list[Candidate]:
+    """Dead-letter (into `result`) the events of users that do not exist."""
+    user_ids = sorted({c.event.user_id for c in candidates})
     if not user_ids:
-        return set()
-    cur.execute("SELECT user_id FROM users WHERE user_id = ANY(%s)", (sorted(user_ids),))
-    return {row[0] for row in cur.fetchall()}
-
-
-def _claim(cur: Any, candidates: Sequence[Candidate]) -> set[str]:
-    """Insert the idempotency keys; return those this transaction claimed.
-
-    The outcome is written as 'applied' and corrected for rejected debits in the same
-    transaction (step 6), so nobody ever sees the provisional value. Keys go in sorted
-    order so two batches sharing keys wait on each other instead of deadlocking.
-    """
-    if not candidates:
-        return set()
-    rows = sorted((c.key, c.event.event_id, c.event.event_type.value) for c in candidates)
-    cur.execute(
-        "INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
-        " SELECT k, e, t, 'applied'"
-        " FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(k, e, t) ORDER BY k"
-        " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
-        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
-    )
-    return {row[0] for row in cur.fetchall()}
-
-
-def _already_settled(cur: Any, claimed: Sequence[Candidate]) -> set[str]:
-    """Keys claimed now whose event already had its effect (journal row, a final or
-    waiting status, or - for a settlement - its deposit already in the state it leads
-    to): their processed_events row was purged by housekeeping. The claim is kept, with
-    the outcome the event had, and nothing is applied again; a rejection stays a
-    rejection (a replay cannot turn it into a success)."""
-    if not claimed:
-        return set()
-    rows = sorted((c.key, c.event.event_id, c.event.event_type.value) for c in claimed)
-    cur.execute(
-        "SELECT x.k, p.status FROM unnest(%s::text[], %s::text[], %s::text[])"
-        " AS x(k, e, t) LEFT JOIN payment_events p ON p.event_id = x.e"
-        " WHERE p.status IN ('applied', 'rejected', 'pending_finality', 'reorged',"
-        "  'credited', 'reversed')"
-        " OR EXISTS (SELECT 1 FROM balance_events b"
-        "  WHERE b.source_event_id = x.e AND b.event_type = x.t)"
-        " OR EXISTS (SELECT 1 FROM pending_events q"
-        "  WHERE q.source_event_id = x.e AND q.event_type = x.t)",
-        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
-    )
-    settled: dict[str, str | None] = dict(cur.fetchall())
-    settled.update(_settlements_on_record(cur, claimed))
-    # The outcome the event has now: a chain deposit's follows its status
-    # (pending_finality, then applied / reorged / reversed once settled).
-    by_key = {c.key: c.event for c in claimed}
-    corrected: dict[Outcome, list[str]] = {}
-    for key, status in settled.items():
-        event = by_key[key]
-        if event.is_chain_deposit:
-            outcome = {"applied": Outcome.APPLIED, "reorged": Outcome.REORGED,
-                       "reversed": Outcome.REVERSED}.get(status or "",
-                                                         Outcome.PENDING_FINALITY)
-        elif event.event_type is SettlementType.DEPOSIT_REORGED:
-            outcome = Outcome.REORGED
-        elif isinstance(event.event_type, SettlementType) and status is not None:
-            outcome = Outcome(status)  # from _settlements_on_record
-        elif status == "rejected":
-            outcome = Outcome.INSUFFICIENT_FUNDS
+        return []
+    cur.execute("SELECT user_id FROM users WHERE user_id = ANY(%s)", (user_ids,))
+    known = {row[0] for row in cur.fetchall()}
+    valid = []
+    for c in candidates:
+        if c.event.user_id in known:
+            valid.append(c)
         else:
-            continue
-        corrected.setdefault(outcome, []).append(key)
-    for outcome, keys in corrected.items():
-        cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)",
-                    (outcome.value, sorted(keys)))
-    if settled:
-        log.info("replay_after_ttl_ignored", events=len(settled))
-    return set(settled)
+            result.dead_letters.append(DeadLetter(
+                c.record, "unknown_user", f"user {c.event.user_id!r} does not exist"))
+    return valid
 
 
-def _settlements_on_record(cur: Any, claimed: Sequence[Candidate]) -> dict[str, str]:
-    """Settlement keys whose deposit is already where the settlement takes it (a
-    finalisation of a credited deposit and a reversal that took nothing leave no
-    journal row, so the journal alone cannot tell). Value: the outcome it had."""
-    settling = [c for c in claimed if c.event.settles is not None]
-    if not settling:
-        return {}
-    cur.execute("SELECT event_id, state, credited_at IS NOT NULL FROM chain_deposits"
-                " WHERE event_id = ANY(%s)", (sorted({str(c.event.settles) for c in settling}),))
-    deposits = {row[0]: (row[1], row[2]) for row in cur.fetchall()}
-    cur.execute("SELECT source_event_id FROM account_shortfalls WHERE source_event_id = ANY(%s)",
-                (sorted(c.event.event_id for c in settling),))
-    short = {row[0] for row in cur.fetchall()}
-    found: dict[str, str] = {}
-    for c in settling:
-        state, was_credited = deposits.get(str(c.event.settles), (None, False))
-        kind = c.event.event_type
-        if kind is SettlementType.DEPOSIT_FINALIZED and state == "final":
-            found[c.key] = Outcome.APPLIED.value
-        elif kind is SettlementType.DEPOSIT_REORGED and state == "reorged":
-            found[c.key] = Outcome.REORGED.value
-        elif kind is SettlementType.DEPOSIT_CREDITED and was_credited:
-            found[c.key] = (Outcome.CREDITED if state in ("credited", "finalizing", "reversing")
-                            else Outcome.APPLIED).value
-        elif kind is SettlementType.DEPOSIT_REVERSED and state == "reversed":
-            found[c.key] = (Outcome.SHORTFALL if c.event.event_id in short
-                            else Outcome.APPLIED).value
-    return found
-
-
-def _lock_balances(cur: Any, fresh: Sequence[Candidate]) -> dict[Pair, Decimal]:
-    """Create first-credit rows, lock every touched row in order; return the balances."""
-    credit_pairs = sorted({c.pair for c in fresh if c.event.event_type.is_credit})
-    if credit_pairs:
-        cur.execute(
-            "INSERT INTO balances (user_id, asset)"
-            " SELECT u, a FROM unnest(%s::text[], %s::text[]) AS x(u, a) ORDER BY u, a"
-            " ON CONFLICT (user_id, asset) DO NOTHING",
-            ([p[0] for p in credit_pairs], [p[1] for p in credit_pairs]),
-        )
-    pairs = sorted({c.pair for c in fresh})
-    cur.execute(
-        "SELECT b.user_id, b.asset, b.balance FROM balances b"
-        " JOIN unnest(%s::text[], %s::text[]) AS x(u, a) ON b.user_id = x.u AND b.asset = x.a"
-        " ORDER BY b.user_id, b.asset FOR UPDATE OF b",
-        ([p[0] for p in pairs], [p[1] for p in pairs]),
-    )
-    # A debit-only pair without a row has nothing to spend: it stays absent (zero).
-    return {(u, a): balance for u, a, balance in cur.fetchall()}
-
-
-def _write_balances(cur: Any, deltas: list[tuple[Pair, Decimal]],
-                    column: str = "balance") -> None:
-    """Add `deltas` to `column` (balance or pending: a code constant, never input)."""
-    if not deltas:
-        return
-    assert column in ("balance", "pending")
-    cur.execute(
-        f"UPDATE balances b SET {column} = b.{column} + d.delta, updated_at = now()"
-        " FROM unnest(%s::text[], %s::text[], %s::numeric[]) AS d(u, a, delta)"
-        " WHERE b.user_id = d.u AND b.asset = d.a",
-        ([p[0] for p, _ in deltas], [p[1] for p, _ in deltas],
-         [format_amount(d) if d > 0 else "-" + format_amount(-d) for _, d in deltas]),
-    )
-
-
-def _write_journal(cur: Any, rows: Sequence[tuple[Candidate, Decimal]],
-                   table: str = "balance_events") -> None:
-    """The journal rows of one book, by COPY: ~40% cheaper per row than INSERT ...
-    unnest here. `table` is balance_events (available) or pending_events (pending)."""
-    if not rows:
-        return
-    assert table in ("balance_events", "pending_events")
-    lines = "".join(
-        f"{_copy_text(c.event.event_id)}\t{c.event.event_type.value}\t"
-        f"{_copy_text(c.event.user_id)}\t{_copy_text(c.event.asset)}\t{_signed(delta)}\n"
-        for c, delta in rows)
-    cur.copy_expert(f"COPY {table} (source_event_id, event_type, user_id, asset, delta)"
-                    " FROM STDIN", io.StringIO(lines))
-
-
-def _copy_text(value: str) -> str:
-    # COPY's text format: backslash, tab, newline and carriage return must be escaped
-    # (event ids may hold a backslash; the contract rules out the others, keep it total).
-    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
-        return (value.replace("\\", "\\\\").replace("\t", "\\t")
-                .replace("\n", "\\n").replace("\r", "\\r"))
-    return value
-
-
-def _signed(delta: Decimal) -> str:
-    return format_amount(delta) if delta > 0 else "-" + format_amount(-delta)
-
-
-def _set_outcome(cur: Any, candidates: Sequence[Candidate], outcome: Outcome) -> None:
-    """Correct the provisional 'applied' outcome written by _claim."""
-    if candidates:
-        cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)",
-                    (outcome.value, sorted(c.key for c in candidates)))
-
-
-def _check_settlements(cur: Any, candidates: list[Candidate], result: BatchResult
-                       ) -> list[Candidate]:
-    """Drop (as dead letters) settlement events that no held chain deposit explains."""
-    settling = [c for c in candidates if c.event.settles is not None]
-    if not settling:
-        return candidates
-    cur.execute("SELECT event_id, user_id, asset, amount, state, credited_at IS NOT NULL"
-                " FROM chain_deposits WHERE event_id = ANY(%s)",
-                (sorted({str(c.event.settles) for c in settling}),))
-    held = {row[0]: row[1:] for row in cur.fetchall()}
+def _check_settlements(candidates: list[Candidate], deposits: dict[str, HeldDeposit],
+                       result: BatchResult) -> list[Candidate]:
+    """Dead-letter (into `result`) settlement events that no held chain deposit explains."""
     bad: dict[int, tuple[str, str]] = {}
-    for c in settling:
-        event, row = c.event, held.get(str(c.event.settles))
-        if row is None:
+    for c in candidates:
+        event = c.event
+        if event.settles is None:
+            continue
+        deposit = deposits.get(event.settles)
+        if deposit is None:
             bad[id(c)] = ("unknown_deposit", f"no chain deposit {event.settles!r} is held")
-        elif (row[0], row[1], row[2]) != (event.user_id, event.asset, event.amount):
+        elif (deposit.user_id, deposit.asset, deposit.amount) != (
+                event.user_id, event.asset, event.amount):
             bad[id(c)] = ("deposit_mismatch", f"{event.event_id} does not match deposit "
                           f"{event.settles!r} (user, asset or amount)")
         else:
-            problem = settlement_conflict(event, row[3], row[4])
+            problem = settlement_conflict(event, deposit.state, deposit.credited)
             if problem is not None:
                 bad[id(c)] = (problem, f"{event.event_id}: deposit {event.settles!r} is "
-                              f"{row[3]}{' (credited)' if row[4] else ''}")
-    for c in settling:
+                              f"{deposit.state}{' (credited)' if deposit.credited else ''}")
+    if not bad:
+        return candidates
+    for c in candidates:
         if id(c) in bad:
             reason, detail = bad[id(c)]
             result.dead_letters.append(DeadLetter(c.record, reason, detail))
     return [c for c in candidates if id(c) not in bad]
 
 
-def settlement_conflict(event: Any, state: str, credited: bool) -> str | None:
+def settlement_conflict(event: PaymentEvent, state: str, credited: bool) -> str | None:
     """Why a settlement contradicts its deposit's state (None: it does not). Replays of
     a settlement already applied must pass (idempotency turns them into duplicates), so
     only the states it can never legitimately meet are refused. `credited`: the ledger
@@ -407,74 +236,223 @@ def settlement_conflict(event: Any, state: str, credited: bool) -> str | None:
     return None
 
 
-def _hold_chain_deposits(cur: Any, pending: Sequence[Candidate]) -> None:
-    """The chain_deposits rows the finality watcher reads (same transaction as the
-    pending balance). The chain identity was validated by read_event."""
-    if not pending:
+def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[BalanceKey, Decimal]:
+    """Create first-credit rows, lock every touched row in order; return the balances."""
+    credit_keys = sorted({c.pair for c in candidates if c.event.event_type.is_credit})
+    if credit_keys:
+        cur.execute(
+            "INSERT INTO balances (user_id, asset)"
+            " SELECT u, a FROM unnest(%s::text[], %s::text[]) AS x(u, a) ORDER BY u, a"
+            " ON CONFLICT (user_id, asset) DO NOTHING",
+            ([k[0] for k in credit_keys], [k[1] for k in credit_keys]),
+        )
+    keys = sorted({c.pair for c in candidates})
+    cur.execute(
+        "SELECT b.user_id, b.asset, b.balance FROM balances b"
+        " JOIN unnest(%s::text[], %s::text[]) AS x(u, a) ON b.user_id = x.u AND b.asset = x.a"
+        " ORDER BY b.user_id, b.asset FOR UPDATE OF b",
+        ([k[0] for k in keys], [k[1] for k in keys]),
+    )
+    # A debit-only key without a row has nothing to spend: it stays absent (zero).
+    return {(u, a): balance for u, a, balance in cur.fetchall()}
+
+
+def _effects_on_record(cur: Cursor, unrecorded: Sequence[Candidate],
+                       deposits: dict[str, HeldDeposit]) -> list[tuple[Candidate, Outcome]]:
+    """Events without an outcome row whose effect is nevertheless on record (a journal
+    row, a final or waiting status, or - for a settlement - its deposit already in the
+    state it leads to): housekeeping purged their outcome. Each comes with the outcome
+    it had, to be written back; nothing is applied again, and a rejection stays a
+    rejection (a replay cannot turn it into a success)."""
+    if not unrecorded:
+        return []
+    rows = sorted((c.key, c.event.event_id, c.event.event_type.value) for c in unrecorded)
+    cur.execute(
+        "SELECT x.k, p.status FROM unnest(%s::text[], %s::text[], %s::text[])"
+        " AS x(k, e, t) LEFT JOIN payment_events p ON p.event_id = x.e"
+        " WHERE p.status = ANY(%s)"
+        " OR EXISTS (SELECT 1 FROM balance_events b"
+        "  WHERE b.source_event_id = x.e AND b.event_type = x.t)"
+        " OR EXISTS (SELECT 1 FROM pending_events q"
+        "  WHERE q.source_event_id = x.e AND q.event_type = x.t)",
+        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+         list(_PROCESSED_STATUSES)),
+    )
+    on_record: dict[str, str | None] = dict(cur.fetchall())
+    on_record.update(_settlements_on_record(cur, unrecorded, deposits))
+    if not on_record:
+        return []
+    log.info("replay_after_ttl_ignored", events=len(on_record))
+    found = []
+    for c in unrecorded:
+        if c.key in on_record:
+            found.append((c, _outcome_it_had(c.event, on_record[c.key])))
+    return found
+
+
+def _outcome_it_had(event: PaymentEvent, status: str | None) -> Outcome:
+    """The outcome of an event already applied, from its status (a chain deposit's
+    follows its status: pending_finality, then applied / reorged / reversed once
+    settled) or from its settlement's deposit (_settlements_on_record)."""
+    if event.is_chain_deposit:
+        return {"applied": Outcome.APPLIED, "reorged": Outcome.REORGED,
+                "reversed": Outcome.REVERSED}.get(status or "", Outcome.PENDING_FINALITY)
+    if event.event_type is SettlementType.DEPOSIT_REORGED:
+        return Outcome.REORGED
+    if isinstance(event.event_type, SettlementType) and status is not None:
+        return Outcome(status)
+    if status == "rejected":
+        return Outcome.INSUFFICIENT_FUNDS
+    return Outcome.APPLIED
+
+
+def _settlements_on_record(cur: Cursor, unrecorded: Sequence[Candidate],
+                           deposits: dict[str, HeldDeposit]) -> dict[str, str]:
+    """Settlement keys whose deposit is already where the settlement takes it (a
+    finalisation of a credited deposit and a reversal that took nothing leave no
+    journal row, so the journal alone cannot tell). Value: the outcome it had."""
+    settling = [c for c in unrecorded if c.event.settles is not None]
+    if not settling:
+        return {}
+    cur.execute("SELECT source_event_id FROM account_shortfalls WHERE source_event_id = ANY(%s)",
+                (sorted(c.event.event_id for c in settling),))
+    short = {row[0] for row in cur.fetchall()}
+    found: dict[str, str] = {}
+    for c in settling:
+        deposit = deposits.get(str(c.event.settles))
+        state = deposit.state if deposit is not None else None
+        was_credited = deposit is not None and deposit.credited
+        kind = c.event.event_type
+        if kind is SettlementType.DEPOSIT_FINALIZED and state == "final":
+            found[c.key] = Outcome.APPLIED.value
+        elif kind is SettlementType.DEPOSIT_REORGED and state == "reorged":
+            found[c.key] = Outcome.REORGED.value
+        elif kind is SettlementType.DEPOSIT_CREDITED and was_credited:
+            found[c.key] = (Outcome.CREDITED if state in ("credited", "finalizing", "reversing")
+                            else Outcome.APPLIED).value
+        elif kind is SettlementType.DEPOSIT_REVERSED and state == "reversed":
+            found[c.key] = (Outcome.SHORTFALL if c.event.event_id in short
+                            else Outcome.APPLIED).value
+    return found
+
+
+def _flagged_users(cur: Cursor, fresh: Sequence[Candidate]) -> set[str]:
+    """Users of the batch's debits with an open shortfall: their debits are refused."""
+    debtors = sorted({c.event.user_id for c in fresh
+                      if isinstance(c.event.event_type, EventType)
+                      and not c.event.event_type.is_credit})
+    if not debtors:
+        return set()
+    cur.execute("SELECT DISTINCT user_id FROM account_shortfalls"
+                " WHERE resolved_at IS NULL AND user_id = ANY(%s)", (debtors,))
+    return {row[0] for row in cur.fetchall()}
+
+
+def _record_outcomes(cur: Cursor, outcomes: Sequence[tuple[Candidate, Outcome]]) -> None:
+    """Step 6: each event's outcome, once; losing the claim to another applier of the
+    same event (see the module docstring) is transient: the batch is retried whole."""
+    try:
+        processed_events.record(cur, [(c.key, c.event.event_id, c.event.event_type.value, o)
+                                      for c, o in outcomes])
+    except processed_events.AlreadyRecordedError as exc:
+        log.warning("outcome_recorded_concurrently", events=len(exc.keys))
+        raise TransientError(f"another applier recorded the same events first: {exc}"
+                             ) from exc
+
+
+def _write_balances(cur: Cursor, deltas: list[tuple[BalanceKey, Decimal]],
+                    column: str = "balance") -> None:
+    """Add `deltas` to `column` (balance or pending: a code constant, never input)."""
+    if not deltas:
         return
-    rows = []
-    for c in pending:
-        d = ExpectedDeposit.from_chain(c.event.event_id, c.event.chain or {})
-        rows.append((d.event_id, d.network, d.tx_hash, d.block_number, d.block_hash,
-                     d.log_index, d.token_contract, d.recipient, str(d.raw_value),
-                     json.dumps(c.event.chain, separators=(",", ":")), c.event.user_id,
-                     c.event.asset, format_amount(c.event.amount),
-                     c.trace_id or c.event.event_id))
-    cur.executemany(
-        "INSERT INTO chain_deposits (event_id, network, tx_hash, block_number, block_hash,"
-        " log_index, token_contract, recipient, raw_value, chain, user_id, asset, amount,"
-        " trace_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (event_id) DO NOTHING", rows)
+    assert column in ("balance", "pending")
+    cur.execute(
+        f"UPDATE balances b SET {column} = b.{column} + d.delta, updated_at = now()"
+        " FROM unnest(%s::text[], %s::text[], %s::numeric[]) AS d(u, a, delta)"
+        " WHERE b.user_id = d.u AND b.asset = d.a",
+        ([k[0] for k, _ in deltas], [k[1] for k, _ in deltas], [_signed(d) for _, d in deltas]),
+    )
 
 
-def _settle_chain_deposits(cur: Any, settling: Sequence[Candidate], state: str,
-                           outcome: Outcome) -> None:
-    """chain_deposits.state final / reorged / reversed, with the block the deposit is
-    final in, and the deposit's own idempotency outcome moved from the waiting
-    pending_finality to `outcome`, and its deposit_credited's from the waiting credited
-    to applied (final: housekeeping may forget them after their TTL)."""
+def _write_journal(cur: Cursor, rows: Sequence[tuple[Candidate, Decimal]],
+                   table: str = "balance_events") -> None:
+    """The journal rows of one book, by COPY: ~40% cheaper per row than INSERT ...
+    unnest here. `table` is balance_events (available) or pending_events (pending)."""
+    if not rows:
+        return
+    assert table in ("balance_events", "pending_events")
+    copy_rows(cur, f"COPY {table} (source_event_id, event_type, user_id, asset, delta)"
+                   " FROM STDIN",
+              (f"{copy_text(c.event.event_id)}\t{c.event.event_type.value}\t"
+               f"{copy_text(c.event.user_id)}\t{copy_text(c.event.asset)}\t{_signed(delta)}\n"
+               for c, delta in rows))
+
+
+def _signed(delta: Decimal) -> str:
+    return format_amount(delta) if delta > 0 else "-" + format_amount(-delta)
+
+
+def _write_consequences(cur: Cursor, plan: Plan) -> None:
+    """Step 8: chain deposits, waiting outcomes, notifications, statuses."""
+    def of_type(candidates: Sequence[Candidate], kind: SettlementType) -> list[Candidate]:
+        return [c for c in candidates if c.event.event_type is kind]
+
+    applied = plan.with_outcome(Outcome.APPLIED)
+    rejected = (plan.with_outcome(Outcome.INSUFFICIENT_FUNDS)
+                + plan.with_outcome(Outcome.ACCOUNT_FLAGGED))
+    pending = plan.with_outcome(Outcome.PENDING_FINALITY)
+    reorged = plan.with_outcome(Outcome.REORGED)
+    credited = plan.with_outcome(Outcome.CREDITED)
+    reversals = (of_type(applied, SettlementType.DEPOSIT_REVERSED)
+                 + plan.with_outcome(Outcome.SHORTFALL))
+    finalized = of_type(applied, SettlementType.DEPOSIT_FINALIZED)
+    if rejected:
+        _notify_rejections(cur, rejected, plan)
+    chain_deposits.hold(cur, [(c.event, c.trace_id or c.event.event_id) for c in pending])
+    _settle_deposits(cur, finalized, DepositState.FINAL, Outcome.APPLIED)
+    _settle_deposits(cur, reorged, DepositState.REORGED, Outcome.REORGED)
+    chain_deposits.credit(cur, (str(c.event.settles) for c in credited))
+    if reversals:
+        _settle_deposits(cur, reversals, DepositState.REVERSED, Outcome.REVERSED)
+        _record_reversals(cur, reversals, plan)
+    plain = [c for c in applied if c.event.settles is None]
+    transition(cur, sorted({c.event.event_id for c in plain}), EventStatus.APPLIED)
+    transition(cur, sorted({c.event.event_id for c in rejected}), EventStatus.REJECTED)
+    transition(cur, sorted({c.event.event_id for c in pending}),
+               EventStatus.PENDING_FINALITY)
+    transition(cur, _deposits_of(finalized), EventStatus.APPLIED)
+    transition(cur, _deposits_of(reorged), EventStatus.REORGED)
+    transition(cur, _deposits_of(credited), EventStatus.CREDITED)
+    transition(cur, _deposits_of(reversals), EventStatus.REVERSED)
+
+
+def _deposits_of(settlements: Iterable[Candidate]) -> list[str]:
+    return sorted({str(c.event.settles) for c in settlements})
+
+
+def _settle_deposits(cur: Cursor, settling: Sequence[Candidate], state: DepositState,
+                     outcome: Outcome) -> None:
+    """Each settlement's deposit to `state` (final, reorged or reversed), the deposit's
+    own waiting outcome (pending_finality) to `outcome`, and its deposit_credited's
+    (credited) to applied: final now, so housekeeping may forget them after their TTL."""
     if not settling:
         return
-    deposits = sorted(str(c.event.settles) for c in settling)
-    cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)"
-                " AND outcome = %s",
-                (outcome.value, sorted(idempotency_key(d, EventType.DEPOSIT.value)
-                                       for d in deposits),
-                 Outcome.PENDING_FINALITY.value))
-    cur.execute("UPDATE processed_events SET outcome = %s WHERE idempotency_key = ANY(%s)"
-                " AND outcome = %s",
-                (Outcome.APPLIED.value,
-                 sorted(idempotency_key(f"{d}:credited", SettlementType.DEPOSIT_CREDITED.value)
-                        for d in deposits),
-                 Outcome.CREDITED.value))
-    for c in settling:
-        chain = c.event.chain or {}
-        cur.execute(
-            "UPDATE chain_deposits SET state = %s, settled_at = now(),"
-            " final_block_number = coalesce(%s, final_block_number),"
-            " final_block_hash = coalesce(%s, final_block_hash),"
-            " final_log_index = coalesce(%s, final_log_index),"
-            " verdict_reason = coalesce(%s, verdict_reason)"
-            " WHERE event_id = %s AND state NOT IN ('final', 'reorged', 'reversed')",
-            (state, chain.get("block_number"), chain.get("block_hash"),
-             chain.get("log_index"), chain.get("reason"), c.event.settles))
+    deposits = _deposits_of(settling)
+    processed_events.settle(
+        cur, (idempotency_key(d, EventType.DEPOSIT.value) for d in deposits),
+        Outcome.PENDING_FINALITY, outcome)
+    processed_events.settle(
+        cur, (idempotency_key(f"{d}:credited", SettlementType.DEPOSIT_CREDITED.value)
+              for d in deposits),
+        Outcome.CREDITED, Outcome.APPLIED)
+    chain_deposits.settle(cur, [c.event for c in settling], state)
 
 
-def _credit_chain_deposits(cur: Any, credited: Sequence[Candidate]) -> None:
-    """crediting -> credited: the watcher re-checks it every tick until final."""
-    if credited:
-        cur.execute("UPDATE chain_deposits SET state = 'credited', credited_at = now()"
-                    " WHERE event_id = ANY(%s) AND state = 'crediting'",
-                    (sorted(str(c.event.settles) for c in credited),))
-
-
-def _record_reversals(cur: Any, reversals: Sequence[Candidate], plan: Any) -> None:
-    """The settlement of each reversal, its shortfall (if any) and one notification
-    intent each. Only for keys this transaction claimed: a replay does nothing here."""
+def _record_reversals(cur: Cursor, reversals: Sequence[Candidate], plan: Plan) -> None:
+    """The shortfall of each reversal (if any) and one notification intent each. Only
+    for events planned in this transaction: a replay does nothing here."""
     owed = {id(c): amount for c, amount in plan.shortfalls}
     short = [c for c in reversals if id(c) in owed]
-    _set_outcome(cur, short, Outcome.SHORTFALL)
-    _settle_chain_deposits(cur, reversals, "reversed", Outcome.REVERSED)
     if short:
         cur.executemany(
             "INSERT INTO account_shortfalls (user_id, asset, source_event_id,"
@@ -511,16 +489,11 @@ def _record_reversals(cur: Any, reversals: Sequence[Candidate], plan: Any) -> No
             log.warning("deposit_reversed", **fields)
 
 
-def _record_rejections(cur: Any, rejected: Sequence[Candidate], plan: Any) -> None:
-    """Final outcome of each rejected debit, and one notification intent per event.
-
-    Both happen only for keys this transaction claimed, so a redelivered rejection
-    neither flips to a success nor notifies the user twice. The reason is
-    insufficient_funds, or account_flagged for a user with an open shortfall.
-    """
+def _notify_rejections(cur: Cursor, rejected: Sequence[Candidate], plan: Plan) -> None:
+    """One notification intent per rejected debit (insufficient_funds, or
+    account_flagged for a user with an open shortfall). Only for events planned in this
+    transaction, so a redelivered rejection never notifies the user twice."""
     reasons = {id(c): o for c, o in plan.decisions}
-    for outcome in (Outcome.INSUFFICIENT_FUNDS, Outcome.ACCOUNT_FLAGGED):
-        _set_outcome(cur, [c for c in rejected if reasons[id(c)] is outcome], outcome)
     for c in rejected:
         event = c.event
         reason = reasons[id(c)].value

@@ -37,29 +37,16 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from enum import StrEnum
 
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.records import Record
-from paystream.finality.verify import DepositError, ExpectedDeposit
+from paystream.schema.balances import BalanceKey
+from paystream.schema.chain import DepositError, ExpectedDeposit
 from paystream.schema.events import EventError, PaymentEvent, SettlementType, parse_wire
 from paystream.schema.idempotency import idempotency_key
+from paystream.schema.processed_events import Outcome
 
-Pair = tuple[str, str]  # (user_id, asset)
 ZERO = Decimal(0)
-
-
-class Outcome(StrEnum):
-    """A processed event's outcome as stored in processed_events; final once written."""
-
-    APPLIED = "applied"
-    INSUFFICIENT_FUNDS = "insufficient_funds"
-    PENDING_FINALITY = "pending_finality"  # a chain deposit held in `pending`
-    REORGED = "reorged"  # a pending chain deposit released, never credited
-    CREDITED = "credited"  # deposit_credited: credited, its deposit not final yet
-    REVERSED = "reversed"  # a credited chain deposit whose credit was reversed
-    SHORTFALL = "shortfall"  # a reversal available could not fully cover
-    ACCOUNT_FLAGGED = "account_flagged"  # a debit refused: the user owes a shortfall
 
 
 @dataclass(frozen=True)
@@ -70,7 +57,7 @@ class Candidate:
     trace_id: str | None
 
     @property
-    def pair(self) -> Pair:
+    def pair(self) -> BalanceKey:
         return (self.event.user_id, self.event.asset)
 
 
@@ -183,33 +170,33 @@ def signed_amount(event: PaymentEvent) -> Decimal:
 class Plan:
     decisions: list[tuple[Candidate, Outcome]] = field(default_factory=list)
     # Net change of the available balance per (user, asset).
-    deltas: dict[Pair, Decimal] = field(default_factory=dict)
+    deltas: dict[BalanceKey, Decimal] = field(default_factory=dict)
     # Net change of the pending balance per (user, asset) (chain deposits).
-    pending_deltas: dict[Pair, Decimal] = field(default_factory=dict)
+    pending_deltas: dict[BalanceKey, Decimal] = field(default_factory=dict)
     # Journal rows: (candidate, delta) per book, in batch order.
     available_journal: list[tuple[Candidate, Decimal]] = field(default_factory=list)
     pending_journal: list[tuple[Candidate, Decimal]] = field(default_factory=list)
     # Balance after the batch per touched pair (the invariant checks use it).
-    closing: dict[Pair, Decimal] = field(default_factory=dict)
+    closing: dict[BalanceKey, Decimal] = field(default_factory=dict)
     # Reversals available could not cover: (candidate, amount owed).
     shortfalls: list[tuple[Candidate, Decimal]] = field(default_factory=list)
 
     def with_outcome(self, outcome: Outcome) -> list[Candidate]:
         return [c for c, o in self.decisions if o is outcome]
 
-    def sorted_deltas(self) -> list[tuple[Pair, Decimal]]:
+    def sorted_deltas(self) -> list[tuple[BalanceKey, Decimal]]:
         """Non-zero deltas in (user_id, asset) order, the order the rows are locked in."""
         return [(pair, d) for pair, d in sorted(self.deltas.items()) if d != ZERO]
 
-    def sorted_pending_deltas(self) -> list[tuple[Pair, Decimal]]:
+    def sorted_pending_deltas(self) -> list[tuple[BalanceKey, Decimal]]:
         return [(pair, d) for pair, d in sorted(self.pending_deltas.items()) if d != ZERO]
 
     @property
-    def touched(self) -> set[Pair]:
+    def touched(self) -> set[BalanceKey]:
         return set(self.deltas) | set(self.pending_deltas)
 
 
-def plan_batch(candidates: Sequence[Candidate], opening: dict[Pair, Decimal],
+def plan_batch(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
                flagged: Iterable[str] = ()) -> Plan:
     """Walk `candidates` in batch order (offset order per user) over `opening` balances.
 
@@ -221,7 +208,7 @@ def plan_batch(candidates: Sequence[Candidate], opening: dict[Pair, Decimal],
     reversal that leaves a shortfall flags its user for the rest of the batch.
     """
     plan = Plan()
-    running: dict[Pair, Decimal] = {}
+    running: dict[BalanceKey, Decimal] = {}
     flagged_users = set(flagged)
     for candidate in candidates:
         pair = candidate.pair

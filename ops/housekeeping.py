@@ -2,13 +2,15 @@
 
 processed_events grows by one row per event. Past the TTL a redelivery is no longer
 plausible (Kafka retention, Debezium and consumer replays all act within hours), and if
-one does arrive, the journal's UNIQUE (source_event_id, event_type) still refuses a
-second ledger effect: the ledger's batch fails on the journal insert and rolls back its
-balance update with it (tests/integration/test_ops_housekeeping.py shows it).
+one does arrive, the ledger finds its effect on record (its journal row, its final
+status) and treats it as a duplicate, writing its outcome back as it was; the journal's
+UNIQUE (source_event_id, event_type) refuses a second effect whatever happens
+(tests/integration/test_ops_housekeeping.py shows both).
 
-Only final outcomes are deleted. An entry still waiting (`pending_finality`, `credited`)
-is the state of an event in progress and is never touched, whatever its age; an outcome this
-module does not know is kept too (allow-list, not deny-list).
+Only final outcomes are deleted (schema.processed_events.purge_final, the one writer of
+the table). An entry still waiting (`pending_finality`, `credited`) is the state of an
+event in progress and is never touched, whatever its age; an outcome not listed as
+final is kept too (allow-list, not deny-list).
 
 Rows go in small batches, each one DELETE statement = one short transaction on an
 autocommit connection, so the purge never holds many locks or a long snapshot, and it
@@ -22,35 +24,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-import psycopg2.extensions
+from paystream.schema import processed_events
+from paystream.schema.db import Connection
 
-# Outcomes after which an event's processing can never change (TigerBeetle's rule: a
-# result is final for its id). Keep in step with processed_events' CHECK constraint.
-# Not here, so kept whatever their age: `pending_finality` (a chain deposit not final,
+# The outcomes purged: final ones (TigerBeetle's rule: a result is final for its id).
+# Kept whatever their age: the waiting `pending_finality` (a chain deposit not final,
 # credited before finality or not) and `credited` (a deposit_credited whose deposit is
-# not final yet: a reorg may still reverse it). The ledger moves both to a final
-# outcome when the deposit settles (applied, reorged or reversed).
-FINAL_OUTCOMES: tuple[str, ...] = ("applied", "insufficient_funds", "reorged", "reversed",
-                                   "shortfall", "account_flagged")
+# not final yet: a reorg may still reverse it); the ledger moves both to a final outcome
+# when the deposit settles (applied, reorged or reversed). Both lists live with the
+# table (schema.processed_events); the CLI names these in its report.
+FINAL_OUTCOMES = processed_events.FINAL_OUTCOMES
 DEFAULT_TTL_DAYS = 14.0
 DEFAULT_BATCH_SIZE = 1000
-
-_DELETE_BATCH = """
-    WITH batch AS (
-        SELECT idempotency_key FROM processed_events
-        WHERE processed_at < %(cutoff)s AND outcome = ANY(%(final)s)
-        ORDER BY processed_at
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    )
-    DELETE FROM processed_events AS p USING batch
-    WHERE p.idempotency_key = batch.idempotency_key"""
-
-_COUNT = """
-    SELECT count(*) FROM processed_events
-    WHERE processed_at < %(cutoff)s AND outcome = ANY(%(final)s)"""
 
 
 @dataclass(frozen=True)
@@ -61,7 +47,7 @@ class PurgeResult:
     dry_run: bool = False
 
 
-def purge_processed_events(conn: psycopg2.extensions.connection, *,
+def purge_processed_events(conn: Connection, *,
                            ttl_days: float = DEFAULT_TTL_DAYS,
                            batch_size: int = DEFAULT_BATCH_SIZE,
                            pause_s: float = 0.0, max_batches: int | None = None,
@@ -76,20 +62,20 @@ def purge_processed_events(conn: psycopg2.extensions.connection, *,
         raise ValueError("ttl_days must be >= 0 and batch_size >= 1")
     with conn.cursor() as cur:
         cur.execute("SELECT now() - make_interval(secs => %s)", (ttl_days * 86400,))
-        cutoff = cur.fetchone()[0]
-        params: dict[str, Any] = {"cutoff": cutoff, "final": list(FINAL_OUTCOMES),
-                                  "limit": batch_size}
+        row = cur.fetchone()
+        assert row is not None  # a SELECT of one expression returns one row
+        cutoff: datetime = row[0]
         if dry_run:
-            cur.execute(_COUNT, params)
-            return PurgeResult(int(cur.fetchone()[0]), 0, cutoff, dry_run=True)
+            return PurgeResult(processed_events.count_final(cur, cutoff), 0, cutoff,
+                               dry_run=True)
         deleted = batches = 0
         while max_batches is None or batches < max_batches:
-            cur.execute(_DELETE_BATCH, params)
-            if cur.rowcount <= 0:
+            done = processed_events.purge_final(cur, cutoff, batch_size)
+            if done <= 0:
                 break
-            deleted += cur.rowcount
+            deleted += done
             batches += 1
-            if cur.rowcount < batch_size:
+            if done < batch_size:
                 break
             if pause_s:
                 # Lets replication and autovacuum keep up on a large first purge.

@@ -42,8 +42,8 @@ import psycopg2.extensions
 import structlog
 from prometheus_client import Counter, Gauge
 
-Pair = tuple[str, str]  # (user_id, asset)
-Connection = psycopg2.extensions.connection
+from paystream.schema.balances import BalanceKey
+from paystream.schema.db import Connection
 
 # -- metrics (declared once; `scope` is hot_path for the ledger's check, full for a
 #    whole-ledger check run by a long-lived process such as the health exporter) --------
@@ -116,7 +116,7 @@ class Mismatch:
         return "negative"
 
     @property
-    def pair(self) -> Pair:
+    def pair(self) -> BalanceKey:
         return (self.user_id, self.asset)
 
 
@@ -143,7 +143,7 @@ class Report:
 
 
 @contextlib.contextmanager
-def snapshot(conn: psycopg2.extensions.connection) -> Iterator[Any]:
+def snapshot(conn: Connection) -> Iterator[Any]:
     """A cursor inside one REPEATABLE READ, READ ONLY transaction opened by statement.
 
     Works on the consumer's own connection too (autocommit off), provided no
@@ -171,7 +171,8 @@ def snapshot(conn: psycopg2.extensions.connection) -> Iterator[Any]:
             conn.autocommit = previous
 
 
-def _scope_filter(users: Sequence[str] | None, pairs: Sequence[Pair] | None) -> tuple[str, dict]:
+def _scope_filter(users: Sequence[str] | None, pairs: Sequence[BalanceKey] | None
+                  ) -> tuple[str, dict[str, list[str]]]:
     """A WHERE clause (for any relation with user_id, asset) and its parameters."""
     if pairs is not None:
         return ("WHERE (user_id, asset) IN"
@@ -200,7 +201,7 @@ def _book_sql(book: Book, where: str) -> str:
 
 
 def find_mismatches(cur: Any, *, users: Sequence[str] | None = None,
-                    pairs: Sequence[Pair] | None = None,
+                    pairs: Sequence[BalanceKey] | None = None,
                     books: Sequence[Book] = BOOKS) -> tuple[int, list[Mismatch]]:
     """(balances in scope, mismatches) using `cur`'s transaction as the snapshot."""
     where, params = _scope_filter(users, pairs)
@@ -214,7 +215,7 @@ def find_mismatches(cur: Any, *, users: Sequence[str] | None = None,
     return checked, found
 
 
-def reconcile(conn: psycopg2.extensions.connection, *,
+def reconcile(conn: Connection, *,
               users: Sequence[str] | None = None) -> Report:
     """Check every balance (or those of `users`) in one consistent snapshot."""
     with snapshot(conn) as cur:
@@ -260,11 +261,11 @@ class HotPathReconciler:
         # Bounds one check's cost; the remainder waits for the next interval.
         self.max_pairs = max_pairs
         self.scope = scope
-        self._touched: set[Pair] = set()
-        self._bad: dict[Pair, Mismatch] = {}
+        self._touched: set[BalanceKey] = set()
+        self._bad: dict[BalanceKey, Mismatch] = {}
         self._last_check = float("-inf")
 
-    def note_touched(self, pairs: Iterable[Pair]) -> None:
+    def note_touched(self, pairs: Iterable[BalanceKey]) -> None:
         self._touched.update(pairs)
 
     def due(self, now: float | None = None) -> bool:
@@ -304,7 +305,7 @@ class HotPathReconciler:
         self._record(batch, checked, found)
         return found
 
-    def _record(self, batch: Sequence[Pair], checked: int, found: list[Mismatch]) -> None:
+    def _record(self, batch: Sequence[BalanceKey], checked: int, found: list[Mismatch]) -> None:
         now_bad = {m.pair: m for m in found}
         for pair in batch:
             was = self._bad.pop(pair, None)

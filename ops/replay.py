@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.schema import processed_events
+from paystream.schema.db import Cursor
 from paystream.schema.events import PAYMENTS_AGGREGATE, EventError, parse_wire
-from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import emit
 from paystream.schema.status import EventStatus, transition
 
@@ -33,7 +34,8 @@ class Replayed:
     outbox_id: str
 
 
-def list_dead_letters(cur: Any, status: str | None = "open", limit: int = 50) -> list[dict]:
+def list_dead_letters(cur: Cursor, status: str | None = "open", limit: int = 50
+                      ) -> list[dict[str, Any]]:
     where = "WHERE status = %s" if status else ""
     params: tuple[Any, ...] = (status, limit) if status else (limit,)
     cur.execute(f"SELECT {', '.join(LIST_COLUMNS)} FROM dead_letter_queue {where}"
@@ -41,15 +43,16 @@ def list_dead_letters(cur: Any, status: str | None = "open", limit: int = 50) ->
     return [dict(zip(LIST_COLUMNS, row, strict=True)) for row in cur.fetchall()]
 
 
-def show_dead_letter(cur: Any, dlq_id: int) -> dict | None:
+def show_dead_letter(cur: Cursor, dlq_id: int) -> dict[str, Any] | None:
     cur.execute("SELECT * FROM dead_letter_queue WHERE id = %s", (dlq_id,))
     row = cur.fetchone()
     if row is None:
         return None
-    return dict(zip([d[0] for d in cur.description], row, strict=True))
+    columns = [d[0] for d in cur.description or ()]
+    return dict(zip(columns, row, strict=True))
 
 
-def replay(cur: Any, dlq_id: int) -> Replayed:
+def replay(cur: Cursor, dlq_id: int) -> Replayed:
     """Send dead letter `dlq_id` back through the outbox in the caller's transaction."""
     cur.execute("SELECT status, payload, headers FROM dead_letter_queue WHERE id = %s"
                 " FOR UPDATE", (dlq_id,))
@@ -64,12 +67,10 @@ def replay(cur: Any, dlq_id: int) -> Replayed:
     except (ValueError, EventError) as exc:
         raise ReplayRefused(f"payload cannot be parsed ({exc}); fix the producer, "
                             "a replay would only dead-letter it again") from None
-    cur.execute("SELECT outcome FROM processed_events WHERE idempotency_key = %s",
-                (idempotency_key(event.event_id, event.event_type.value),))
-    done = cur.fetchone()
+    done = processed_events.outcome_of(cur, event.event_id, event.event_type.value)
     if done is not None:
         raise ReplayRefused(f"event {event.event_id} ({event.event_type}) was already "
-                            f"processed with outcome {done[0]}")
+                            f"processed with outcome {done}")
     cur.execute("SELECT status FROM payment_events WHERE event_id = %s FOR UPDATE",
                 (event.event_id,))
     current = cur.fetchone()

@@ -1,0 +1,171 @@
+"""Each event's outcome is written once, with its final value (schema.processed_events),
+against the real Postgres: what the WAL carries for processed_events is read back through
+a temporary logical replication slot, so a provisional row corrected later would show.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import psycopg2
+import pytest
+
+from paystream.consumers.commit import apply_with_isolation
+from paystream.consumers.connection import Database
+from paystream.consumers.failures import TransientError
+from paystream.consumers.handler import BatchResult
+from paystream.consumers.ledger import LedgerHandler
+from paystream.consumers.records import Origin, Record
+from paystream.schema.db import Connection
+from paystream.schema.idempotency import idempotency_key
+from tests.support.ids import unique
+
+CHANGE = re.compile(r"table public\.processed_events: (INSERT|UPDATE|DELETE): .*?"
+                    r"event_id\[text\]:'([^']*)'.*?outcome\[text\]:'([^']*)'")
+
+
+def record(user: str, event_id: str, event_type: str, amount: str, offset: int = 0) -> Record:
+    value = {"event_id": event_id, "event_type": event_type, "user_id": user,
+             "asset": "USDC", "amount": amount, "provider": "test"}
+    return Record(Origin("paystream.payments", 0, offset), user.encode(),
+                  json.dumps(value).encode(),
+                  (("event_id", event_id.encode()), ("event_type", event_type.encode()),
+                   ("trace_id", b"trace-outcomes")), None)
+
+
+def ledger_apply(conn: Connection, records: list[Record]) -> BatchResult:
+    """One batch through the ledger, as the commit protocol's steps 1, 2 and 5 run it."""
+    try:
+        result = apply_with_isolation(conn, LedgerHandler(), records)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return result
+
+
+@pytest.fixture
+def ledger_db() -> Iterator[Database]:
+    database = Database(application_name="paystream-test-outcomes")
+    try:
+        database.connection()
+    except psycopg2.OperationalError as exc:
+        pytest.fail(f"Postgres is not reachable ({exc}); run `paystream stack up`")
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def wal(db: Connection) -> Iterator[Any]:
+    """A function returning processed_events changes since the fixture started, as
+    (operation, event_id, outcome), read from a temporary logical slot."""
+    slot = unique("test_outcomes").replace("-", "_")
+    with db.cursor() as cur:
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding', true)",
+                    (slot,))  # temporary: dropped with this session
+
+    def changes(prefix: str) -> list[tuple[str, str, str]]:
+        with db.cursor() as cur:
+            cur.execute("SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL)"
+                        " WHERE data LIKE 'table public.processed_events:%%'", (slot,))
+            found = [CHANGE.match(row[0]) for row in cur.fetchall()]
+        return [(m[1], m[2], m[3]) for m in found if m is not None and m[2].startswith(prefix)]
+
+    yield changes
+
+
+def test_each_outcome_is_inserted_once_with_its_final_value_and_a_replay_adds_none(
+        db: Connection, ledger_db: Database, wal: Any) -> None:
+    rich, poor = unique("out-rich"), unique("out-poor")
+    prefix = unique("out-ev")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s), (%s)", (rich, poor))
+    batch = [record(rich, f"{prefix}-dep", "deposit", "10", 0),
+             record(rich, f"{prefix}-big", "withdrawal", "50", 1),  # insufficient
+             record(rich, f"{prefix}-ok", "withdrawal", "4", 2),
+             record(poor, f"{prefix}-none", "withdrawal", "1", 3)]  # no balance row at all
+    first = ledger_apply(ledger_db.connection(), batch)
+    assert (first.outcomes["applied"], first.outcomes["insufficient_funds"]) == (2, 2)
+
+    again = ledger_apply(ledger_db.connection(), batch)  # a redelivered batch
+    assert again.outcomes["duplicate"] == 4 and again.outcomes["applied"] == 0
+
+    assert sorted(wal(prefix)) == sorted([
+        ("INSERT", f"{prefix}-dep", "applied"),
+        ("INSERT", f"{prefix}-big", "insufficient_funds"),
+        ("INSERT", f"{prefix}-ok", "applied"),
+        ("INSERT", f"{prefix}-none", "insufficient_funds"),
+    ])  # no UPDATE: nothing provisional was corrected; no second INSERT on the replay
+    with db.cursor() as cur:
+        cur.execute("SELECT balance FROM balances WHERE user_id = %s", (rich,))
+        assert cur.fetchall() == [(Decimal(6),)]
+        cur.execute("SELECT count(*) FROM balances WHERE user_id = %s", (poor,))
+        assert cur.fetchone() == (0,)
+
+
+def test_two_appliers_of_one_event_commit_one_outcome(db: Connection) -> None:
+    """A rebalance lets two processes hold one batch for a moment. A debit of an asset
+    the user never held has no balance row to lock, so both plan it: the outcome's
+    INSERT is the claim, the loser's batch rolls back (transient) and, retried, sees a
+    duplicate. One outcome, one notification, never two."""
+    user, event_id = unique("out-race"), unique("out-race-ev")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    batch = [record(user, event_id, "withdrawal", "1")]
+    first, second = (Database(application_name="paystream-test-race-a"),
+                     Database(application_name="paystream-test-race-b"))
+    try:
+        winner, loser = first.connection(), second.connection()
+        with winner.cursor() as cur:
+            won = LedgerHandler().apply(cur, batch)  # applied, not committed yet
+        assert won.outcomes["insufficient_funds"] == 1
+        with loser.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            loser_pid = cur.fetchone()[0]
+        raised: list[BaseException] = []
+
+        def lose() -> None:
+            try:
+                with loser.cursor() as cur:
+                    LedgerHandler().apply(cur, batch)
+            except BaseException as exc:
+                raised.append(exc)
+            finally:
+                loser.rollback()
+
+        thread = threading.Thread(target=lose)
+        thread.start()
+        _wait_for_lock_wait(db, loser_pid)  # the loser waits on the winner's key
+        winner.commit()
+        thread.join(30)
+        assert not thread.is_alive()
+        assert len(raised) == 1 and isinstance(raised[0], TransientError), raised
+        retried = ledger_apply(loser, batch)
+        assert retried.outcomes["duplicate"] == 1 and not retried.dead_letters
+    finally:
+        first.close()
+        second.close()
+    with db.cursor() as cur:
+        cur.execute("SELECT outcome FROM processed_events WHERE idempotency_key = %s",
+                    (idempotency_key(event_id, "withdrawal"),))
+        assert cur.fetchall() == [("insufficient_funds",)]
+        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))
+        assert cur.fetchall() == []  # produced straight to the ledger: no ingest row
+
+
+def _wait_for_lock_wait(db: Connection, pid: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with db.cursor() as cur:
+            cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+            row = cur.fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.02)
+    pytest.fail(f"backend {pid} never waited on a lock")
