@@ -30,7 +30,7 @@ from web3 import Web3
 
 from paystream.finality.planner import check, check_one_by_one
 from paystream.finality.rpc import ChainRpc
-from paystream.finality.verify import Outcome
+from paystream.finality.verify import ChainOutcome
 from paystream.finality.watcher import FinalityWatcher
 from tests.support.chain.counting import RpcCounter
 from tests.support.chain.deposits import NETWORK, activities, deliver
@@ -106,7 +106,7 @@ def measure(chain: Chain, deposits, repeats: int = 3) -> dict[str, float]:
         planner_times.append(time.perf_counter() - started)
         counts = (counter.total, counter.round_trips, dict(counter.requests))
     assert verdicts is not None and counts is not None
-    assert all(v.outcome is Outcome.FINAL for _, v in verdicts)
+    assert all(v.outcome is ChainOutcome.FINAL for _, v in verdicts)
 
     rpc = ChainRpc(NETWORK, chain.url, timeout=30, finalized_ttl=0)
     counter = RpcCounter(rpc)

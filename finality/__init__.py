@@ -4,11 +4,13 @@ final, and never if a reorg removed it.
   rpc.py       web3 client per network: timeouts, breaker, finalized-block cache
   breaker.py   the circuit breaker state machine
   evidence.py  receipts / transactions / block refs as plain values
-  verify.py    one deposit + evidence → FINAL / REORGED(reason) / NOT_YET (pure)
+  verify.py    one deposit + evidence → a FinalityVerdict: FINAL / REORGED(reason) /
+               NOT_YET (pure); the deposit itself is schema.chain.ExpectedDeposit
   planner.py   group due deposits by block: a tick costs 1 + distinct blocks calls
   watcher.py   the tick loop, with the DB side behind PendingStore / OutcomeSink
   store.py     that DB side on Postgres: chain_deposits due / suspects / settlements
-               (one transaction: rows marked + settlement event into the outbox)
+               (one transaction: rows marked through schema.chain_deposits +
+               settlement event into the outbox)
   service.py   `paystream consume finality`: a watcher thread per network
   events.py    the finalisation / reorg event ids and payloads for the outbox
   metrics.py   every finality metric, declared once

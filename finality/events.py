@@ -19,38 +19,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from paystream.finality.verify import ExpectedDeposit, Outcome, Verdict
+from paystream.finality.verify import ChainOutcome, FinalityVerdict
+from paystream.schema.chain import ExpectedDeposit
 
 FINALIZED_EVENT_TYPE = "deposit_finalized"
 REORGED_EVENT_TYPE = "deposit_reorged"
 CREDITED_EVENT_TYPE = "deposit_credited"
 REVERSED_EVENT_TYPE = "deposit_reversed"
 
-_TAKES_BACK = (Outcome.REORGED, Outcome.UNCONFIRMED)
+_TAKES_BACK = (ChainOutcome.REORGED, ChainOutcome.UNCONFIRMED)
 
 
-def event_type(verdict: Verdict, credited: bool = False) -> str:
+def event_type(verdict: FinalityVerdict, credited: bool = False) -> str:
     """The settlement type of `verdict` for a deposit `credited` before finality or not."""
-    if verdict.outcome is Outcome.FINAL:
+    if verdict.outcome is ChainOutcome.FINAL:
         return FINALIZED_EVENT_TYPE
-    if verdict.outcome is Outcome.CONFIRMED and not credited:
+    if verdict.outcome is ChainOutcome.CONFIRMED and not credited:
         return CREDITED_EVENT_TYPE
     if verdict.outcome in _TAKES_BACK and credited:
         return REVERSED_EVENT_TYPE
-    if verdict.outcome is Outcome.REORGED:
+    if verdict.outcome is ChainOutcome.REORGED:
         return REORGED_EVENT_TYPE
     raise ValueError(f"a {verdict.outcome} verdict is not an event"
                      f" for a {'credited' if credited else 'pending'} deposit")
 
 
-def event_id(deposit: ExpectedDeposit, verdict: Verdict, credited: bool = False) -> str:
+def event_id(deposit: ExpectedDeposit, verdict: FinalityVerdict, credited: bool = False) -> str:
     """`<deposit event id>:finalized` / `:reorged` / `:credited` / `:reversed`."""
     suffix = {FINALIZED_EVENT_TYPE: "finalized", REORGED_EVENT_TYPE: "reorged",
               CREDITED_EVENT_TYPE: "credited", REVERSED_EVENT_TYPE: "reversed"}
     return f"{deposit.event_id}:{suffix[event_type(verdict, credited)]}"
 
 
-def payload(deposit: ExpectedDeposit, verdict: Verdict, credited: bool = False
+def payload(deposit: ExpectedDeposit, verdict: FinalityVerdict, credited: bool = False
             ) -> dict[str, Any]:
     """The JSON body: which deposit, and where it is final or deep enough (or why not)."""
     body: dict[str, Any] = {
@@ -62,7 +63,7 @@ def payload(deposit: ExpectedDeposit, verdict: Verdict, credited: bool = False
         "reported_block_number": deposit.block_number,
         "reported_block_hash": deposit.block_hash,
     }
-    if verdict.outcome in (Outcome.FINAL, Outcome.CONFIRMED):
+    if verdict.outcome in (ChainOutcome.FINAL, ChainOutcome.CONFIRMED):
         assert verdict.block is not None
         body.update(block_number=verdict.block.number, block_hash=verdict.block.hash,
                     moved=verdict.moved, log_index=verdict.log_index,

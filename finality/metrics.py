@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from paystream.finality.breaker import BreakerState
@@ -64,7 +66,7 @@ DELAYED_TICKS = Counter(
     ["network", "cause"])
 
 
-def breaker_gauge(network: str):
+def breaker_gauge(network: str) -> Callable[[BreakerState], None]:
     """An on_change hook for CircuitBreaker that keeps BREAKER_STATE current."""
     gauge = BREAKER_STATE.labels(network=network)
 

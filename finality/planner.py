@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 from paystream.finality.evidence import BlockEvidence, Receipt, Transaction
 from paystream.finality.rpc import ChainRpc
-from paystream.finality.verify import ExpectedDeposit, Verdict, judge, not_yet, verify
+from paystream.finality.verify import FinalityVerdict, judge, not_yet, verify
+from paystream.schema.chain import ExpectedDeposit
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def plan(deposits: Iterable[ExpectedDeposit], finalized: int) -> TickPlan:
 
 
 def check(rpc: ChainRpc, deposits: Sequence[ExpectedDeposit], finalized: int,
-          confirmed: int | None = None) -> list[tuple[ExpectedDeposit, Verdict]]:
+          confirmed: int | None = None) -> list[tuple[ExpectedDeposit, FinalityVerdict]]:
     """A verdict for every deposit (NOT_YET for those above `finalized`, or above the
     credit height `confirmed` when given: verify.judge).
 
@@ -65,7 +66,7 @@ def check(rpc: ChainRpc, deposits: Sequence[ExpectedDeposit], finalized: int,
     tick = plan(deposits, up_to)
     evidence = rpc.blocks_evidence(tick.blocks, tick.native_blocks)
     moved: dict[tuple[str, bool], tuple[Receipt | None, Transaction | None]] = {}
-    results: list[tuple[ExpectedDeposit, Verdict]] = []
+    results: list[tuple[ExpectedDeposit, FinalityVerdict]] = []
     for deposit in deposits:
         if deposit.block_number > up_to:
             results.append((deposit, not_yet("block_not_final")))
@@ -78,7 +79,7 @@ def check(rpc: ChainRpc, deposits: Sequence[ExpectedDeposit], finalized: int,
 
 
 def check_one_by_one(rpc: ChainRpc, deposits: Sequence[ExpectedDeposit], finalized: int
-                     ) -> list[tuple[ExpectedDeposit, Verdict]]:
+                     ) -> list[tuple[ExpectedDeposit, FinalityVerdict]]:
     """The baseline: a receipt (and a transaction for native coin) per deposit.
     Kept for the benchmark and as a reference implementation in tests."""
     results = []
@@ -101,12 +102,12 @@ def _find(rpc: ChainRpc, deposit: ExpectedDeposit, block: BlockEvidence | None,
     still there, else looked up by hash once per tick (the transaction moved or
     vanished; several token deposits may share one transaction)."""
     if block is not None and deposit.tx_hash in block.receipts:
-        receipt = block.receipts[deposit.tx_hash]
+        in_block = block.receipts[deposit.tx_hash]
         transaction = None
         if deposit.needs_transaction and block.transactions is not None:
             transaction = block.transactions.get(deposit.tx_hash)
         if not deposit.needs_transaction or transaction is not None:
-            return receipt, transaction
+            return in_block, transaction
     key = (deposit.tx_hash, deposit.needs_transaction)
     if key not in moved:
         receipt = rpc.receipt(deposit.tx_hash)

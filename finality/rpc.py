@@ -89,8 +89,9 @@ class ChainRpc:
         self._finalized: tuple[float, BlockRef] | None = None
         self._head: tuple[float, int] | None = None
         # No network work here: the provider connects on the first call.
-        self.w3 = Web3(HTTPProvider(url, request_kwargs={"timeout": timeout},
-                                    exception_retry_configuration=None))
+        self._provider = HTTPProvider(url, request_kwargs={"timeout": timeout},
+                                      exception_retry_configuration=None)
+        self.w3 = Web3(self._provider)
 
     # --- the watcher's vocabulary -------------------------------------------------------
 
@@ -213,7 +214,7 @@ class ChainRpc:
         for method, _ in calls:
             self._on_call(method)
         try:
-            responses = self.w3.provider.make_batch_request(
+            responses = self._provider.make_batch_request(
                 [(RPCEndpoint(m), p) for m, p in calls])
         except (requests.RequestException, OSError, ValueError) as exc:
             self._failed(label)

@@ -3,18 +3,9 @@
 `ChainDepositStore` is the PendingStore (due / backlog) and the OutcomeSink (record) of
 watcher.py, on one Postgres connection per network thread.
 
-Who writes what (one writer per state change):
-  ledger   INSERT state=pending (with balances.pending += amount, same transaction);
-           finalizing -> final, reorging -> reorged, crediting -> credited,
-           reversing -> reversed when it applies the settlement
-  watcher  pending -> suspect (reorg notices, re-hashed blocks: mark_suspects);
-           pending|suspect -> finalizing|reorging|crediting, and
-           credited -> finalizing|reversing, AND the settlement event into the
-           outbox, in ONE transaction (record): a verdict is emitted at most once, and a
-           crash before the commit leaves the deposit due at the next tick;
-           credited.missing_since_block (mark_missing: the reversal's grace clock)
-  ingest   nothing here: it records `reorg` notices (removed logs, a transfer re-mined
-           in another block) in ingest_notices; the watcher reads them
+The rows and who moves them from which state to which: schema/chain_deposits.py (the
+one module that writes the table); this store reads what the watcher needs and makes
+the watcher's moves through it.
 
 Suspects are settled like every pending deposit: by the chain, once the finalized block
 passes the reported block (verify.py compares the receipt's block hash with the one the
@@ -33,17 +24,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from decimal import Decimal
 from typing import Any
 
 import psycopg2
-import psycopg2.extensions
 import structlog
 
 from paystream.finality import events, metrics
-from paystream.finality.verify import DepositKind, ExpectedDeposit, Outcome, Verdict, reorged
+from paystream.finality.verify import ChainOutcome, FinalityVerdict, reorged
+from paystream.schema import chain_deposits
 from paystream.schema.amounts import format_amount
-from paystream.schema.db import connect
+from paystream.schema.chain import DepositKind, ExpectedDeposit
+from paystream.schema.chain_deposits import DepositState
+from paystream.schema.db import Connection, Cursor, connect
 from paystream.schema.events import PAYMENTS_AGGREGATE
 from paystream.schema.outbox import emit
 
@@ -53,7 +47,7 @@ PROVIDER = "finality"  # the `provider` of settlement events on the wire
 OPEN_STATES = ("pending", "suspect")
 
 
-def transfer_key(deposit: ExpectedDeposit, verdict: Verdict) -> str:
+def transfer_key(deposit: ExpectedDeposit, verdict: FinalityVerdict) -> str:
     """The on-chain identity of the transfer a FINAL verdict credits."""
     base = f"{deposit.network}:{deposit.tx_hash}"
     if deposit.kind is DepositKind.TOKEN:
@@ -63,8 +57,8 @@ def transfer_key(deposit: ExpectedDeposit, verdict: Verdict) -> str:
     return f"{base}:external"
 
 
-def settlement_wire(deposit: ExpectedDeposit, verdict: Verdict, user_id: str, asset: str,
-                    amount: Any, credited: bool = False) -> dict[str, Any]:
+def settlement_wire(deposit: ExpectedDeposit, verdict: FinalityVerdict, user_id: str,
+                    asset: str, amount: Decimal, credited: bool = False) -> dict[str, Any]:
     """The settlement event as a PaymentEvent wire dict (schema.events.parse_wire reads
     it back). Nulls and empty lists are left out: Debezium's JSON expansion drops them,
     and the event on Kafka must be exactly the event written."""
@@ -83,15 +77,14 @@ class ChainDepositStore:
     costs the failing tick only (watcher.run logs it and tries again next tick).
     """
 
-    def __init__(self, connect_fn: Callable[[], psycopg2.extensions.connection] | None = None
-                 ) -> None:
+    def __init__(self, connect_fn: Callable[[], Connection] | None = None) -> None:
         self._connect = connect_fn or (lambda: connect(application_name="paystream-finality"))
-        self._conn: psycopg2.extensions.connection | None = None
+        self._conn: Connection | None = None
 
     # --- connection -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self):
+    def _transaction(self) -> Iterator[Cursor]:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
         conn = self._conn
@@ -127,7 +120,9 @@ class ChainDepositStore:
                 "SELECT count(*), extract(epoch FROM min(recorded_at)) FROM chain_deposits"
                 " WHERE network = %s AND state IN ('pending', 'suspect', 'crediting',"
                 " 'finalizing', 'reorging') AND credited_at IS NULL", (network,))
-            count, oldest = cur.fetchone()
+            row = cur.fetchone()
+        assert row is not None  # count(*) always answers one row
+        count, oldest = row
         return int(count), (float(oldest) if oldest is not None else None)
 
     def credited(self, network: str, limit: int) -> list[tuple[ExpectedDeposit, int | None]]:
@@ -148,17 +143,16 @@ class ChainDepositStore:
             cur.execute("SELECT count(*) FROM chain_deposits WHERE network = %s"
                         " AND state IN ('credited', 'finalizing', 'reversing')"
                         " AND credited_at IS NOT NULL", (network,))
-            return int(cur.fetchone()[0])
+            row = cur.fetchone()
+        assert row is not None  # count(*) always answers one row
+        return int(row[0])
 
     def mark_missing(self, network: str, marks: dict[str, int | None]) -> None:
         """Set (or clear, with None) credited deposits' missing_since_block."""
         if not marks:
             return
         with self._transaction() as cur:
-            cur.executemany(
-                "UPDATE chain_deposits SET missing_since_block = %s"
-                " WHERE event_id = %s AND network = %s AND state = 'credited'",
-                [(height, event_id, network) for event_id, height in sorted(marks.items())])
+            chain_deposits.mark_missing(cur, network, marks)
 
     def mark_suspects(self, network: str) -> int:
         """pending -> suspect for deposits a provider announced a reorg for: a `reorg`
@@ -166,19 +160,7 @@ class ChainDepositStore:
         block), or another deposit reported in the same block number with another
         block hash. Returns how many were marked now."""
         with self._transaction() as cur:
-            cur.execute(
-                "UPDATE chain_deposits c SET state = 'suspect', suspect_reason = n.reason"
-                " FROM ingest_notices n WHERE c.network = %s AND c.state = 'pending'"
-                " AND n.kind = 'reorg' AND n.event_id = c.event_id", (network,))
-            marked = cur.rowcount
-            cur.execute(
-                "UPDATE chain_deposits c SET state = 'suspect',"
-                " suspect_reason = 'block_rehashed'"
-                " WHERE c.network = %s AND c.state = 'pending' AND c.block_hash IS NOT NULL"
-                " AND EXISTS (SELECT 1 FROM chain_deposits o WHERE o.network = c.network"
-                "  AND o.block_number = c.block_number AND o.block_hash IS NOT NULL"
-                "  AND o.block_hash <> c.block_hash)", (network,))
-            marked += cur.rowcount
+            marked = chain_deposits.mark_suspects(cur, network)
         if marked:
             metrics.SUSPECTS.labels(network=network).inc(marked)
             log.warning("deposits_reorg_suspect", network=network, count=marked)
@@ -186,8 +168,8 @@ class ChainDepositStore:
 
     # --- OutcomeSink ------------------------------------------------------------------
 
-    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, Verdict]],
-               credited: Sequence[tuple[ExpectedDeposit, Verdict]] = ()) -> None:
+    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, FinalityVerdict]],
+               credited: Sequence[tuple[ExpectedDeposit, FinalityVerdict]] = ()) -> None:
         """Mark each decided deposit and emit its settlement event, all in ONE
         transaction. A deposit no longer open (decided by an earlier, committed tick)
         is skipped, so a verdict is never emitted twice. `decided`: pending deposits
@@ -197,7 +179,7 @@ class ChainDepositStore:
             for deposit, verdict in credited:
                 self._settle(cur, deposit, verdict, None, credited=True)
             keys = {d.event_id: transfer_key(d, v) for d, v in decided
-                    if v.outcome in (Outcome.FINAL, Outcome.CONFIRMED)}
+                    if v.outcome in (ChainOutcome.FINAL, ChainOutcome.CONFIRMED)}
             cur.execute("SELECT transfer_key, event_id FROM chain_deposits"
                         " WHERE transfer_key = ANY(%s)", (sorted(set(keys.values())),))
             claimed: dict[str, str] = dict(cur.fetchall())
@@ -212,31 +194,26 @@ class ChainDepositStore:
                 if key is not None:
                     claimed[key] = deposit.event_id
 
-    def _settle(self, cur: Any, deposit: ExpectedDeposit, verdict: Verdict,
+    def _settle(self, cur: Cursor, deposit: ExpectedDeposit, verdict: FinalityVerdict,
                 key: str | None, credited: bool = False) -> None:
-        final = verdict.outcome is Outcome.FINAL
+        final = verdict.outcome is ChainOutcome.FINAL
         if credited:
-            state, sources = ("finalizing" if final else "reversing"), ["credited"]
+            state = DepositState.FINALIZING if final else DepositState.REVERSING
+            sources = [DepositState.CREDITED]
         else:
-            state = {Outcome.FINAL: "finalizing", Outcome.CONFIRMED: "crediting"}.get(
-                verdict.outcome, "reorging")
-            sources = ["pending", "suspect"]
-        cur.execute(
-            "UPDATE chain_deposits SET state = %s, decided_at = now(),"
-            " transfer_key = CASE WHEN %s THEN NULL ELSE coalesce(%s, transfer_key) END,"
-            " verdict_reason = %s,"
-            " final_block_number = %s, final_block_hash = %s, final_log_index = %s"
-            " WHERE event_id = %s AND state = ANY(%s)"
-            " RETURNING user_id, asset, amount, trace_id",
-            (state, state == "reversing", key, verdict.reason,
-             verdict.block.number if final and verdict.block else None,
-             verdict.block.hash if final and verdict.block else None,
-             verdict.log_index if final else None, deposit.event_id, sources))
-        row = cur.fetchone()
-        if row is None:
+            state = {ChainOutcome.FINAL: DepositState.FINALIZING,
+                     ChainOutcome.CONFIRMED: DepositState.CREDITING}.get(
+                verdict.outcome, DepositState.REORGING)
+            sources = [DepositState.PENDING, DepositState.SUSPECT]
+        block = verdict.block if final else None
+        decided = chain_deposits.decide(
+            cur, deposit.event_id, state, from_states=sources, reason=verdict.reason,
+            transfer_key=key, final_block=(block.number, block.hash) if block else None,
+            final_log_index=verdict.log_index if final else None)
+        if decided is None:
             return
-        user_id, asset, amount, trace_id = row
-        wire = settlement_wire(deposit, verdict, user_id, asset, amount, credited)
-        emit(cur, aggregatetype=PAYMENTS_AGGREGATE, aggregateid=user_id,
+        wire = settlement_wire(deposit, verdict, decided.user_id, decided.asset,
+                               decided.amount, credited)
+        emit(cur, aggregatetype=PAYMENTS_AGGREGATE, aggregateid=decided.user_id,
              event_type=wire["event_type"], event_id=wire["event_id"],
-             payload=json.loads(json.dumps(wire)), trace_id=trace_id)
+             payload=json.loads(json.dumps(wire)), trace_id=decided.trace_id)

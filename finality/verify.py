@@ -1,9 +1,10 @@
 """Is a pending deposit final? One pure function: the expected transfer + the chain's
 evidence → FINAL, REORGED(reason) or NOT_YET.
 
-The expected transfer is what the provider reported (PaymentEvent.chain, written by
-ingest/alchemy.py). The evidence is the receipt found BY TRANSACTION HASH on the
-canonical chain (and, for native coin, the transaction itself: receipts carry no value).
+The expected transfer is what the provider reported (schema.chain.ExpectedDeposit, read
+from PaymentEvent.chain, written by ingest/alchemy.py). The evidence is the receipt found
+BY TRANSACTION HASH on the canonical chain (and, for native coin, the transaction
+itself: receipts carry no value).
 
 Rules, in order:
   1. No receipt: NOT_YET while the reported block is above the finalized block (the
@@ -30,10 +31,8 @@ verdict always wins: FINAL and REORGED come from the finalized block only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
 from paystream.finality.evidence import (
     TRANSFER_TOPIC,
@@ -42,15 +41,12 @@ from paystream.finality.evidence import (
     Receipt,
     Transaction,
 )
+from paystream.schema.chain import DepositKind, ExpectedDeposit
 
 
-class DepositKind(StrEnum):
-    TOKEN = "token"  # an ERC-20 Transfer log
-    EXTERNAL = "external"  # a top-level native-coin transaction
-    INTERNAL = "internal"  # native coin moved by a contract call
+class ChainOutcome(StrEnum):
+    """What the chain says about a deposit (a FinalityVerdict's outcome)."""
 
-
-class Outcome(StrEnum):
     FINAL = "final"
     REORGED = "reorged"
     NOT_YET = "not_yet"
@@ -58,68 +54,11 @@ class Outcome(StrEnum):
     UNCONFIRMED = "unconfirmed"  # not there (any more) at the credit height, not final
 
 
-class DepositError(ValueError):
-    """A pending deposit whose chain identity is unusable (a bug upstream, not a reorg)."""
-
-
 @dataclass(frozen=True)
-class ExpectedDeposit:
-    """A pending chain deposit as the provider reported it."""
+class FinalityVerdict:
+    """The watcher's judgement of one deposit against the chain's evidence."""
 
-    event_id: str
-    network: str
-    kind: DepositKind
-    tx_hash: str
-    block_number: int
-    block_hash: str | None  # only token logs carry one in Alchemy payloads
-    recipient: str
-    raw_value: int
-    token_contract: str | None = None
-    log_index: int | None = None
-    trace_address: str | None = None
-
-    @classmethod
-    def from_chain(cls, event_id: str, chain: Mapping[str, Any]) -> ExpectedDeposit:
-        """From PaymentEvent.chain (ingest/alchemy.py's ChainTransfer.chain())."""
-        try:
-            category = chain["category"]
-            if chain.get("log_index") is not None:
-                kind = DepositKind.TOKEN
-            elif category == "internal":
-                kind = DepositKind.INTERNAL
-            elif category == "external":
-                kind = DepositKind.EXTERNAL
-            else:
-                raise DepositError(f"{event_id}: unsupported category {category!r}")
-            raw = chain["raw_value"]
-            raw_value = int(raw, 16) if isinstance(raw, str) else int(raw)
-            deposit = cls(
-                event_id=event_id, network=str(chain["network"]), kind=kind,
-                tx_hash=str(chain["tx_hash"]).lower(),
-                block_number=int(chain["block_number"]),
-                block_hash=_lower(chain.get("block_hash")),
-                recipient=str(chain["recipient"]).lower(), raw_value=raw_value,
-                token_contract=_lower(chain.get("token_contract")),
-                log_index=chain.get("log_index"),
-                trace_address=chain.get("trace_address"),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, DepositError):
-                raise
-            raise DepositError(f"{event_id}: unusable chain identity: {exc!r}") from exc
-        if kind is DepositKind.TOKEN and deposit.token_contract is None:
-            raise DepositError(f"{event_id}: a token deposit needs token_contract")
-        return deposit
-
-    @property
-    def needs_transaction(self) -> bool:
-        """Native-coin value is in the transaction, not the receipt."""
-        return self.kind is DepositKind.EXTERNAL
-
-
-@dataclass(frozen=True)
-class Verdict:
-    outcome: Outcome
+    outcome: ChainOutcome
     reason: str | None = None
     block: BlockRef | None = None  # where the transfer is final (FINAL only)
     moved: bool = False  # FINAL in another block than the provider reported
@@ -128,19 +67,19 @@ class Verdict:
 
     @property
     def is_final(self) -> bool:
-        return self.outcome is Outcome.FINAL
+        return self.outcome is ChainOutcome.FINAL
 
 
-def not_yet(reason: str) -> Verdict:
-    return Verdict(Outcome.NOT_YET, reason)
+def not_yet(reason: str) -> FinalityVerdict:
+    return FinalityVerdict(ChainOutcome.NOT_YET, reason)
 
 
-def reorged(reason: str) -> Verdict:
-    return Verdict(Outcome.REORGED, reason)
+def reorged(reason: str) -> FinalityVerdict:
+    return FinalityVerdict(ChainOutcome.REORGED, reason)
 
 
 def verify(expected: ExpectedDeposit, *, finalized: int, receipt: Receipt | None,
-           transaction: Transaction | None = None) -> Verdict:
+           transaction: Transaction | None = None) -> FinalityVerdict:
     """Judge one deposit; `finalized` is the chain's finalized block number."""
     if receipt is None:
         if expected.block_number > finalized:
@@ -159,8 +98,8 @@ def verify(expected: ExpectedDeposit, *, finalized: int, receipt: Receipt | None
         log = _transfer_log(expected, receipt, moved)
         if isinstance(log, str):
             return reorged(log)
-        return Verdict(Outcome.FINAL, block=receipt.block, moved=moved,
-                       log_index=log.log_index)
+        return FinalityVerdict(ChainOutcome.FINAL, block=receipt.block, moved=moved,
+                               log_index=log.log_index)
     if expected.kind is DepositKind.EXTERNAL:
         if transaction is None:
             raise ValueError(f"{expected.event_id}: a native deposit needs its transaction")
@@ -170,26 +109,27 @@ def verify(expected: ExpectedDeposit, *, finalized: int, receipt: Receipt | None
             return reorged("recipient_mismatch")
         if transaction.value != expected.raw_value:
             return reorged("amount_mismatch")
-        return Verdict(Outcome.FINAL, block=receipt.block, moved=moved)
+        return FinalityVerdict(ChainOutcome.FINAL, block=receipt.block, moved=moved)
     # Internal: inclusion and success only (see the module docstring).
-    return Verdict(Outcome.FINAL, block=receipt.block, moved=moved,
-                   unchecked=("internal_value",))
+    return FinalityVerdict(ChainOutcome.FINAL, block=receipt.block, moved=moved,
+                           unchecked=("internal_value",))
 
 
 def judge(expected: ExpectedDeposit, *, finalized: int, confirmed: int | None,
-          receipt: Receipt | None, transaction: Transaction | None = None) -> Verdict:
+          receipt: Receipt | None, transaction: Transaction | None = None) -> FinalityVerdict:
     """verify() at the finalized block; if that says NOT_YET and a credit height
     `confirmed` above it is given, verify() again there (same evidence, no RPC):
     FINAL there is CONFIRMED, REORGED there is UNCONFIRMED (with its reason)."""
     verdict = verify(expected, finalized=finalized, receipt=receipt, transaction=transaction)
-    if verdict.outcome is not Outcome.NOT_YET or confirmed is None or confirmed <= finalized:
+    if (verdict.outcome is not ChainOutcome.NOT_YET or confirmed is None
+            or confirmed <= finalized):
         return verdict
     at_credit = verify(expected, finalized=confirmed, receipt=receipt,
                        transaction=transaction)
-    if at_credit.outcome is Outcome.FINAL:
-        return replace(at_credit, outcome=Outcome.CONFIRMED)
-    if at_credit.outcome is Outcome.REORGED:
-        return Verdict(Outcome.UNCONFIRMED, at_credit.reason)
+    if at_credit.outcome is ChainOutcome.FINAL:
+        return replace(at_credit, outcome=ChainOutcome.CONFIRMED)
+    if at_credit.outcome is ChainOutcome.REORGED:
+        return FinalityVerdict(ChainOutcome.UNCONFIRMED, at_credit.reason)
     return verdict
 
 
@@ -229,7 +169,3 @@ def _mismatch(expected: ExpectedDeposit, log: LogEntry) -> str | None:
 def _topic_address(topic: str) -> str:
     # An indexed address is the low 20 bytes of a 32-byte topic.
     return "0x" + topic[-40:]
-
-
-def _lower(value: Any) -> str | None:
-    return value.lower() if isinstance(value, str) else None

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -54,12 +54,14 @@ from paystream.finality.breaker import CircuitOpenError
 from paystream.finality.evidence import BlockRef
 from paystream.finality.planner import check
 from paystream.finality.rpc import ChainRpc, RpcError
-from paystream.finality.verify import ExpectedDeposit, Outcome, Verdict, not_yet
+from paystream.finality.settings import NetworkSettings
+from paystream.finality.verify import ChainOutcome, FinalityVerdict, not_yet
+from paystream.schema.chain import ExpectedDeposit
 
 log = structlog.get_logger("paystream.finality")
 
 # What a pending deposit's verdict can act on (UNCONFIRMED waits for finality).
-_ACTS_ON_PENDING = (Outcome.FINAL, Outcome.REORGED, Outcome.CONFIRMED)
+_ACTS_ON_PENDING = (ChainOutcome.FINAL, ChainOutcome.REORGED, ChainOutcome.CONFIRMED)
 
 
 class PendingStore(Protocol):
@@ -76,8 +78,8 @@ class PendingStore(Protocol):
 
 
 class OutcomeSink(Protocol):
-    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, Verdict]],
-               credited: Sequence[tuple[ExpectedDeposit, Verdict]] = ()) -> None:
+    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, FinalityVerdict]],
+               credited: Sequence[tuple[ExpectedDeposit, FinalityVerdict]] = ()) -> None:
         """Write one outbox event per decided deposit, all in one DB transaction.
         `decided`: pending deposits, FINAL / REORGED / CONFIRMED verdicts; `credited`
         (only passed when non-empty): credited deposits, FINAL / REORGED / UNCONFIRMED."""
@@ -159,20 +161,20 @@ class FinalityWatcher:
                           reversed=counts["reversed"])
 
     def _recheck(self, credited: Sequence[tuple[ExpectedDeposit, int | None]],
-                 verdicts: Sequence[Verdict], finalized: int, confirmed: int | None
-                 ) -> tuple[list[tuple[ExpectedDeposit, Verdict]], dict[str, int | None]]:
+                 verdicts: Sequence[FinalityVerdict], finalized: int, confirmed: int | None
+                 ) -> tuple[list[tuple[ExpectedDeposit, FinalityVerdict]], dict[str, int | None]]:
         """Credited deposits: which to settle now (FINAL, or reversed), and the
         missing marks to set or clear (the reversal's grace clock, in credit height)."""
-        settle: list[tuple[ExpectedDeposit, Verdict]] = []
+        settle: list[tuple[ExpectedDeposit, FinalityVerdict]] = []
         marks: dict[str, int | None] = {}
         for (deposit, missing), verdict in zip(credited, verdicts, strict=True):
-            if verdict.outcome is Outcome.FINAL:
+            if verdict.outcome is ChainOutcome.FINAL:
                 settle.append((deposit, verdict))
-            elif verdict.outcome is Outcome.REORGED:
+            elif verdict.outcome is ChainOutcome.REORGED:
                 graced = self._graced(deposit, verdict, finalized)
-                if graced.outcome is Outcome.REORGED:
+                if graced.outcome is ChainOutcome.REORGED:
                     settle.append((deposit, graced))
-            elif verdict.outcome is Outcome.UNCONFIRMED and confirmed is not None:
+            elif verdict.outcome is ChainOutcome.UNCONFIRMED and confirmed is not None:
                 since = missing if missing is not None else confirmed
                 if confirmed >= since + self.reorg_grace_blocks:
                     settle.append((deposit, verdict))
@@ -182,22 +184,22 @@ class FinalityWatcher:
                                 event_id=deposit.event_id, tx_hash=deposit.tx_hash,
                                 block_number=deposit.block_number, reason=verdict.reason,
                                 credit_height=confirmed, grace_blocks=self.reorg_grace_blocks)
-            elif verdict.outcome is Outcome.CONFIRMED and missing is not None:
+            elif verdict.outcome is ChainOutcome.CONFIRMED and missing is not None:
                 marks[deposit.event_id] = None  # re-mined within the grace: back
                 log.info("credited_deposit_found_again", network=self.network,
                          event_id=deposit.event_id, missing_since=missing)
         return settle, marks
 
-    def _count(self, decided: Sequence[tuple[ExpectedDeposit, Verdict]],
-               settle: Sequence[tuple[ExpectedDeposit, Verdict]]) -> dict[str, int]:
+    def _count(self, decided: Sequence[tuple[ExpectedDeposit, FinalityVerdict]],
+               settle: Sequence[tuple[ExpectedDeposit, FinalityVerdict]]) -> dict[str, int]:
         counts = {"final": 0, "reorged": 0, "credited": 0, "reversed": 0}
         net = self.network
         for deposit, verdict in decided:
-            if verdict.outcome is Outcome.FINAL:
+            if verdict.outcome is ChainOutcome.FINAL:
                 counts["final"] += 1
                 metrics.FINALISATIONS.labels(network=net,
                                              moved=str(verdict.moved).lower()).inc()
-            elif verdict.outcome is Outcome.CONFIRMED:
+            elif verdict.outcome is ChainOutcome.CONFIRMED:
                 counts["credited"] += 1
                 metrics.CREDITS.labels(network=net).inc()
             else:
@@ -207,7 +209,7 @@ class FinalityWatcher:
                             event_id=deposit.event_id, tx_hash=deposit.tx_hash,
                             block_number=deposit.block_number, reason=verdict.reason)
         for deposit, verdict in settle:
-            if verdict.outcome is Outcome.FINAL:
+            if verdict.outcome is ChainOutcome.FINAL:
                 counts["final"] += 1
                 metrics.FINALISATIONS.labels(network=net,
                                              moved=str(verdict.moved).lower()).inc()
@@ -217,11 +219,12 @@ class FinalityWatcher:
                 log.warning("credited_deposit_reversed", network=net,
                             event_id=deposit.event_id, tx_hash=deposit.tx_hash,
                             block_number=deposit.block_number, reason=verdict.reason,
-                            at_finality=verdict.outcome is Outcome.REORGED)
+                            at_finality=verdict.outcome is ChainOutcome.REORGED)
         return counts
 
-    def _graced(self, deposit: ExpectedDeposit, verdict: Verdict, finalized: int) -> Verdict:
-        if (verdict.outcome is Outcome.REORGED and verdict.reason == "tx_not_in_chain"
+    def _graced(self, deposit: ExpectedDeposit, verdict: FinalityVerdict,
+                finalized: int) -> FinalityVerdict:
+        if (verdict.outcome is ChainOutcome.REORGED and verdict.reason == "tx_not_in_chain"
                 and finalized < deposit.block_number + self.reorg_grace_blocks):
             return not_yet("tx_missing_grace")
         return verdict
@@ -265,18 +268,17 @@ class FinalityWatcher:
             stop.wait(max(tick_seconds - (time.monotonic() - started), 0.0))
 
 
-def rpc_for(settings, **overrides) -> ChainRpc:
+def rpc_for(settings: NetworkSettings, **overrides: Any) -> ChainRpc:
     """A ChainRpc for a NetworkSettings, its calls, errors and breaker in the metrics."""
     from paystream.finality.breaker import CircuitBreaker
 
     network = settings.network
     breaker = CircuitBreaker(f"rpc:{network}", settings.breaker,
                              on_change=metrics.breaker_gauge(network))
-    options = dict(timeout=settings.rpc_timeout, confirmations=settings.confirmations,
-                   breaker=breaker, finalized_ttl=settings.finalized_ttl,
-                   on_call=lambda m: metrics.RPC_CALLS.labels(network=network,
-                                                              method=m).inc(),
-                   on_error=lambda m: metrics.RPC_ERRORS.labels(network=network,
-                                                                method=m).inc())
+    options: dict[str, Any] = dict(
+        timeout=settings.rpc_timeout, confirmations=settings.confirmations, breaker=breaker,
+        finalized_ttl=settings.finalized_ttl,
+        on_call=lambda m: metrics.RPC_CALLS.labels(network=network, method=m).inc(),
+        on_error=lambda m: metrics.RPC_ERRORS.labels(network=network, method=m).inc())
     options.update(overrides)
     return ChainRpc(network, settings.rpc_url, **options)

@@ -15,11 +15,12 @@ from web3 import Web3
 from paystream.finality import metrics
 from paystream.finality.planner import check, check_one_by_one
 from paystream.finality.rpc import ChainRpc
-from paystream.finality.verify import DepositKind, Outcome
+from paystream.finality.verify import ChainOutcome
 from paystream.finality.watcher import FinalityWatcher
 from paystream.ingest import alchemy as ingest_alchemy
 from paystream.ingest import alchemy_signature
 from paystream.schema.amounts import from_base_units
+from paystream.schema.chain import DepositKind
 from tests.support.chain import alchemy
 from tests.support.chain.counting import RpcCounter
 from tests.support.chain.deposits import NETWORK, SIGNING_KEY, activities, deliver
@@ -126,20 +127,20 @@ def test_not_yet_until_finalized_passes_the_block_then_final(chain: Chain,
     finalized = rpc.finalized_block().number
     assert finalized < erc20.block_number
     verdicts = dict((d.event_id, v) for d, v in check(rpc, deps, finalized))
-    assert {v.outcome for v in verdicts.values()} == {Outcome.NOT_YET}
+    assert {v.outcome for v in verdicts.values()} == {ChainOutcome.NOT_YET}
 
     # One block short of finality: still not final.
     chain.finalize(erc20.block_number - 1)
     finalized = rpc.finalized_block().number
     assert native.block_number <= finalized < erc20.block_number
     verdicts = dict((d.event_id, v) for d, v in check(rpc, deps, finalized))
-    assert verdicts[native.event_id].outcome is Outcome.FINAL
-    assert verdicts[erc20.event_id].outcome is Outcome.NOT_YET
+    assert verdicts[native.event_id].outcome is ChainOutcome.FINAL
+    assert verdicts[erc20.event_id].outcome is ChainOutcome.NOT_YET
 
     chain.finalize(erc20.block_number)
     finalized = rpc.finalized_block().number
     for deposit, verdict in check(rpc, deps, finalized):
-        assert verdict.outcome is Outcome.FINAL, verdict
+        assert verdict.outcome is ChainOutcome.FINAL, verdict
         assert verdict.block is not None and verdict.block.number == deposit.block_number
         assert not verdict.moved
     # The per-deposit baseline agrees.
@@ -159,10 +160,10 @@ def test_reorg_that_drops_the_transactions_marks_them_reorged(chain: Chain,
     rpc = rpc_for(chain)
     # Not final yet: the node might still catch up, so no verdict.
     assert {v.outcome for _, v in check(rpc, deps, rpc.finalized_block().number)} == \
-        {Outcome.NOT_YET}
+        {ChainOutcome.NOT_YET}
     chain.finalize(max(d.block_number for d in deps))
     for _deposit, verdict in check(rpc, deps, rpc.finalized_block().number):
-        assert verdict.outcome is Outcome.REORGED
+        assert verdict.outcome is ChainOutcome.REORGED
         assert verdict.reason == "tx_not_in_chain"
 
 
@@ -175,7 +176,7 @@ def test_snapshot_revert_then_other_blocks_is_a_reorg(chain: Chain, token: Token
     rpc = rpc_for(chain)
     chain.finalize(max(d.block_number for d in deps))
     outcomes = {v.outcome for _, v in check(rpc, deps, rpc.finalized_block().number)}
-    assert outcomes == {Outcome.REORGED}
+    assert outcomes == {ChainOutcome.REORGED}
 
 
 def test_reorg_that_reincludes_the_transfer_is_final_in_the_new_block(
@@ -207,13 +208,13 @@ def test_reorg_that_reincludes_the_transfer_is_final_in_the_new_block(
     chain.finalize(n)  # the block the native deposit was REPORTED in is final ...
     verdicts = dict((d.tx_hash, v) for d, v in check(rpc, deps, rpc.finalized_block().number))
     # ... but the transfer now sits in a later block: wait for that one.
-    assert verdicts[native_tx].outcome is Outcome.NOT_YET
+    assert verdicts[native_tx].outcome is ChainOutcome.NOT_YET
     assert verdicts[native_tx].reason == "moved_block_not_final"
 
     chain.finalize(n + 1)
     for deposit, verdict in check(rpc, deps, rpc.finalized_block().number):
         now = chain.receipt(deposit.tx_hash)
-        assert verdict.outcome is Outcome.FINAL, verdict
+        assert verdict.outcome is ChainOutcome.FINAL, verdict
         assert verdict.moved
         assert verdict.block.number == int(now["blockNumber"], 16)
         assert verdict.block.hash == now["blockHash"]
@@ -245,7 +246,7 @@ def test_a_tick_costs_calls_per_distinct_block_not_per_deposit(chain: Chain,
     counter = RpcCounter(rpc)
     finalized = rpc.finalized_block().number
     verdicts = check(rpc, deps, finalized)
-    assert all(v.outcome is Outcome.FINAL for _, v in verdicts)
+    assert all(v.outcome is ChainOutcome.FINAL for _, v in verdicts)
     # 1 finalized + per block: receipts + the full block (it holds native deposits).
     assert counter.total == 1 + 2 * blocks
     assert counter.requests["eth_getBlockReceipts"] == blocks

@@ -14,8 +14,8 @@ import pytest
 from paystream.finality import metrics
 from paystream.finality.breaker import BreakerPolicy, BreakerState, CircuitBreaker
 from paystream.finality.rpc import ChainRpc, CircuitOpenError, RpcUnavailableError
-from paystream.finality.verify import DepositKind, ExpectedDeposit
 from paystream.finality.watcher import FinalityWatcher
+from paystream.schema.chain import DepositKind, ExpectedDeposit
 from paystream.stack import anvil
 from tests.support.chain.counting import RpcCounter
 from tests.support.chain.memory import MemoryLedger

@@ -10,8 +10,9 @@ import pytest
 
 from paystream.finality import settings
 from paystream.finality.evidence import BlockRef
-from paystream.finality.verify import ExpectedDeposit, Outcome, Verdict
+from paystream.finality.verify import ChainOutcome, FinalityVerdict
 from paystream.finality.watcher import FinalityWatcher
+from paystream.schema.chain import ExpectedDeposit
 from tests.unit.test_ledger_finality_plan import CHAIN, DEPOSIT_ID
 
 NET = "ETH_MAINNET"
@@ -72,7 +73,7 @@ class GoneChain:
 class CreditedStore:
     deposit: ExpectedDeposit
     missing: int | None = None
-    recorded: list[tuple[str, Verdict]] = field(default_factory=list)
+    recorded: list[tuple[str, FinalityVerdict]] = field(default_factory=list)
 
     def due(self, network, up_to_block, limit):
         return []
@@ -103,4 +104,4 @@ def test_a_credited_deposit_missing_at_the_credit_height_is_reversed_after_the_g
     assert watcher.tick().reversed == 1
     [(event_id, verdict)] = store.recorded
     assert event_id == DEPOSIT_ID
-    assert (verdict.outcome, verdict.reason) == (Outcome.UNCONFIRMED, "tx_not_in_chain")
+    assert (verdict.outcome, verdict.reason) == (ChainOutcome.UNCONFIRMED, "tx_not_in_chain")

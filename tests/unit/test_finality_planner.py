@@ -6,7 +6,7 @@ import pytest
 
 from paystream.finality import settings
 from paystream.finality.planner import plan
-from paystream.finality.verify import DepositKind, ExpectedDeposit
+from paystream.schema.chain import DepositKind, ExpectedDeposit
 
 
 def deposit(i: int, block: int, kind: DepositKind = DepositKind.TOKEN) -> ExpectedDeposit:

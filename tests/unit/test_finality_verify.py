@@ -13,13 +13,8 @@ from paystream.finality.evidence import (
     Transaction,
     parse_receipt,
 )
-from paystream.finality.verify import (
-    DepositError,
-    DepositKind,
-    ExpectedDeposit,
-    Outcome,
-    verify,
-)
+from paystream.finality.verify import ChainOutcome, verify
+from paystream.schema.chain import DepositError, DepositKind, ExpectedDeposit
 
 TX = "0x" + "ab" * 32
 BLOCK_HASH = "0x" + "11" * 32
@@ -74,19 +69,19 @@ def test_chain_dict_from_ingest_becomes_an_expected_deposit() -> None:
 
 def test_not_yet_while_the_block_is_above_finalized() -> None:
     v = verify(token_deposit(), finalized=99, receipt=receipt(transfer_log()))
-    assert v.outcome is Outcome.NOT_YET and v.reason == "block_not_final"
-    assert verify(token_deposit(), finalized=99, receipt=None).outcome is Outcome.NOT_YET
+    assert v.outcome is ChainOutcome.NOT_YET and v.reason == "block_not_final"
+    assert verify(token_deposit(), finalized=99, receipt=None).outcome is ChainOutcome.NOT_YET
 
 
 def test_final_when_the_transfer_is_in_the_reported_block() -> None:
     v = verify(token_deposit(), finalized=100, receipt=receipt(transfer_log()))
-    assert v.outcome is Outcome.FINAL and not v.moved
+    assert v.outcome is ChainOutcome.FINAL and not v.moved
     assert (v.block.number, v.block.hash, v.log_index) == (100, BLOCK_HASH, 3)
 
 
 def test_missing_at_finality_is_reorged() -> None:
     v = verify(token_deposit(), finalized=120, receipt=None)
-    assert (v.outcome, v.reason) == (Outcome.REORGED, "tx_not_in_chain")
+    assert (v.outcome, v.reason) == (ChainOutcome.REORGED, "tx_not_in_chain")
 
 
 @pytest.mark.parametrize(("log", "reason"), [
@@ -100,12 +95,12 @@ def test_missing_at_finality_is_reorged() -> None:
 ])
 def test_a_different_transfer_is_reorged_never_final(log: LogEntry, reason: str) -> None:
     v = verify(token_deposit(), finalized=100, receipt=receipt(log))
-    assert (v.outcome, v.reason) == (Outcome.REORGED, reason)
+    assert (v.outcome, v.reason) == (ChainOutcome.REORGED, reason)
 
 
 def test_a_reverted_transaction_is_reorged() -> None:
     v = verify(token_deposit(), finalized=100, receipt=receipt(transfer_log(), status=0))
-    assert (v.outcome, v.reason) == (Outcome.REORGED, "tx_reverted")
+    assert (v.outcome, v.reason) == (ChainOutcome.REORGED, "tx_reverted")
 
 
 def test_reincluded_elsewhere_is_final_in_the_new_block_found_by_content() -> None:
@@ -114,7 +109,7 @@ def test_reincluded_elsewhere_is_final_in_the_new_block_found_by_content() -> No
     assert verify(token_deposit(), finalized=100, receipt=moved).reason == \
         "moved_block_not_final"
     v = verify(token_deposit(), finalized=101, receipt=moved)
-    assert v.outcome is Outcome.FINAL and v.moved
+    assert v.outcome is ChainOutcome.FINAL and v.moved
     assert (v.block.number, v.block.hash, v.log_index) == (101, OTHER_HASH, 7)
     # Same height, new hash: moved too.
     same_height = receipt(transfer_log(index=9), block_hash=OTHER_HASH)
@@ -126,7 +121,7 @@ def test_native_deposits_are_checked_against_the_transaction() -> None:
     r = Receipt(TX, 100, BLOCK_HASH, 1, SENDER, ALICE, ())
     tx = Transaction(TX, 100, BLOCK_HASH, SENDER, ALICE, 10**18)
     v = verify(native_deposit(), finalized=100, receipt=r, transaction=tx)
-    assert v.outcome is Outcome.FINAL and not v.moved
+    assert v.outcome is ChainOutcome.FINAL and not v.moved
     less = Transaction(TX, 100, BLOCK_HASH, SENDER, ALICE, 10**18 - 1)
     assert verify(native_deposit(), finalized=100, receipt=r, transaction=less).reason == \
         "amount_mismatch"
@@ -141,7 +136,7 @@ def test_internal_transfers_are_final_with_their_value_unchecked() -> None:
     d = ExpectedDeposit("e", "ETH_MAINNET", DepositKind.INTERNAL, TX, 100, None, ALICE, 5,
                         trace_address="call_0_1")
     v = verify(d, finalized=100, receipt=Receipt(TX, 100, BLOCK_HASH, 1, SENDER, TOKEN, ()))
-    assert v.outcome is Outcome.FINAL and v.unchecked == ("internal_value",)
+    assert v.outcome is ChainOutcome.FINAL and v.unchecked == ("internal_value",)
 
 
 def test_events_carry_their_own_id_and_the_final_block() -> None:

@@ -14,8 +14,8 @@ from paystream.consumers.ledger_plan import Outcome, effects, plan_batch, read_e
 from paystream.consumers.records import Origin, Record
 from paystream.finality.evidence import BlockRef
 from paystream.finality.store import settlement_wire, transfer_key
-from paystream.finality.verify import ExpectedDeposit, Verdict, reorged
-from paystream.finality.verify import Outcome as Verdicts
+from paystream.finality.verify import ChainOutcome, FinalityVerdict, reorged
+from paystream.schema.chain import ExpectedDeposit
 from paystream.schema.events import EventError, SettlementType, parse_wire
 
 NET = "ETH_MAINNET"
@@ -44,12 +44,12 @@ def chain_deposit(amount: str = "1.5", chain: dict | None = None) -> Record:
                 "chain": chain or CHAIN})
 
 
-def settlement(verdict: Verdict, amount: str = "1.5") -> Record:
+def settlement(verdict: FinalityVerdict, amount: str = "1.5") -> Record:
     deposit = ExpectedDeposit.from_chain(DEPOSIT_ID, CHAIN)
     return rec(settlement_wire(deposit, verdict, "u", ASSET, Decimal(amount)))
 
 
-FINAL = Verdict(Verdicts.FINAL, block=BlockRef(100, "0x" + "cd" * 32))
+FINAL = FinalityVerdict(ChainOutcome.FINAL, block=BlockRef(100, "0x" + "cd" * 32))
 
 
 def plain(event_type: str, amount: str, event_id: str) -> Record:
@@ -124,8 +124,8 @@ def test_a_chain_deposit_with_an_unusable_identity_is_poison() -> None:
 def test_transfer_key_names_the_transfer_where_it_is_final() -> None:
     token = ExpectedDeposit.from_chain(f"{NET}:{TX}:log:0", {
         **CHAIN, "category": "token", "log_index": 0, "token_contract": "0x" + "33" * 20})
-    moved = Verdict(Verdicts.FINAL, block=BlockRef(101, "0x" + "ee" * 32), moved=True,
-                    log_index=3)
+    moved = FinalityVerdict(ChainOutcome.FINAL, block=BlockRef(101, "0x" + "ee" * 32),
+                            moved=True, log_index=3)
     assert transfer_key(token, moved) == f"{NET}:{TX}:log:3"
     native = ExpectedDeposit.from_chain(DEPOSIT_ID, CHAIN)
     assert transfer_key(native, FINAL) == f"{NET}:{TX}:external"

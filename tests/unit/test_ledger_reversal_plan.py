@@ -14,17 +14,18 @@ from paystream.consumers.ledger_plan import Outcome, effects, plan_batch, read_e
 from paystream.finality import events
 from paystream.finality.evidence import BlockRef, Receipt, Transaction
 from paystream.finality.store import settlement_wire
-from paystream.finality.verify import ExpectedDeposit, Verdict, judge, reorged
-from paystream.finality.verify import Outcome as V
+from paystream.finality.verify import ChainOutcome as V
+from paystream.finality.verify import FinalityVerdict, judge, reorged
+from paystream.schema.chain import ExpectedDeposit
 from tests.unit.test_ledger_finality_plan import ASSET, CHAIN, DEPOSIT_ID, plain, rec
 
 PAIR = ("u", ASSET)
 DEPOSIT = ExpectedDeposit.from_chain(DEPOSIT_ID, CHAIN)  # 1.5 native, block 100
-CONFIRMED = Verdict(V.CONFIRMED, block=BlockRef(100, "0x" + "cd" * 32))
-FINAL = Verdict(V.FINAL, block=BlockRef(100, "0x" + "cd" * 32))
+CONFIRMED = FinalityVerdict(V.CONFIRMED, block=BlockRef(100, "0x" + "cd" * 32))
+FINAL = FinalityVerdict(V.FINAL, block=BlockRef(100, "0x" + "cd" * 32))
 
 
-def settlement(verdict: Verdict, credited: bool = False, amount: str = "1.5"):
+def settlement(verdict: FinalityVerdict, credited: bool = False, amount: str = "1.5"):
     return read_event(rec(settlement_wire(DEPOSIT, verdict, "u", ASSET, Decimal(amount),
                                           credited)))
 
@@ -187,12 +188,12 @@ def test_events_per_state_and_verdict() -> None:
     assert events.event_id(DEPOSIT, FINAL, credited=True) == DEPOSIT_ID + ":finalized"
     assert events.payload(DEPOSIT, FINAL, credited=True)["credited"] is True
     assert "credited" not in events.payload(DEPOSIT, FINAL)
-    for taken_back in (reorged("tx_not_in_chain"), Verdict(V.UNCONFIRMED, "log_missing")):
+    for taken_back in (reorged("tx_not_in_chain"), FinalityVerdict(V.UNCONFIRMED, "log_missing")):
         assert events.event_id(DEPOSIT, taken_back, credited=True) == \
             DEPOSIT_ID + ":reversed"
         assert events.event_type(taken_back, credited=True) == "deposit_reversed"
     assert events.event_id(DEPOSIT, reorged("x")) == DEPOSIT_ID + ":reorged"
     with pytest.raises(ValueError):
-        events.event_type(Verdict(V.UNCONFIRMED, "x"))  # a pending deposit waits
+        events.event_type(FinalityVerdict(V.UNCONFIRMED, "x"))  # a pending deposit waits
     with pytest.raises(ValueError):
         events.event_type(CONFIRMED, credited=True)  # credited already: nothing to do

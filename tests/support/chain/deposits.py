@@ -11,9 +11,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from paystream.finality.verify import ExpectedDeposit
 from paystream.ingest import alchemy as ingest_alchemy
 from paystream.ingest import alchemy_signature
+from paystream.schema.chain import ExpectedDeposit
 from tests.support.chain import alchemy
 from tests.support.chain.node import Chain, Token
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paystream.finality import events
-from paystream.finality.verify import ExpectedDeposit, Verdict
+from paystream.finality.verify import FinalityVerdict
+from paystream.schema.chain import ExpectedDeposit
 
 
 @dataclass
@@ -33,7 +34,7 @@ class MemoryLedger:
         return len(times), (min(times) if times else None)
 
     # OutcomeSink: what the ledger does in one transaction, minus the database.
-    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, Verdict]]
+    def record(self, network: str, decided: Sequence[tuple[ExpectedDeposit, FinalityVerdict]]
                ) -> None:
         for deposit, verdict in decided:
             body = events.payload(deposit, verdict)
