@@ -169,15 +169,16 @@ def _runs(works: Sequence[Work]) -> list[list[DeliveryWrite] | Work]:
     """Split the group, in order, into runs: consecutive deliveries of one DeliveryWrite
     class (a list, written together by that class), and any other work alone."""
     runs: list[list[DeliveryWrite] | Work] = []
+    run: list[DeliveryWrite] | None = None  # the open run, of class type(run[0])
     for work in works:
-        if not isinstance(work, DeliveryWrite):
-            runs.append(work)
-            continue
-        last = runs[-1] if runs else None
-        if isinstance(last, list) and type(last[0]) is type(work):
-            last.append(work)
+        if run is not None and type(work) is type(run[0]):
+            run.append(work)  # the same class as the run's first: a DeliveryWrite too
+        elif isinstance(work, DeliveryWrite):
+            run = [work]
+            runs.append(run)
         else:
-            runs.append([work])
+            run = None
+            runs.append(work)
     return runs
 
 
