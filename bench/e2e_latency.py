@@ -27,11 +27,11 @@ import aiohttp
 
 from paystream.chaos import processes as px
 from paystream.ingest import standard_webhooks
+from paystream.launch import free_port
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack import kafka
 from paystream.stack.settings import StackSettings
-from tests.support.ingest import free_port
 
 SENDERS = 2  # sender processes: one asyncio loop tops out near 1,000 requests/s
 POLL_S = 0.01

@@ -1,8 +1,10 @@
-"""Launching `paystream` itself as a child process. The supervisor (`paystream run`), the
-chaos run, the benchmarks and the tests all start paystream services this one way."""
+"""Launching `paystream` itself as a child process, and a port for it to listen on. The
+supervisor (`paystream run`), the chaos run, the benchmarks and the tests all start
+paystream services this one way."""
 
 from __future__ import annotations
 
+import socket
 import sys
 
 
@@ -10,3 +12,10 @@ def paystream_argv(*args: str) -> list[str]:
     """The command line that runs `paystream ARGS` with this interpreter: no PATH lookup,
     so it works from a venv that is not activated and under `python -m paystream.cli`."""
     return [sys.executable, "-m", "paystream.cli", *args]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the OS picks it), for a child's server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -7,7 +7,6 @@ import base64
 import os
 import random
 import secrets
-import socket
 import threading
 import time
 from collections import Counter
@@ -32,6 +31,7 @@ from paystream.chaos.invariants import (
 from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import MIX, Kind, TrafficPlan
 from paystream.ingest import admin
+from paystream.launch import free_port
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka
@@ -66,12 +66,6 @@ class ChaosConfig:
     drain_timeout_s: float = 300.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Chaos:
     def __init__(self, cfg: ChaosConfig) -> None:
         self.cfg = cfg
@@ -83,7 +77,7 @@ class Chaos:
         self.secret = secrets.token_bytes(32)
         self.alchemy_key = secrets.token_hex(32)
         self.network = f"CHAOS_{self.run_id.upper()}"
-        self.port = _free_port()
+        self.port = free_port()
         self.faults: Counter[str] = Counter()
         self.fault_errors: list[str] = []
         self.last_fault_at = 0.0

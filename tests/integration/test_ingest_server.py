@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from paystream.ingest import alchemy_signature, standard_webhooks
-from paystream.launch import paystream_argv
+from paystream.launch import free_port, paystream_argv
 from paystream.schema.db import database_url
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import postgres
@@ -29,7 +29,6 @@ from tests.support.ingest import (
     ALCHEMY_KEY,
     PAYMENTS_SECRET_BYTES,
     RunningServer,
-    free_port,
     ingest_server,
     payment_body,
     payment_headers,

@@ -3,12 +3,12 @@ nothing, dead-letters nothing, and applies everything once the database is back.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import httpx
 
+from paystream.launch import free_port
 from paystream.schema.db import connect as db_connect
 from paystream.stack import connect, postgres
 from paystream.stack.settings import StackSettings
@@ -27,12 +27,6 @@ from tests.support.consumers import (
 from tests.support.ids import unique
 
 OUTAGE_S = 30
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _metric(port: int, name: str) -> float | None:
@@ -66,7 +60,7 @@ def test_postgres_outage_under_load(db, pool) -> None:
         create_users(cur, users)
     db.close()  # the outage would break it anyway
     events = make_events(unique("outage-ev"), users, 4000)
-    port = _free_port()
+    port = free_port()
     proc = pool.start("ledger", topic=topic, group=group, dlq_topic=dlq,
                       extra_args=["--metrics-port", str(port), "--batch-size", "200"])
 

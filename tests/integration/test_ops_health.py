@@ -8,7 +8,6 @@ was received ten years ago and the threshold is ~9.5 years, so no other test's e
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
-from paystream.launch import paystream_argv
+from paystream.launch import free_port, paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
 from paystream.schema.db import kafka_bootstrap
 from tests.support.ids import unique
@@ -99,12 +98,6 @@ def test_replayed_event_waits_from_its_status_change(db, stuck_event) -> None:
                     (stuck_event,))
     code, rows = health_json("--check", "stuck_events", "--stuck-after", STUCK_AFTER)
     assert code == 0 and rows["stuck_events"][0]["value"] == "0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_metrics_publishes_every_gauge(stuck_event) -> None:

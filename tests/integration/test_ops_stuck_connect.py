@@ -10,14 +10,13 @@ from decimal import Decimal
 
 import httpx
 
-from paystream.launch import paystream_argv
+from paystream.launch import free_port, paystream_argv
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
 from paystream.stack import connect
 from paystream.stack.kafka import start_group_at_end
 from paystream.stack.settings import StackSettings
 from tests.support.ids import unique
-from tests.support.ingest import free_port
 
 STUCK_AFTER_S = 3
 

@@ -12,7 +12,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +25,7 @@ from paystream.consumers.ledger_plan import decide, signed_amount
 from paystream.launch import paystream_argv
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent
+from tests.support.waiting import wait_until
 
 Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]  # key, value, headers
 
@@ -143,16 +144,6 @@ def read_all(topic: str, timeout_s: float = 10.0) -> list[Any]:
     finally:
         c.close()
     return out
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str,
-               interval_s: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
 
 
 @dataclass

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 
 from paystream.ingest import alchemy_signature, standard_webhooks
+from paystream.launch import free_port
 
 ALCHEMY_KEY = "whsec_paystream-test-alchemy-signing-key-0001"
 PAYMENTS_SECRET_BYTES = b"paystream-test-payments-secret-32+bytes!"
@@ -120,12 +120,6 @@ def alchemy_body(activities: list[dict[str, Any]], *, network: str = "ETH_MAINNE
 def alchemy_headers(body: bytes, key: str = ALCHEMY_KEY) -> dict[str, str]:
     return {"content-type": "application/json",
             "x-alchemy-signature": alchemy_signature.sign(body, key.encode())}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

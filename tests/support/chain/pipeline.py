@@ -18,20 +18,19 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import psycopg2
 
 from paystream.ingest import admin
-from paystream.launch import paystream_argv
+from paystream.launch import free_port, paystream_argv
 from paystream.schema.db import connect, database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka
@@ -39,21 +38,8 @@ from paystream.stack.settings import StackSettings
 from tests.support.chain import alchemy
 from tests.support.chain.deposits import activities
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token
-from tests.support.ingest import ALCHEMY_KEY, free_port, ingest_server
-
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0,
-             interval: float = 0.05) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+from tests.support.ingest import ALCHEMY_KEY, ingest_server
+from tests.support.waiting import wait_for
 
 
 @contextmanager
