@@ -252,6 +252,7 @@ def _shortfalls_list(args: argparse.Namespace) -> int:
 
 def _shortfalls_resolve(args: argparse.Namespace) -> int:
     from paystream.ops import shortfalls
+    from paystream.schema.amounts import format_amount
 
     try:
         with transaction("paystream-shortfalls") as cur:
@@ -261,7 +262,7 @@ def _shortfalls_resolve(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_RUN
     state = ("still flagged: other shortfalls are open" if still_flagged
              else "no longer flagged: withdrawals are accepted again")
-    print(f"shortfall {row.id} resolved: {row.user_id} owed {row.amount.normalize():f} "
+    print(f"shortfall {row.id} resolved: {row.user_id} owed {format_amount(row.amount)} "
           f"{row.asset}; {state}")
     return EXIT_OK
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from paystream.operator_cli import format_table
+from paystream.schema.amounts import format_amount
 
 COLUMNS = ("id", "user_id", "asset", "amount", "deposit_event_id", "source_event_id",
            "created_at", "resolved_at", "resolution")
@@ -76,7 +77,7 @@ def resolve(cur: Any, shortfall_id: int, resolution: str) -> tuple[ShortfallRow,
 def render_table(rows: list[ShortfallRow]) -> str:
     return format_table(
         ("id", "user", "asset", "owed", "deposit", "since", "resolved"),
-        [(str(r.id), r.user_id, r.asset, f"{r.amount.normalize():f}", r.deposit_event_id,
+        [(str(r.id), r.user_id, r.asset, format_amount(r.amount), r.deposit_event_id,
           r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
           f"{r.resolved_at:%Y-%m-%d %H:%M} {r.resolution}" if r.resolved_at else "OPEN")
          for r in rows])
