@@ -13,13 +13,10 @@ import os
 import signal
 from dataclasses import dataclass
 
+from paystream.env import env_int
+
 AFTER_DB_COMMIT = "PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT"
 BEFORE_DB_COMMIT = "PAYSTREAM_TEST_CRASH_BEFORE_DB_COMMIT"
-
-
-def _env_int(name: str) -> int:
-    value = os.environ.get(name, "").strip()
-    return int(value) if value else 0
 
 
 @dataclass
@@ -31,7 +28,7 @@ class CrashHooks:
 
     @classmethod
     def from_env(cls) -> CrashHooks:
-        return cls(_env_int(AFTER_DB_COMMIT), _env_int(BEFORE_DB_COMMIT))
+        return cls(env_int(AFTER_DB_COMMIT, 0), env_int(BEFORE_DB_COMMIT, 0))
 
     def before_db_commit(self) -> None:
         self._applies += 1

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from paystream.connectors import endpoint
 from paystream.env import env_int, env_str
+from paystream.schema import db
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,14 +33,15 @@ class StackSettings:
 
     @classmethod
     def from_env(cls) -> StackSettings:
+        pg = db.PostgresAddress.from_env()
         return cls(
             state_dir=Path(env_str("PAYSTREAM_STATE_DIR", str(PROJECT_ROOT / ".stack"))
                            ).resolve(),
-            pg_port=env_int("PAYSTREAM_PG_PORT", 5433),
-            pg_user=env_str("PAYSTREAM_PG_USER", "paystream"),
-            pg_password=env_str("PAYSTREAM_PG_PASSWORD", "paystream"),
-            pg_db=env_str("PAYSTREAM_PG_DB", "paystream"),
-            kafka_port=env_int("PAYSTREAM_KAFKA_PORT", 9092),
+            pg_port=pg.port,
+            pg_user=pg.user,
+            pg_password=pg.password,
+            pg_db=pg.db,
+            kafka_port=db.kafka_port(),
             controller_port=env_int("PAYSTREAM_CONTROLLER_PORT", 9093),
             connect_port=endpoint.connect_port(),
             kafka_heap=env_str("PAYSTREAM_KAFKA_HEAP", "512m"),
@@ -73,7 +75,7 @@ class StackSettings:
     # points these at the other containers).
     @property
     def kafka_bootstrap(self) -> str:
-        return env_str("PAYSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{self.kafka_port}")
+        return db.kafka_bootstrap()
 
     @property
     def connect_url(self) -> str:
