@@ -9,15 +9,16 @@ this order (the steps are numbered at the call sites too):
      mistaken for a duplicate;
   3. create the balance rows of first credits, then lock every touched balance row
      with SELECT ... FOR UPDATE in (user_id, asset) order (no deadlock between batches);
-  4. find what is done already: events with an outcome in processed_events, and events
-     whose effect is on record although housekeeping forgot their outcome (a journal
-     row, a final or waiting status, their deposit already settled): duplicates, never
-     applied again (their forgotten outcome is written back as it was: a rejection stays
-     a rejection);
+  4. find the events applied before whose outcome housekeeping forgot: their effect is
+     on record (a journal row, a final or waiting status, their deposit already
+     settled); they are never applied again, their outcome is written back as it was (a
+     rejection stays a rejection);
   5. plan in memory (ledger_plan.py): each user's events in offset order over the
      locked balances, so a withdrawal sees the deposit before it;
-  6. record each event's final outcome, once (schema.processed_events.record: the
-     claim; nothing is inserted as `applied` and corrected later);
+  6. record each event's final outcome, once (schema.processed_events.record): the
+     claim. Nothing is inserted as `applied` and corrected later. Events another
+     transaction recorded first are duplicates: the claim keeps nothing of this batch
+     then, and steps 5 and 6 run again without them;
   7. one aggregated UPDATE of the balances, the journal rows by COPY (balance_events
      UNIQUE (source_event_id, event_type) as the last line of defence);
   8. the chain deposits, the waiting outcomes a settlement decides, a notification
@@ -27,15 +28,16 @@ this order (the steps are numbered at the call sites too):
 Why this order is safe when two appliers hold the same events (a rebalance can let two
 processes hold one batch for a moment; a crash between the DB commit and the offset
 commit redelivers it):
-  - An event that moves money moves its (user, asset) balance, and step 3 locks that row
-    before step 4 reads what is recorded. A second applier waits on the lock until the
-    first commits; its step 4 is a new statement, so under READ COMMITTED it sees the
-    first one's outcome row: a duplicate.
-  - An event whose balance row does not exist (a debit of an asset the user never held)
-    has no row to lock, so both may plan it. Step 6 is then the claim: the second's
-    INSERT waits on the first's key, finds it taken, and the whole batch rolls back as a
-    transient failure; retried, step 4 sees the outcome. Nothing of it was committed, so
-    nothing (money, notification) happened twice.
+  - The claim decides: processed_events' primary key lets one transaction only commit
+    an outcome per event. A second applier's INSERT of the same key waits for the
+    first transaction, then finds the key taken; its batch drops that event as a
+    duplicate before anything else is written (money, journal, notification, status all
+    come after step 6).
+  - Planning needs the balances as they are once the first applier is done: step 3
+    locks every touched balance row, in order, before step 5 reads them, so the second
+    applier waits there for the first one's commit (READ COMMITTED: the lock returns
+    the row as committed). An event whose balance row does not exist yet (a debit of
+    an asset the user never held) has nothing to lock: it is still claimed once.
   - The journal's UNIQUE constraint refuses a second effect whatever happens above.
 
 Chain deposits (issue 6, see ledger_plan.py's table): a deposit carrying `chain` is held
@@ -70,7 +72,7 @@ from decimal import Decimal
 import structlog
 
 from paystream.consumers.dlq import DeadLetter
-from paystream.consumers.failures import PoisonError, TransientError
+from paystream.consumers.failures import PoisonError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
 from paystream.consumers.ledger_plan import Candidate, Plan, dedupe, plan_batch, read_event
@@ -136,17 +138,24 @@ class LedgerHandler:
             return result
         # Step 3. Lock every balance the batch touches, in order.
         opening = _lock_balances(cur, valid)
-        # Step 4. What is done already (see the module docstring for why after step 3).
-        recorded = processed_events.recorded(cur, (c.key for c in valid))
-        forgotten = _effects_on_record(cur, [c for c in valid if c.key not in recorded],
-                                       deposits)
-        done = recorded | {c.key for c, _ in forgotten}
-        fresh = [c for c in valid if c.key not in done]
+        # Step 4. Events applied before whose outcome housekeeping forgot.
+        forgotten = _effects_on_record(cur, valid, deposits)
+        on_record = {c.key for c, _ in forgotten}
+        fresh = [c for c in valid if c.key not in on_record]
+        flagged = _flagged_users(cur, fresh)
+        while True:
+            # Step 5. Plan.
+            plan = plan_batch(fresh, opening, flagged)
+            # Step 6. Record each event's outcome, once: the claim. Events another
+            # transaction recorded are duplicates: nothing was kept, plan without them.
+            taken = processed_events.record(cur, _outcome_rows([*plan.decisions, *forgotten]))
+            if not taken:
+                break
+            fresh = [c for c in fresh if c.key not in taken]
+            forgotten = [(c, o) for c, o in forgotten if c.key not in taken]
+        if forgotten:
+            log.info("replay_after_ttl_ignored", events=len(forgotten))
         result.outcomes["duplicate"] += len(valid) - len(fresh)
-        # Step 5. Plan.
-        plan = plan_batch(fresh, opening, _flagged_users(cur, fresh)) if fresh else Plan()
-        # Step 6. Each event's outcome, once.
-        _record_outcomes(cur, [*plan.decisions, *forgotten])
         if not fresh:
             return result
         # Step 7. The money: balances and their journals.
@@ -257,16 +266,16 @@ def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[Balance
     return {(u, a): balance for u, a, balance in cur.fetchall()}
 
 
-def _effects_on_record(cur: Cursor, unrecorded: Sequence[Candidate],
+def _effects_on_record(cur: Cursor, candidates: Sequence[Candidate],
                        deposits: dict[str, HeldDeposit]) -> list[tuple[Candidate, Outcome]]:
-    """Events without an outcome row whose effect is nevertheless on record (a journal
-    row, a final or waiting status, or - for a settlement - its deposit already in the
-    state it leads to): housekeeping purged their outcome. Each comes with the outcome
-    it had, to be written back; nothing is applied again, and a rejection stays a
-    rejection (a replay cannot turn it into a success)."""
-    if not unrecorded:
+    """Events whose effect is on record (a journal row, a final or waiting status, or -
+    for a settlement - its deposit already in the state it leads to), each with the
+    outcome it had: applied before. If housekeeping purged their outcome row it is
+    written back (the claim skips those whose row still exists); nothing is applied
+    again, and a rejection stays a rejection (a replay cannot turn it into a success)."""
+    if not candidates:
         return []
-    rows = sorted((c.key, c.event.event_id, c.event.event_type.value) for c in unrecorded)
+    rows = sorted((c.key, c.event.event_id, c.event.event_type.value) for c in candidates)
     cur.execute(
         "SELECT x.k, p.status FROM unnest(%s::text[], %s::text[], %s::text[])"
         " AS x(k, e, t) LEFT JOIN payment_events p ON p.event_id = x.e"
@@ -279,12 +288,11 @@ def _effects_on_record(cur: Cursor, unrecorded: Sequence[Candidate],
          list(_PROCESSED_STATUSES)),
     )
     on_record: dict[str, str | None] = dict(cur.fetchall())
-    on_record.update(_settlements_on_record(cur, unrecorded, deposits))
+    on_record.update(_settlements_on_record(cur, candidates, deposits))
     if not on_record:
         return []
-    log.info("replay_after_ttl_ignored", events=len(on_record))
     found = []
-    for c in unrecorded:
+    for c in candidates:
         if c.key in on_record:
             found.append((c, _outcome_it_had(c.event, on_record[c.key])))
     return found
@@ -306,12 +314,12 @@ def _outcome_it_had(event: PaymentEvent, status: str | None) -> Outcome:
     return Outcome.APPLIED
 
 
-def _settlements_on_record(cur: Cursor, unrecorded: Sequence[Candidate],
+def _settlements_on_record(cur: Cursor, candidates: Sequence[Candidate],
                            deposits: dict[str, HeldDeposit]) -> dict[str, str]:
     """Settlement keys whose deposit is already where the settlement takes it (a
     finalisation of a credited deposit and a reversal that took nothing leave no
     journal row, so the journal alone cannot tell). Value: the outcome it had."""
-    settling = [c for c in unrecorded if c.event.settles is not None]
+    settling = [c for c in candidates if c.event.settles is not None]
     if not settling:
         return {}
     cur.execute("SELECT source_event_id FROM account_shortfalls WHERE source_event_id = ANY(%s)",
@@ -348,16 +356,9 @@ def _flagged_users(cur: Cursor, fresh: Sequence[Candidate]) -> set[str]:
     return {row[0] for row in cur.fetchall()}
 
 
-def _record_outcomes(cur: Cursor, outcomes: Sequence[tuple[Candidate, Outcome]]) -> None:
-    """Step 6: each event's outcome, once; losing the claim to another applier of the
-    same event (see the module docstring) is transient: the batch is retried whole."""
-    try:
-        processed_events.record(cur, [(c.key, c.event.event_id, c.event.event_type.value, o)
-                                      for c, o in outcomes])
-    except processed_events.AlreadyRecordedError as exc:
-        log.warning("outcome_recorded_concurrently", events=len(exc.keys))
-        raise TransientError(f"another applier recorded the same events first: {exc}"
-                             ) from exc
+def _outcome_rows(outcomes: Iterable[tuple[Candidate, Outcome]]
+                  ) -> list[processed_events.OutcomeRow]:
+    return [(c.key, c.event.event_id, c.event.event_type.value, o) for c, o in outcomes]
 
 
 def _write_balances(cur: Cursor, deltas: list[tuple[BalanceKey, Decimal]],

@@ -4,8 +4,8 @@ The ledger's idempotency record. A row's key is schema.idempotency.idempotency_k
 the event's (event_id, event_type); its outcome is what the event did. This is the only
 module with SQL that writes the table; each function says what it guarantees:
 
-  recorded(cur, keys)          which of `keys` already have an outcome
-  record(cur, rows)            each key's outcome, inserted once, never overwritten
+  record(cur, rows)            each key's outcome, inserted once, never overwritten:
+                               the claim (all or nothing; the keys already taken)
   settle(cur, keys, ...)       a waiting outcome becomes final, once
   purge_final(cur, ...)        old final rows go; waiting rows stay, whatever their age
   count_final(cur, cutoff)     what purge_final would delete
@@ -56,55 +56,38 @@ COPY_FROM_ROWS = 500
 
 # (idempotency key, event id, event type, outcome)
 OutcomeRow = tuple[str, str, str, Outcome]
+_SAVEPOINT = "processed_events_record"
 
 
-class AlreadyRecordedError(Exception):
-    """record() found an outcome for a key it was asked to record: another transaction
-    recorded that event after the caller checked (a concurrent applier of the same
-    event). The caller's transaction must roll back; run again, it sees the outcome."""
+def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
+    """Insert each key's outcome, all or nothing, in the caller's transaction; return
+    the keys that already had one (then nothing of this call stays written).
 
-    def __init__(self, keys: Sequence[str]) -> None:
-        super().__init__(f"{len(keys)} event(s) already have an outcome, e.g. {keys[0]}")
-        self.keys = keys
-
-
-def recorded(cur: Cursor, keys: Iterable[str]) -> set[str]:
-    """The keys among `keys` that have an outcome, as committed when the statement
-    starts (a new snapshot per statement under READ COMMITTED): call it after taking
-    the locks that order you after any other writer of the same events."""
-    wanted = sorted(set(keys))
-    if not wanted:
-        return set()
-    cur.execute("SELECT idempotency_key FROM processed_events"
-                " WHERE idempotency_key = ANY(%s::text[])", (_key_array(wanted),))
-    return {row[0] for row in cur.fetchall()}
-
-
-def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> None:
-    """Insert each key's outcome, in the caller's transaction.
-
-    An existing row is never overwritten: if any key already has an outcome (or gets
-    one from a transaction that commits while this one waits on the key), raise
-    AlreadyRecordedError; what this call inserted then rolls back with the caller. This
-    INSERT is the claim: processed_events' primary key lets only one transaction
-    commit an outcome per event. Rows go in key order, so two claimers of overlapping
-    keys wait on each other instead of deadlocking.
+    This INSERT is the claim: processed_events' primary key lets one transaction only
+    commit an outcome per event, and an existing row is never overwritten. A key taken
+    by a transaction still open makes this call wait for it, then counts as taken if it
+    committed. Rows go in key order, so two claimers of overlapping keys wait on each
+    other instead of deadlocking. The all-or-nothing is a savepoint: rows inserted
+    before a taken key was found are rolled back to it (never committed, never seen).
     """
     if not rows:
-        return
+        return set()
     if len(rows) >= COPY_FROM_ROWS:
         inserted = _insert_by_copy(cur, rows)
     else:
         cur.execute(
-            "INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
+            f"SAVEPOINT {_SAVEPOINT};"
+            " INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
             " SELECT k, e, t, o FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
             " AS x(k, e, t, o) ORDER BY k"
             " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
             ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
              [r[3].value for r in rows]))
         inserted = {row[0] for row in cur.fetchall()}
-    if len(inserted) != len(rows):
-        raise AlreadyRecordedError(sorted({r[0] for r in rows} - inserted))
+    taken = {r[0] for r in rows} - inserted
+    cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; RELEASE SAVEPOINT {_SAVEPOINT}"
+                if taken else f"RELEASE SAVEPOINT {_SAVEPOINT}")
+    return taken
 
 
 def _insert_by_copy(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
@@ -112,13 +95,15 @@ def _insert_by_copy(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
     SELECT (the fastest claim measured in /work/shared/bench/double_entry_ceiling.py).
     The staging table is created in the caller's transaction when the session has none,
     so this also works behind a transaction-pooling PgBouncer."""
-    cur.execute("CREATE TEMPORARY TABLE IF NOT EXISTS processed_events_in"
+    cur.execute(f"SAVEPOINT {_SAVEPOINT};"
+                " CREATE TEMPORARY TABLE IF NOT EXISTS processed_events_in"
                 " (k text, e text, t text, o text) ON COMMIT DELETE ROWS")
     copy_rows(cur, "COPY processed_events_in (k, e, t, o) FROM STDIN",
               (f"{key}\t{copy_text(event_id)}\t{copy_text(event_type)}\t{outcome.value}\n"
                for key, event_id, event_type, outcome in rows))
     # The DELETE empties the staging table at once, so two calls in one transaction
-    # (the commit protocol's one-savepoint-per-message retry) never see each other's rows.
+    # (the commit protocol's one-savepoint-per-message retry) never see each other's rows;
+    # a rollback to the savepoint empties it too (the COPY came after the savepoint).
     cur.execute("WITH staged AS (DELETE FROM processed_events_in RETURNING k, e, t, o)"
                 " INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
                 " SELECT k, e, t, o FROM staged ORDER BY k"

@@ -18,7 +18,6 @@ import pytest
 
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
-from paystream.consumers.failures import TransientError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger import LedgerHandler
 from paystream.consumers.records import Origin, Record
@@ -63,21 +62,29 @@ def ledger_db() -> Iterator[Database]:
 
 @pytest.fixture
 def wal(db: Connection) -> Iterator[Any]:
-    """A function returning processed_events changes since the fixture started, as
-    (operation, event_id, outcome), read from a temporary logical slot."""
+    """A function returning the changes to `table` whose text holds `marker`, since the
+    fixture started, as test_decoding lines, read from a temporary logical slot."""
     slot = unique("test_outcomes").replace("-", "_")
     with db.cursor() as cur:
         cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding', true)",
                     (slot,))  # temporary: dropped with this session
+    seen: list[str] = []
 
-    def changes(prefix: str) -> list[tuple[str, str, str]]:
+    def changes(table: str, marker: str) -> list[str]:
         with db.cursor() as cur:
             cur.execute("SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL)"
-                        " WHERE data LIKE 'table public.processed_events:%%'", (slot,))
-            found = [CHANGE.match(row[0]) for row in cur.fetchall()]
-        return [(m[1], m[2], m[3]) for m in found if m is not None and m[2].startswith(prefix)]
+                        " WHERE data LIKE 'table public.%%'", (slot,))
+            seen.extend(row[0] for row in cur.fetchall())
+        return [line for line in seen
+                if line.startswith(f"table public.{table}:") and marker in line]
 
     yield changes
+
+
+def outcome_changes(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(operation, event_id, outcome) of processed_events change lines."""
+    found = [CHANGE.match(line) for line in lines]
+    return [(m[1], m[2], m[3]) for m in found if m is not None]
 
 
 def test_each_outcome_is_inserted_once_with_its_final_value_and_a_replay_adds_none(
@@ -96,7 +103,7 @@ def test_each_outcome_is_inserted_once_with_its_final_value_and_a_replay_adds_no
     again = ledger_apply(ledger_db.connection(), batch)  # a redelivered batch
     assert again.outcomes["duplicate"] == 4 and again.outcomes["applied"] == 0
 
-    assert sorted(wal(prefix)) == sorted([
+    assert sorted(outcome_changes(wal("processed_events", prefix))) == sorted([
         ("INSERT", f"{prefix}-dep", "applied"),
         ("INSERT", f"{prefix}-big", "insufficient_funds"),
         ("INSERT", f"{prefix}-ok", "applied"),
@@ -109,11 +116,11 @@ def test_each_outcome_is_inserted_once_with_its_final_value_and_a_replay_adds_no
         assert cur.fetchone() == (0,)
 
 
-def test_two_appliers_of_one_event_commit_one_outcome(db: Connection) -> None:
+def test_two_appliers_of_one_event_commit_one_outcome(db: Connection, wal: Any) -> None:
     """A rebalance lets two processes hold one batch for a moment. A debit of an asset
     the user never held has no balance row to lock, so both plan it: the outcome's
-    INSERT is the claim, the loser's batch rolls back (transient) and, retried, sees a
-    duplicate. One outcome, one notification, never two."""
+    INSERT is the claim, the second waits for the first, finds the key taken and drops
+    the event as a duplicate. One outcome, one notification, never two."""
     user, event_id = unique("out-race"), unique("out-race-ev")
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
@@ -128,16 +135,13 @@ def test_two_appliers_of_one_event_commit_one_outcome(db: Connection) -> None:
         with loser.cursor() as cur:
             cur.execute("SELECT pg_backend_pid()")
             loser_pid = cur.fetchone()[0]
-        raised: list[BaseException] = []
+        lost: list[BatchResult | BaseException] = []
 
         def lose() -> None:
             try:
-                with loser.cursor() as cur:
-                    LedgerHandler().apply(cur, batch)
+                lost.append(ledger_apply(loser, batch))
             except BaseException as exc:
-                raised.append(exc)
-            finally:
-                loser.rollback()
+                lost.append(exc)
 
         thread = threading.Thread(target=lose)
         thread.start()
@@ -145,9 +149,9 @@ def test_two_appliers_of_one_event_commit_one_outcome(db: Connection) -> None:
         winner.commit()
         thread.join(30)
         assert not thread.is_alive()
-        assert len(raised) == 1 and isinstance(raised[0], TransientError), raised
-        retried = ledger_apply(loser, batch)
-        assert retried.outcomes["duplicate"] == 1 and not retried.dead_letters
+        assert len(lost) == 1 and isinstance(lost[0], BatchResult), lost
+        assert lost[0].outcomes["duplicate"] == 1 and not lost[0].dead_letters
+        assert lost[0].outcomes["insufficient_funds"] == 0
     finally:
         first.close()
         second.close()
@@ -155,8 +159,10 @@ def test_two_appliers_of_one_event_commit_one_outcome(db: Connection) -> None:
         cur.execute("SELECT outcome FROM processed_events WHERE idempotency_key = %s",
                     (idempotency_key(event_id, "withdrawal"),))
         assert cur.fetchall() == [("insufficient_funds",)]
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))
-        assert cur.fetchall() == []  # produced straight to the ledger: no ingest row
+    assert outcome_changes(wal("processed_events", event_id)) == [
+        ("INSERT", event_id, "insufficient_funds")]  # the loser's insert was not kept
+    notices = [line for line in wal("outbox", event_id) if ": INSERT:" in line]
+    assert len(notices) == 1 and "withdrawal_rejected" in notices[0]  # one notification
 
 
 def _wait_for_lock_wait(db: Connection, pid: int, timeout_s: float = 10.0) -> None:

@@ -38,8 +38,7 @@ def test_settle_only_moves_a_waiting_outcome_to_a_final_one(waiting: Outcome,
 
 def test_nothing_to_write_sends_nothing() -> None:
     cur: Any = NoCursor()
-    processed_events.record(cur, [])
-    assert processed_events.recorded(cur, []) == set()
+    assert processed_events.record(cur, []) == set()
     assert processed_events.settle(cur, [], Outcome.PENDING_FINALITY, Outcome.APPLIED) == 0
 
 
@@ -48,4 +47,5 @@ def test_nothing_to_write_sends_nothing() -> None:
 def test_a_key_that_is_not_64_hex_digits_never_reaches_sql(bad: str) -> None:
     good = idempotency_key("e-1", "deposit")
     with pytest.raises(ValueError, match="64 hex digits"):
-        processed_events.recorded(NoCursor(), [good, bad])  # type: ignore[arg-type]
+        processed_events.settle(NoCursor(), [good, bad],  # type: ignore[arg-type]
+                                Outcome.PENDING_FINALITY, Outcome.APPLIED)
