@@ -76,11 +76,9 @@ def per_event_baseline(values: list[bytes], suffix: str) -> float:
         balance = cur.fetchone()[0]
         delta = event.amount if event.event_type.is_credit else -event.amount
         outcome = (Outcome.INSUFFICIENT_FUNDS if balance + delta < 0 else Outcome.APPLIED)
-        try:
-            # The claim: one applier, fresh ids, so a refused claim is a duplicate.
-            processed_events.record(cur, [(key, event.event_id, event.event_type.value,
-                                           outcome)])
-        except processed_events.AlreadyRecordedError:
+        # The claim: a key already taken is a duplicate, nothing else to write.
+        if processed_events.record(cur, [(key, event.event_id, event.event_type.value,
+                                          outcome)]):
             conn.rollback()
             continue
         if outcome is Outcome.APPLIED:

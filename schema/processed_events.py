@@ -72,12 +72,16 @@ def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
     """
     if not rows:
         return set()
+    # One row is inserted or not: nothing to undo, so no savepoint (the per-event path
+    # stays one round trip).
+    undo = len(rows) > 1
+    start = f"SAVEPOINT {_SAVEPOINT}; " if undo else ""
     if len(rows) >= COPY_FROM_ROWS:
-        inserted = _insert_by_copy(cur, rows)
+        inserted = _insert_by_copy(cur, rows, start)
     else:
         cur.execute(
-            f"SAVEPOINT {_SAVEPOINT};"
-            " INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
+            start + "INSERT INTO processed_events"
+            " (idempotency_key, event_id, event_type, outcome)"
             " SELECT k, e, t, o FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
             " AS x(k, e, t, o) ORDER BY k"
             " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
@@ -85,18 +89,19 @@ def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
              [r[3].value for r in rows]))
         inserted = {row[0] for row in cur.fetchall()}
     taken = {r[0] for r in rows} - inserted
-    cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; RELEASE SAVEPOINT {_SAVEPOINT}"
-                if taken else f"RELEASE SAVEPOINT {_SAVEPOINT}")
+    if undo:
+        cur.execute((f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; " if taken else "")
+                    + f"RELEASE SAVEPOINT {_SAVEPOINT}")
     return taken
 
 
-def _insert_by_copy(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
-    """record()'s INSERT for many rows: COPY into a staging table, then one INSERT ...
-    SELECT (the fastest claim measured in /work/shared/bench/double_entry_ceiling.py).
-    The staging table is created in the caller's transaction when the session has none,
-    so this also works behind a transaction-pooling PgBouncer."""
-    cur.execute(f"SAVEPOINT {_SAVEPOINT};"
-                " CREATE TEMPORARY TABLE IF NOT EXISTS processed_events_in"
+def _insert_by_copy(cur: Cursor, rows: Sequence[OutcomeRow], start: str) -> set[str]:
+    """record()'s INSERT for many rows, after `start` (its savepoint): COPY into a
+    staging table, then one INSERT ... SELECT (the fastest claim measured in
+    /work/shared/bench/double_entry_ceiling.py). The staging table is created in the
+    caller's transaction when the session has none, so this also works behind a
+    transaction-pooling PgBouncer."""
+    cur.execute(start + "CREATE TEMPORARY TABLE IF NOT EXISTS processed_events_in"
                 " (k text, e text, t text, o text) ON COMMIT DELETE ROWS")
     copy_rows(cur, "COPY processed_events_in (k, e, t, o) FROM STDIN",
               (f"{key}\t{copy_text(event_id)}\t{copy_text(event_type)}\t{outcome.value}\n"

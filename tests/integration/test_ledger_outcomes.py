@@ -21,8 +21,10 @@ from paystream.consumers.connection import Database
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger import LedgerHandler
 from paystream.consumers.records import Origin, Record
+from paystream.schema import processed_events
 from paystream.schema.db import Connection
 from paystream.schema.idempotency import idempotency_key
+from paystream.schema.processed_events import Outcome
 from tests.support.ids import unique
 
 CHANGE = re.compile(r"table public\.processed_events: (INSERT|UPDATE|DELETE): .*?"
@@ -175,3 +177,27 @@ def _wait_for_lock_wait(db: Connection, pid: int, timeout_s: float = 10.0) -> No
             return
         time.sleep(0.02)
     pytest.fail(f"backend {pid} never waited on a lock")
+
+
+@pytest.mark.parametrize("size", [2, processed_events.COPY_FROM_ROWS])
+def test_a_claim_with_one_key_taken_keeps_nothing_then_succeeds_without_it(
+        ledger_db: Database, size: int) -> None:
+    """record() is all or nothing, on both paths (rows by unnest, and by COPY through the
+    staging table, which the rollback to its savepoint must leave empty)."""
+    prefix = unique("out-claim")
+    rows = [(idempotency_key(f"{prefix}-{n}", "deposit"), f"{prefix}-{n}", "deposit",
+             Outcome.APPLIED) for n in range(size)]
+    conn = ledger_db.connection()
+    try:
+        with conn.cursor() as cur:
+            assert processed_events.record(cur, rows[-1:]) == set()  # taken first
+            assert processed_events.record(cur, rows) == {rows[-1][0]}
+            cur.execute("SELECT count(*) FROM processed_events WHERE event_id LIKE %s",
+                        (f"{prefix}-%",))
+            assert cur.fetchone() == (1,)  # nothing of the refused claim stayed
+            assert processed_events.record(cur, rows[:-1]) == set()
+            cur.execute("SELECT count(*) FROM processed_events WHERE event_id LIKE %s",
+                        (f"{prefix}-%",))
+            assert cur.fetchone() == (size,)
+    finally:
+        conn.rollback()  # test rows only: leave nothing behind
