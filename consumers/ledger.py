@@ -76,8 +76,8 @@ from paystream.consumers.failures import PoisonError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
 from paystream.consumers.ledger_plan import Candidate, Plan, dedupe, plan_batch, read_event
+from paystream.consumers.ledger_reconcile import HotPathReconciler
 from paystream.consumers.records import Record
-from paystream.ops.reconcile import HotPathReconciler
 from paystream.schema import chain_deposits, processed_events
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey

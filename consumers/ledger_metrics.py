@@ -42,7 +42,7 @@ class ShortfallGauge:
         if time.monotonic() - self._last < self.interval_s:
             return None
         self._last = time.monotonic()
-        from paystream.ops.reconcile import snapshot  # the same read-only snapshot helper
+        from paystream.schema.db import snapshot
 
         try:
             with snapshot(connection()) as cur:

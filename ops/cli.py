@@ -116,7 +116,8 @@ def _check_names() -> str:
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    from paystream.ops.reconcile import format_report, reconcile
+    from paystream.consumers.ledger_reconcile import reconcile
+    from paystream.ops.reconcile import format_report
 
     with database("paystream-reconcile", autocommit=True) as conn:
         report = reconcile(conn, users=args.user)
@@ -197,8 +198,13 @@ def _full_reconciliation() -> None:
     import psycopg2
     import structlog
 
+    from paystream.consumers.ledger_reconcile import (
+        ERRORS,
+        SCOPE_FULL,
+        reconcile,
+        record_full_check,
+    )
     from paystream.operator_cli import CannotRunError
-    from paystream.ops.reconcile import ERRORS, SCOPE_FULL, reconcile, record_full_check
 
     try:
         with database("paystream-reconcile", autocommit=True) as conn:

@@ -45,7 +45,14 @@ from paystream import operator_cli
 from paystream.connectors import endpoint
 from paystream.connectors.status import read_status
 from paystream.env import env_float
-from paystream.schema.db import Connection, Cursor, connect, database_url, kafka_bootstrap
+from paystream.schema.db import (
+    Connection,
+    Cursor,
+    connect,
+    database_url,
+    kafka_bootstrap,
+    one_row,
+)
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
 MIB = 1024 * 1024
@@ -169,13 +176,6 @@ class HealthSettings:
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _one_row(cur: Cursor) -> tuple[Any, ...]:
-    """The row an aggregate query (no GROUP BY) always answers."""
-    row = cur.fetchone()
-    assert row is not None, "an aggregate query answered no row"
-    return row
-
-
 def _grade(value: float, warn: float, unhealthy: float) -> Health:
     if value >= unhealthy:
         return Health.UNHEALTHY
@@ -257,7 +257,7 @@ class HealthChecker:
             "                        < now() - make_interval(secs => %s)),"
             "       coalesce(extract(epoch FROM now() - min(status_changed_at)), 0)"
             " FROM payment_events WHERE status = 'received'", (s.stuck_after_s,))
-        stuck, oldest = _one_row(cur)
+        stuck, oldest = one_row(cur)
         stuck, oldest = int(stuck), max(0.0, float(oldest))
         return [
             CheckResult("stuck_events", "pipeline", f"events received > {s.stuck_after_s:g} s ago",
@@ -304,7 +304,7 @@ class HealthChecker:
         s = self.settings
         cur.execute("SELECT count(*) FROM dead_letter_queue"
                     " WHERE first_seen_at > now() - interval '1 hour'")
-        count = int(_one_row(cur)[0])
+        count = int(one_row(cur)[0])
         return CheckResult(
             "dead_letters", "dlq", "dead letters in the last hour", str(count),
             f"warn >= {s.dead_letters_warn:g}, unhealthy >= {s.dead_letters_unhealthy:g}",
@@ -322,7 +322,7 @@ class HealthChecker:
             " FROM chain_deposits WHERE state = ANY(%s)",
             (list(WAITING_STATES), list(WAITING_STATES), list(SETTLING_STATES),
              s.stuck_after_s, [*WAITING_STATES, *SETTLING_STATES]))
-        waiting, oldest, stuck = _one_row(cur)
+        waiting, oldest, stuck = one_row(cur)
         waiting, oldest, stuck = int(waiting), max(0.0, float(oldest)), int(stuck)
         wait_verdict = _grade(oldest, s.deposit_wait_warn_s, s.deposit_wait_unhealthy_s)
         return [

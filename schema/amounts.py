@@ -91,8 +91,8 @@ def _canonical(amount: Decimal) -> Decimal:
     sign, digits, exponent = amount.as_tuple()
     if not isinstance(exponent, int):  # NaN or infinity: the exponent is a letter
         return amount
-    if not any(digits):
-        return Decimal((sign, (0,), 0))
+    if not any(digits):  # zero has no sign on the wire or in a report: never "-0"
+        return Decimal((0, (0,), 0))
     digit_list = list(digits)
     while exponent < 0 and digit_list[-1] == 0:
         digit_list.pop()

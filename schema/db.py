@@ -6,8 +6,11 @@ Addresses come from environment variables with the local stack's loopback defaul
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg2
 import psycopg2.extensions
@@ -17,6 +20,14 @@ from paystream.env import env_int, env_str
 # The one spelling of a database handle for every signature in paystream.
 Connection = psycopg2.extensions.connection
 Cursor = psycopg2.extensions.cursor
+
+
+def one_row(cur: Cursor) -> tuple[Any, ...]:
+    """The row a query that always answers one (an aggregate without GROUP BY, `SELECT
+    now()`) just answered."""
+    row = cur.fetchone()
+    assert row is not None, "a query that always answers one row answered none"
+    return row
 
 
 @dataclass(frozen=True)
@@ -67,3 +78,37 @@ def connect(dsn: str | None = None, *, connect_timeout: int = 5,
         connect_timeout=connect_timeout,
         application_name=application_name,
     )
+
+
+@contextlib.contextmanager
+def snapshot(conn: Connection) -> Iterator[Cursor]:
+    """A cursor inside one REPEATABLE READ, READ ONLY transaction: every read through it
+    sees the same committed state.
+
+    The transaction is opened by statement (`BEGIN ISOLATION LEVEL REPEATABLE READ READ
+    ONLY`) on an autocommit connection and closed with COMMIT: a session setting would
+    not survive a transaction-pooling PgBouncer (the next statement may run on another
+    server connection); one explicit transaction does. Works on a consumer's own
+    connection too (autocommit off) provided no transaction is open: autocommit is
+    switched on for the duration so psycopg2 does not open its own (READ COMMITTED)
+    transaction before our BEGIN.
+    """
+    if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        raise RuntimeError("a snapshot needs a connection with no open transaction")
+    previous = conn.autocommit
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield cur
+            except BaseException:
+                # A broken connection cannot roll back; the server ends its transaction.
+                with contextlib.suppress(psycopg2.Error):
+                    if not conn.closed:
+                        cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+    finally:
+        if not conn.closed:
+            conn.autocommit = previous

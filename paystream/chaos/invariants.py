@@ -11,7 +11,7 @@ from typing import Any
 
 from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.traffic import Kind, Request
-from paystream.schema.db import Cursor
+from paystream.schema.db import Cursor, one_row
 from paystream.schema.idempotency import idempotency_key
 
 FINAL_STATUSES = ("applied", "rejected", "dead_lettered")
@@ -19,9 +19,7 @@ FINAL_STATUSES = ("applied", "rejected", "dead_lettered")
 
 def _count(cur: Cursor) -> int:
     """The answer of a SELECT count(*) just executed."""
-    row = cur.fetchone()
-    assert row is not None, "count(*) answered no row"
-    return int(row[0])
+    return int(one_row(cur)[0])
 
 
 def ok(req: Request) -> bool:

@@ -16,8 +16,8 @@ from decimal import Decimal
 import httpx
 import pytest
 
+from paystream.consumers.ledger_reconcile import find_mismatches, reconcile
 from paystream.launch import paystream_argv
-from paystream.ops.reconcile import find_mismatches, reconcile
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.schema.idempotency import idempotency_key

@@ -15,10 +15,10 @@ import pytest
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
 from paystream.consumers.ledger import LedgerHandler
+from paystream.consumers.ledger_reconcile import reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.ops.housekeeping import purge_processed_events
-from paystream.ops.reconcile import reconcile
 from paystream.schema.idempotency import idempotency_key
 from tests.support.ids import unique
 

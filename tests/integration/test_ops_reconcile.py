@@ -20,9 +20,10 @@ from prometheus_client import REGISTRY
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
 from paystream.consumers.ledger import LedgerHandler
+from paystream.consumers.ledger_reconcile import HotPathReconciler, reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
-from paystream.ops.reconcile import HotPathReconciler, reconcile, snapshot
+from paystream.schema.db import snapshot
 from tests.support.ids import unique
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from paystream.connectors.status import connector_summary
+from paystream.consumers.ledger_reconcile import BOOKS, HotPathReconciler, Mismatch, Report
 from paystream.ops import cli as ops_cli
 from paystream.ops import health, housekeeping
 from paystream.ops.health import (
@@ -21,7 +22,7 @@ from paystream.ops.health import (
     format_table,
     worst,
 )
-from paystream.ops.reconcile import BOOKS, HotPathReconciler, Mismatch, Report, format_report
+from paystream.ops.reconcile import format_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
