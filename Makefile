@@ -4,7 +4,7 @@ BIN    := $(CURDIR)/$(VENV)/bin
 PYTHON ?= python3
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install stack-up stack-down status run test lint bench-cdc bench-e2e
+.PHONY: install stack-up stack-down status run test lint typecheck-view
 
 # Debian's python3 has no `venv` (ensurepip) until python3-venv is installed: a name that
 # exists on Debian 12 and 13 (tests/unit/test_stack_packages.py checks it).
@@ -34,8 +34,20 @@ status: install
 run: stack-up
 	$(BIN)/paystream run
 
-lint: install
+# mypy and import-linter cannot follow pyproject's package-dir mapping, so they run in
+# .typecheck/, a view of symlinks laid out as the installed package (paystream/schema ->
+# schema/, ...). Errors name paystream/<folder>/<file>.py.
+VIEW_DIRS := schema ingest consumers finality ops stack connectors
+typecheck-view:
+	@rm -rf .typecheck && mkdir -p .typecheck/paystream
+	@for d in $(VIEW_DIRS); do ln -s ../../$$d .typecheck/paystream/$$d; done
+	@for f in paystream/*.py paystream/chaos; do ln -s ../../$$f .typecheck/paystream/; done
+
+lint: install typecheck-view
 	$(BIN)/ruff check .
+	cd .typecheck && $(BIN)/mypy --config-file ../pyproject.toml \
+	  -p paystream
+	cd .typecheck && $(BIN)/lint-imports --config ../.importlinter
 
 # The tests get a stack of their own (state dir and ports below), so their events never
 # reach the `make run` stack's ledger, and `make run` after `make test` starts clean.
@@ -48,10 +60,49 @@ test: install lint
 	$(TEST_STACK) $(BIN)/paystream stack up
 	$(TEST_STACK) $(BIN)/pytest
 
-bench-cdc: stack-up
-	$(BIN)/python bench/cdc_latency.py
+# Benchmarks print their figures next to a baseline measured in the same run (docs/
+# benchmarks.md). They use the test kits in tests/support, hence the repository root on
+# PYTHONPATH. Each brings the `make run` stack up (not the test stack).
+BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
+INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
--include ingest/Makefile.inc consumers/Makefile.inc ops/Makefile.inc
+.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality
+bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
+	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
-bench-e2e: stack-up
-	$(BIN)/python bench/e2e_latency.py
+bench-ledger: stack-up  ## the ledger group draining preloaded events vs a per-event applier
+	$(BENCH) bench/ledger_bench.py
+
+bench-cdc: stack-up  ## outbox commit -> Kafka record latency through Debezium
+	$(BENCH) bench/cdc_latency.py
+
+bench-e2e: stack-up  ## webhook 2xx -> applied latency through the whole pipeline
+	$(BENCH) bench/e2e_latency.py
+
+bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finalized -> credited
+	$(BENCH) bench/finality_rpc_bench.py
+	$(BENCH) bench/finality_e2e_bench.py
+
+# One consumer group in the foreground (metrics on :9401 / :9402).
+.PHONY: consume-ledger consume-dlq-mirror
+consume-ledger: install
+	$(BIN)/paystream consume ledger
+
+consume-dlq-mirror: install
+	$(BIN)/paystream consume dlq-mirror
+
+# Operator checks against the `make run` stack (docs/operations.md).
+.PHONY: reconcile health housekeeping alerts-check
+reconcile: install
+	$(BIN)/paystream reconcile
+
+health: install
+	$(BIN)/paystream health
+
+housekeeping: install
+	$(BIN)/paystream housekeeping
+
+# promtool comes from Debian's `prometheus` package (the stack manager installs it).
+alerts-check:
+	promtool check rules ops/prometheus/alerts.yml
+	cd ops/prometheus && promtool test rules alerts_test.yml
