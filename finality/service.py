@@ -3,7 +3,8 @@
 Each network gets its own RPC client (timeouts, breaker, finalized cache: rpc.py), its
 own DB connection (store.py) and its own tick loop (watcher.py). A failing tick (RPC
 outage, DB outage) is logged and retried at the next tick; the process only stops on a
-signal. Metrics (metrics.py) are served on --metrics-port (default 9403).
+signal. Metrics (metrics.py) are served on --metrics-port (default 9404; the health
+exporter has 9403).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from paystream.finality.store import ChainDepositStore
 from paystream.finality.watcher import FinalityWatcher, rpc_for
 
 log = structlog.get_logger("paystream.finality")
-DEFAULT_METRICS_PORT = 9403
+DEFAULT_METRICS_PORT = 9404
 
 
 def watcher_for(settings: NetworkSettings, store: ChainDepositStore | None = None

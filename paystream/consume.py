@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          help="topic to consume (repeatable; default per kind)")
     consume.add_argument("--dlq-topic", help="where dead letters go")
     consume.add_argument("--metrics-port", type=int,
-                         help="Prometheus port (0 disables; default 9401 ledger, 9402 mirror)")
+                         help="Prometheus port (0 disables; default 9401 ledger, 9402 mirror, "
+                              "9404 finality)")
     consume.add_argument("--batch-size", type=int, default=1000)
     consume.add_argument("--batch-timeout", type=float, default=0.5,
                          help="seconds to wait filling a batch")
