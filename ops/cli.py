@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # imported on use: `paystream --help` must not need the Kafka
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub.add_parser("migrate", help="apply pending SQL migrations") \
+        .set_defaults(func=_migrate)
+
     rec = sub.add_parser("reconcile",
                          help="check every balance against its journal in one snapshot")
     rec.add_argument("--user", action="append", metavar="USER_ID",
@@ -113,6 +116,15 @@ CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot
 
 def _check_names() -> str:
     return ", ".join(CHECK_NAMES)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from paystream.schema.migrate import apply_pending
+
+    with database("paystream-migrate", autocommit=True) as conn:
+        applied = apply_pending(conn)
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return EXIT_OK
 
 
 def _reconcile(args: argparse.Namespace) -> int:

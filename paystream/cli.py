@@ -18,7 +18,6 @@ from paystream.operator_cli import EXIT_CANNOT_RUN, CannotRunError
 # whose parsers set `func` (a callable taking the parsed args and returning an exit code).
 COMMAND_MODULES = (
     "paystream.stack.cli",
-    "paystream.schema.cli",
     "paystream.ingest.cli",
     "paystream.consume",
     "paystream.ops.cli",

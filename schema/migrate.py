@@ -25,28 +25,35 @@ def migration_files() -> list[tuple[str, str]]:
 
 
 def apply_migrations(dsn: str | None = None) -> list[str]:
-    """Apply the pending migrations; return the names applied in this call."""
+    """Apply the pending migrations on a connection of its own; return the names applied."""
     conn = connect(dsn, application_name="paystream-migrate")
-    applied: list[str] = []
     try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
-            cur.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
-            cur.execute("SELECT name FROM schema_migrations")
-            done = {row[0] for row in cur.fetchall()}
-        for name, sql in migration_files():
-            if name in done:
-                continue
-            _apply_one(conn, name, sql)
-            applied.append(name)
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
+        return apply_pending(conn)
     finally:
         conn.close()
+
+
+def apply_pending(conn: Connection) -> list[str]:
+    """Apply the pending migrations on `conn` (left in autocommit); return the names
+    applied in this call. An advisory lock keeps two runners from applying one file
+    twice."""
+    applied: list[str] = []
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_ID,))
+        cur.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        cur.execute("SELECT name FROM schema_migrations")
+        done = {row[0] for row in cur.fetchall()}
+    for name, sql in migration_files():
+        if name in done:
+            continue
+        _apply_one(conn, name, sql)
+        applied.append(name)
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
 
 
