@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from paystream.consumers.connection import Database
 from paystream.schema.db import Connection, connect, database_url
 from tests.support.consumers import ProcessPool
 from tests.support.topics import TopicReader
@@ -65,3 +66,15 @@ def pool(tmp_path: Path) -> Iterator[ProcessPool]:
     p = ProcessPool(tmp_path)
     yield p
     p.kill_all()
+
+
+@pytest.fixture
+def ledger_db() -> Iterator[Database]:
+    """The consumer's own kind of connection (autocommit off, its timeouts)."""
+    database = Database(application_name="paystream-test-ledger")
+    try:
+        database.connection()
+    except psycopg2.OperationalError as exc:
+        pytest.fail(f"Postgres is not reachable ({exc}); run `paystream stack up`")
+    yield database
+    database.close()

@@ -13,10 +13,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-import psycopg2
 import pytest
 
-from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger import LedgerHandler
@@ -26,6 +24,7 @@ from paystream.schema.db import Connection
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
 from tests.support.ids import unique
+from tests.support.ledger import ledger_apply
 
 CHANGE = re.compile(r"table public\.processed_events: (INSERT|UPDATE|DELETE): .*?"
                     r"event_id\[text\]:'([^']*)'.*?outcome\[text\]:'([^']*)'")
@@ -38,28 +37,6 @@ def record(user: str, event_id: str, event_type: str, amount: str, offset: int =
                   json.dumps(value).encode(),
                   (("event_id", event_id.encode()), ("event_type", event_type.encode()),
                    ("trace_id", b"trace-outcomes")), None)
-
-
-def ledger_apply(conn: Connection, records: list[Record]) -> BatchResult:
-    """One batch through the ledger, as the commit protocol's steps 1, 2 and 5 run it."""
-    try:
-        result = apply_with_isolation(conn, LedgerHandler(), records)
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    return result
-
-
-@pytest.fixture
-def ledger_db() -> Iterator[Database]:
-    database = Database(application_name="paystream-test-outcomes")
-    try:
-        database.connection()
-    except psycopg2.OperationalError as exc:
-        pytest.fail(f"Postgres is not reachable ({exc}); run `paystream stack up`")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -17,14 +17,13 @@ import pytest
 import structlog.testing
 from prometheus_client import REGISTRY
 
-from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
-from paystream.consumers.ledger import LedgerHandler
 from paystream.consumers.ledger_reconcile import HotPathReconciler, reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.schema.db import snapshot
 from tests.support.ids import unique
+from tests.support.ledger import ledger_apply
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,29 +42,6 @@ def record(user: str, event_id: str, event_type: str, amount: str, asset: str = 
                   json.dumps(value).encode(),
                   (("event_id", event_id.encode()), ("event_type", event_type.encode()),
                    ("trace_id", b"trace-ops-test")), None)
-
-
-def ledger_apply(conn: psycopg2.extensions.connection, records: list[Record]):
-    """One batch through the ledger, as the commit protocol's steps 1, 2 and 5 run it."""
-    try:
-        result = apply_with_isolation(conn, LedgerHandler(), records)
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
-    return result
-
-
-@pytest.fixture
-def ledger_db():
-    """The consumer's own kind of connection (autocommit off, its timeouts)."""
-    database = Database(application_name="paystream-test-ops")
-    try:
-        database.connection()
-    except psycopg2.OperationalError as exc:
-        pytest.fail(f"Postgres is not reachable ({exc}); run `paystream stack up`")
-    yield database
-    database.close()
 
 
 def funded_user(db, ledger_db: Database, asset: str = "USDC") -> str:
