@@ -3,8 +3,10 @@
 A row is keyed by the dead message's origin (source topic, partition, offset), so a
 message dead-lettered twice (its batch was redelivered) stays one row whose `attempts`
 grows by one entry per distinct DLQ record; a redelivered DLQ record adds nothing. The
-first time an origin is seen, its payment event (if it exists) moves to dead_lettered
-through the one transition function.
+first time an origin is seen, its payment event moves to dead_lettered through the one
+transition function, but only if the dead letter's content is the stored event's (same
+content hash): a forged record naming a real event id is kept as a row, and the real
+event's status is left alone (a replay of that row is then refused too).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import structlog
 from paystream.consumers import dlq
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record, printable
+from paystream.schema import stored_events
 from paystream.schema.db import Connection, Cursor
+from paystream.schema.events import EventError, parse_wire
 from paystream.schema.status import EventStatus, transition
 
 log = structlog.get_logger("consumers.dlq_mirror")
@@ -46,7 +50,7 @@ class DlqMirrorHandler:
 
     def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         result = BatchResult()
-        dead_lettered: list[str] = []
+        dead_lettered: list[tuple[str, str]] = []  # (event id, the dead letter's hash)
         for record in records:
             row = mirror_row(record)
             cur.execute(
@@ -70,12 +74,17 @@ class DlqMirrorHandler:
             row_id, inserted = found
             result.outcomes["mirrored" if inserted else "mirror_attempt_added"] += 1
             if inserted and row["event_id"]:
-                dead_lettered.append(row["event_id"])
+                claimed = content_hash_of(record, row["event_id"])
+                if claimed is not None:
+                    dead_lettered.append((row["event_id"], claimed))
             log.info("dead_letter_mirrored", id=row_id, reason=row["error_reason"],
                      trace_id=record.header("trace_id"), event_id=row["event_id"],
                      source=f"{row['source_topic']}[{row['source_partition']}]"
                             f"@{row['source_offset']}")
-        transition(cur, sorted(set(dead_lettered)), EventStatus.DEAD_LETTERED)
+        stored = stored_events.content_hashes(cur, sorted({e for e, _ in dead_lettered}))
+        matching = sorted({e for e, h in dead_lettered if stored.get(e) == h})
+        result.outcomes["mirror_content_mismatch"] += len(dead_lettered) - len(matching)
+        transition(cur, matching, EventStatus.DEAD_LETTERED)
         return result
 
     def after_batch(self, connection: Callable[[], Connection]) -> None:
@@ -125,10 +134,20 @@ def mirror_row(record: Record) -> MirrorRow:
     }
 
 
+def content_hash_of(record: Record, event_id: str) -> str | None:
+    """The content hash of the event the dead letter carries, if it is event `event_id`
+    (None: its value is not such an event, so it cannot be the stored one)."""
+    try:
+        event = parse_wire(json.loads(record.value or b""))
+    except (UnicodeDecodeError, ValueError, RecursionError, EventError):
+        return None  # RecursionError: JSON nested too deep to read
+    return event.content_hash() if event.event_id == event_id else None
+
+
 def _payload_event_id(record: Record) -> str | None:
     try:
         obj = json.loads(record.value or b"")
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     value = obj.get("event_id") if isinstance(obj, dict) else None
     return _clean(value) if isinstance(value, str) else None

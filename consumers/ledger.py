@@ -4,9 +4,12 @@ All of it runs in the batch transaction the commit protocol opened. `apply` does
 this order (the steps are numbered at the call sites too):
   1. read each record into an event (a broken one becomes a dead letter) and drop
      repeats of an idempotency key inside the batch;
-  2. dead-letter events of users that do not exist, and settlements that no held chain
-     deposit explains: before anything is recorded, so a replayed dead letter is not
-     mistaken for a duplicate;
+  2. dead-letter what the outbox did not send: an event whose payment_events row is
+     missing, holds another content hash, or has a status no redelivery explains
+     (schema.stored_events.judge: only the outbox can credit, whatever else can produce
+     to the topic); events of users that do not exist; settlements that no chain
+     deposit the watcher decided explains. Before anything is recorded, so a replayed
+     dead letter is not mistaken for a duplicate;
   3. create the balance rows of first credits, then lock every touched balance row
      with SELECT ... FOR UPDATE in (user_id, asset) order (no deadlock between batches);
   4. find the events applied before whose outcome housekeeping forgot: their effect is
@@ -78,7 +81,7 @@ from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
 from paystream.consumers.ledger_plan import Candidate, Plan, dedupe, plan_batch, read_event
 from paystream.consumers.ledger_reconcile import HotPathReconciler
 from paystream.consumers.records import Record
-from paystream.schema import chain_deposits, processed_events
+from paystream.schema import chain_deposits, processed_events, stored_events
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey
 from paystream.schema.chain_deposits import DepositState, HeldDeposit
@@ -94,6 +97,7 @@ from paystream.schema.outbox import emit
 from paystream.schema.pgcopy import copy_rows, copy_text
 from paystream.schema.processed_events import Outcome
 from paystream.schema.status import EventStatus, transition
+from paystream.schema.stored_events import STATUS_CONFLICT
 
 log = structlog.get_logger("consumers.ledger")
 
@@ -129,8 +133,10 @@ class LedgerHandler:
                 result.dead_letters.append(DeadLetter(record, exc.reason, exc.detail))
         unique, repeats = dedupe(candidates)
         result.outcomes["duplicate"] += len(repeats)
-        # Step 2. Dead letters: unknown users, settlements no held deposit explains.
-        valid = _known_users_only(cur, unique, result)
+        # Step 2. Dead letters: records the outbox did not send, unknown users,
+        # settlements no decided deposit explains.
+        valid = _outbox_events_only(cur, unique, result)
+        valid = _known_users_only(cur, valid, result)
         deposits = chain_deposits.held(
             cur, (str(c.event.settles) for c in valid if c.event.settles is not None))
         valid = _check_settlements(valid, deposits, result)
@@ -170,6 +176,28 @@ class LedgerHandler:
         return result
 
 
+def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
+                        ) -> list[Candidate]:
+    """Dead-letter (into `result`) the events that do not match their stored row. One
+    query for the batch; settlements have no row (the watcher writes only the outbox):
+    _check_settlements judges them against their deposit."""
+    plain = [c for c in candidates if c.event.settles is None]
+    rows = stored_events.stored(cur, sorted((c.event.event_id, c.key) for c in plain))
+    bad: dict[int, tuple[str, str]] = {}
+    for c in plain:
+        problem = stored_events.judge(c.event.event_id, c.event.content_hash(),
+                                      rows.get(c.event.event_id))
+        if problem is not None:
+            bad[id(c)] = problem
+    if not bad:
+        return candidates
+    for c in candidates:
+        if id(c) in bad:
+            reason, detail = bad[id(c)]
+            result.dead_letters.append(DeadLetter(c.record, reason, detail))
+    return [c for c in candidates if id(c) not in bad]
+
+
 def _known_users_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
                       ) -> list[Candidate]:
     """Dead-letter (into `result`) the events of users that do not exist."""
@@ -197,7 +225,11 @@ def _check_settlements(candidates: list[Candidate], deposits: dict[str, HeldDepo
         if event.settles is None:
             continue
         deposit = deposits.get(event.settles)
-        if deposit is None:
+        if event.event_id != f"{event.settles}:{_SETTLEMENT_SUFFIX[event.event_type]}":
+            # The watcher derives a settlement's id from its deposit's: one verdict, one id.
+            bad[id(c)] = (stored_events.UNKNOWN_EVENT, f"{event.event_id!r} is not the id of a"
+                          f" {event.event_type} of deposit {event.settles!r}")
+        elif deposit is None:
             bad[id(c)] = ("unknown_deposit", f"no chain deposit {event.settles!r} is held")
         elif (deposit.user_id, deposit.asset, deposit.amount) != (
                 event.user_id, event.asset, event.amount):
@@ -220,7 +252,8 @@ def _check_settlements(candidates: list[Candidate], deposits: dict[str, HeldDepo
 def settlement_conflict(event: PaymentEvent, state: str, credited: bool) -> str | None:
     """Why a settlement contradicts its deposit's state (None: it does not). Replays of
     a settlement already applied must pass (idempotency turns them into duplicates), so
-    only the states it can never legitimately meet are refused. `credited`: the ledger
+    only the states it can never legitimately meet are refused, and a deposit the
+    watcher has not decided this way (status_conflict). `credited`: the ledger
     credited the deposit before finality (chain_deposits.credited_at)."""
     kind = event.event_type
     if kind is SettlementType.DEPOSIT_REVERSED:
@@ -228,21 +261,42 @@ def settlement_conflict(event: PaymentEvent, state: str, credited: bool) -> str 
         # deposit_reorged's job, and a final deposit is final.
         if not credited:
             return "deposit_not_credited"
-        return "deposit_already_settled" if state in ("final", "finalizing") else None
-    if kind is SettlementType.DEPOSIT_CREDITED:
+        if state in ("final", "finalizing"):
+            return "deposit_already_settled"
+    elif kind is SettlementType.DEPOSIT_CREDITED:
         if state in ("pending", "suspect", "reorging", "reorged"):
             return "deposit_not_crediting"
         return None if credited or state == "crediting" else "deposit_already_settled"
-    if kind is SettlementType.DEPOSIT_FINALIZED:
+    elif kind is SettlementType.DEPOSIT_FINALIZED:
         if event.settles_credited != credited:  # never credit twice, never forget one
             return "deposit_credit_mismatch"
-        return "deposit_already_settled" if state in ("reorged", "reversed", "reversing") \
-            else None
-    if kind is SettlementType.DEPOSIT_REORGED:
+        if state in ("reorged", "reversed", "reversing"):
+            return "deposit_already_settled"
+    elif kind is SettlementType.DEPOSIT_REORGED:
         if credited:  # credited money is only ever taken back by a reversal
             return "deposit_already_credited"
-        return "deposit_already_settled" if state == "final" else None
+        if state == "final":
+            return "deposit_already_settled"
+    # Only the watcher's decision explains a settlement: it moves the deposit to the
+    # decided state in the transaction that writes the event to the outbox, so a record
+    # finding its deposit anywhere else (pending, say) was not sent by the outbox.
+    decided = _DECIDED_STATES.get(kind)
+    if decided is not None and state not in decided:
+        return STATUS_CONFLICT
     return None
+
+
+_SETTLEMENT_SUFFIX: dict[EventType | SettlementType, str] = {
+    SettlementType.DEPOSIT_FINALIZED: "finalized", SettlementType.DEPOSIT_REORGED: "reorged",
+    SettlementType.DEPOSIT_CREDITED: "credited", SettlementType.DEPOSIT_REVERSED: "reversed"}
+
+# The deposit states in which a settlement can be on the topic: the watcher's decision,
+# or (a redelivery) the state the ledger moved the deposit to when it applied it.
+_DECIDED_STATES: dict[EventType | SettlementType, tuple[str, ...]] = {
+    SettlementType.DEPOSIT_FINALIZED: ("finalizing", "final"),
+    SettlementType.DEPOSIT_REORGED: ("reorging", "reorged"),
+    SettlementType.DEPOSIT_REVERSED: ("reversing", "reversed"),
+}
 
 
 def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[BalanceKey, Decimal]:

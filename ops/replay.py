@@ -1,10 +1,13 @@
 """Operating the dead letters: list, show, and replay one after a person fixed its cause.
 
-A replay sends the event back through the transactional outbox, with the same event id
-(so the ledger's idempotency still holds), and moves its status dead_lettered ->
-received through the one transition function, all in one transaction. It refuses what
-cannot or must not run again: a payload that does not parse, an event the ledger has
-already processed, a row already replayed.
+A replay sends the STORED event (its payment_events row, as the ingest wrote it) back
+through the transactional outbox, with the same event id (so the ledger's idempotency
+still holds), and moves its status dead_lettered -> received through the one transition
+function, all in one transaction. The dead letter's copy is only evidence: a replay
+refuses a dead letter whose event has no stored row, whose content is not the stored
+event's (a forged or mangled record: sending the stored event would credit something
+that was never dead-lettered), or whose event is not dead_lettered (the mirror marks it
+so only when the contents match), and one already processed or already replayed.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from paystream.schema import processed_events
+from paystream.schema import processed_events, stored_events
 from paystream.schema.db import Cursor
 from paystream.schema.events import PAYMENTS_AGGREGATE, EventError, parse_wire
 from paystream.schema.outbox import emit
@@ -53,34 +56,44 @@ def show_dead_letter(cur: Cursor, dlq_id: int) -> dict[str, Any] | None:
 
 
 def replay(cur: Cursor, dlq_id: int) -> Replayed:
-    """Send dead letter `dlq_id` back through the outbox in the caller's transaction."""
-    cur.execute("SELECT status, payload, headers FROM dead_letter_queue WHERE id = %s"
+    """Send dead letter `dlq_id`'s stored event back through the outbox in the caller's
+    transaction; raise ReplayRefused saying why not."""
+    cur.execute("SELECT status, payload, event_id FROM dead_letter_queue WHERE id = %s"
                 " FOR UPDATE", (dlq_id,))
     row = cur.fetchone()
     if row is None:
         raise ReplayRefused(f"no dead letter with id {dlq_id}")
-    status, payload, headers = row
+    status, payload, event_id = row
     if status != "open":
         raise ReplayRefused(f"dead letter {dlq_id} is {status}, not open")
+    if not event_id:
+        raise ReplayRefused(f"dead letter {dlq_id} names no event: nothing stored to replay")
+    stored = stored_events.recorded(cur, event_id)
+    if stored is None:
+        raise ReplayRefused(f"event {event_id} has no payment_events row: the outbox never"
+                            " sent it, so there is nothing to replay")
     try:
-        event = parse_wire(json.loads(payload or ""))
+        dead = parse_wire(json.loads(payload or ""))
     except (ValueError, EventError) as exc:
-        raise ReplayRefused(f"payload cannot be parsed ({exc}); fix the producer, "
-                            "a replay would only dead-letter it again") from None
+        raise ReplayRefused(f"dead letter {dlq_id}'s payload is not an event ({exc}), so it"
+                            f" is not event {event_id} as stored; nothing replayed") from None
+    if dead.event_id != event_id or dead.content_hash() != stored.content_hash:
+        raise ReplayRefused(f"dead letter {dlq_id}'s content is not event {event_id} as"
+                            " stored (another content hash): a forged or altered record")
+    if stored.status is not EventStatus.DEAD_LETTERED:
+        raise ReplayRefused(f"event {event_id} is {stored.status}, not dead_lettered")
+    event = parse_wire(stored.payload)
+    if event.content_hash() != stored.content_hash:
+        raise ReplayRefused(f"event {event_id}'s stored payload does not match its stored"
+                            " content hash; nothing replayed")
     done = processed_events.outcome_of(cur, event.event_id, event.event_type.value)
     if done is not None:
         raise ReplayRefused(f"event {event.event_id} ({event.event_type}) was already "
                             f"processed with outcome {done}")
-    cur.execute("SELECT status FROM payment_events WHERE event_id = %s FOR UPDATE",
-                (event.event_id,))
-    current = cur.fetchone()
-    if current is not None and current[0] in (EventStatus.APPLIED, EventStatus.REJECTED):
-        raise ReplayRefused(f"event {event.event_id} is already {current[0]}")
     transition(cur, [event.event_id], EventStatus.RECEIVED)
-    trace_id = (headers or {}).get("trace_id") or f"replay-{dlq_id}"
     outbox_id = emit(cur, aggregatetype=PAYMENTS_AGGREGATE, aggregateid=event.user_id,
                      event_type=event.event_type.value, event_id=event.event_id,
-                     payload=event.to_wire(), trace_id=trace_id)
+                     payload=stored.payload, trace_id=stored.trace_id)
     cur.execute("UPDATE dead_letter_queue SET status = 'replayed', last_seen_at = now()"
                 " WHERE id = %s", (dlq_id,))
     return Replayed(dlq_id, event.event_id, str(outbox_id))

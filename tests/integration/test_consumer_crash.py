@@ -13,6 +13,7 @@ from tests.support.consumers import (
     drained,
     make_events,
     produce,
+    store_events,
     wait_until,
     wire_message,
 )
@@ -26,6 +27,8 @@ def _setup(db, count: int, users: int = 24):
     with db.cursor() as cur:
         create_users(cur, user_ids)
     events = make_events(unique("crash-ev"), user_ids, count)
+    with db.cursor() as cur:
+        store_events(cur, events)  # as the ingest does: the ledger credits only these
     return topic, group, dlq, events
 
 

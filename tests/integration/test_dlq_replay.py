@@ -85,6 +85,6 @@ def test_replay_after_the_user_is_created_applies_once(db, pool) -> None:
     with db.cursor() as cur:
         cur.execute("UPDATE dead_letter_queue SET status = 'open' WHERE id = %s", (dlq_id,))
     applied = _cli("replay", str(dlq_id))
-    assert applied.returncode == 1 and "already processed" in applied.stderr
+    assert applied.returncode == 1 and "is applied, not dead_lettered" in applied.stderr
     for proc in pool.procs:
         assert proc.terminate() == 0, proc.tail()

@@ -21,6 +21,7 @@ from tests.support.consumers import (
     end_offsets,
     make_events,
     producer,
+    store_events,
     wait_until,
     wire_message,
 )
@@ -56,10 +57,11 @@ def test_postgres_outage_under_load(db, pool) -> None:
     topic, group, dlq = unique("outage-topic"), unique("outage-group"), unique("outage-dlq")
     create_topic(topic)
     users = [unique("outage-user") for _ in range(40)]
+    events = make_events(unique("outage-ev"), users, 4000)
     with db.cursor() as cur:
         create_users(cur, users)
+        store_events(cur, events)  # as the ingest does: the ledger credits only these
     db.close()  # the outage would break it anyway
-    events = make_events(unique("outage-ev"), users, 4000)
     port = free_port()
     proc = pool.start("ledger", topic=topic, group=group, dlq_topic=dlq,
                       extra_args=["--metrics-port", str(port), "--batch-size", "200"])

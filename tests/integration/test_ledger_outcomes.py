@@ -23,6 +23,7 @@ from paystream.schema import processed_events
 from paystream.schema.db import Connection
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
+from tests.support.consumers import store_records
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
 
@@ -76,6 +77,8 @@ def test_each_outcome_is_inserted_once_with_its_final_value_and_a_replay_adds_no
              record(rich, f"{prefix}-big", "withdrawal", "50", 1),  # insufficient
              record(rich, f"{prefix}-ok", "withdrawal", "4", 2),
              record(poor, f"{prefix}-none", "withdrawal", "1", 3)]  # no balance row at all
+    with db.cursor() as cur:
+        store_records(cur, batch)
     first = ledger_apply(ledger_db.connection(), batch)
     assert (first.outcomes["applied"], first.outcomes["insufficient_funds"]) == (2, 2)
 
@@ -104,6 +107,8 @@ def test_two_appliers_of_one_event_commit_one_outcome(db: Connection, wal: Any) 
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
     batch = [record(user, event_id, "withdrawal", "1")]
+    with db.cursor() as cur:
+        store_records(cur, batch)
     first, second = (Database(application_name="paystream-test-race-a"),
                      Database(application_name="paystream-test-race-b"))
     try:

@@ -13,6 +13,7 @@ from tests.support.consumers import (
     drained,
     produce,
     read_all,
+    store_events,
     wait_until,
     wire_message,
 )
@@ -41,6 +42,8 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
                                 EventType.WITHDRAWAL_FEE if i % 7 == 0 else EventType.WITHDRAWAL,
                                 users[i % 6], "USDC", Decimal(rng.randint(1, 3000)) / 100,
                                 "test") for i in range(1500)]
+    with db.cursor() as cur:  # as the ingest does: the ledger credits only these
+        store_events(cur, deposits + withdrawals)
     pool.start("ledger", topic=deposits_topic, group=dep_group, dlq_topic=dlq,
                extra_args=["--batch-size", "50", "--batch-timeout", "0.02"])
     pool.start("ledger", topic=withdrawals_topic, group=wd_group, dlq_topic=dlq,

@@ -20,6 +20,7 @@ from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.ops.housekeeping import purge_processed_events
 from paystream.schema.idempotency import idempotency_key
+from tests.support.consumers import store_records
 from tests.support.ids import unique
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,13 +113,17 @@ def withdrawal(user: str, event_id: str, amount: str) -> Record:
 
 
 def test_replay_after_ttl_purge_moves_no_money(db) -> None:
-    """The idempotency row is gone after the TTL; the journal's UNIQUE (source_event_id,
-    event_type) is what still stops a second credit."""
+    """The idempotency row is gone after the TTL, and the event is applied: no
+    redelivery explains a record of it any more (Kafka keeps records 7 days,
+    housekeeping forgets outcomes after 14), so it is a dead letter, status_conflict,
+    and no money moves. The journal's UNIQUE (source_event_id, event_type) would still
+    stop a second credit."""
     user = unique("ops-hk-user")
     event_id = unique("ops-hk-ev")
     key = idempotency_key(event_id, "deposit")
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+        store_records(cur, [deposit(user, event_id, "10")])
     database = Database(application_name="paystream-test-ops")
     try:
         conn = database.connection()
@@ -137,16 +142,15 @@ def test_replay_after_ttl_purge_moves_no_money(db) -> None:
                         (key,))
             assert cur.fetchone()[0] == 0
 
-        # The same event arrives again (a replayed topic, a DLQ replay...).
+        # The same event arrives again (a group reset to an old offset, a forgery...).
         again = apply_with_isolation(conn, LedgerHandler(), [deposit(user, event_id, "10")])
         conn.commit()
     finally:
         database.close()
 
     assert again.outcomes["applied"] == 0, again
-    # The ledger sees the journal row and treats the replay as a duplicate: no money
-    # moves and nothing is dead-lettered (a replayed topic must not flood the DLQ).
-    assert again.outcomes["duplicate"] == 1 and not again.dead_letters, again
+    assert [d.reason for d in again.dead_letters] == ["status_conflict"], again
+    assert "already applied" in again.dead_letters[0].detail
     with db.cursor() as cur:
         cur.execute("SELECT balance FROM balances WHERE user_id = %s AND asset = 'USDC'",
                     (user,))
@@ -154,19 +158,20 @@ def test_replay_after_ttl_purge_moves_no_money(db) -> None:
         cur.execute("SELECT count(*) FROM balance_events WHERE source_event_id = %s",
                     (event_id,))
         assert cur.fetchone()[0] == 1
+        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))
+        assert cur.fetchone() == ("applied",)
     assert reconcile(db, users=[user]).clean
 
 
 def test_a_rejection_replayed_after_the_ttl_stays_a_rejection(db):
     """A withdrawal rejected for insufficient funds, its key purged, replayed after the
-    user got money: it must not turn into a success (the outcome is final)."""
-    user, withdrawal_id = unique("ttl-rej"), unique("wd")
+    user got money: it must not turn into a success (the outcome is final), and it is
+    a dead letter (status_conflict), not a silent duplicate."""
+    user, withdrawal_id, deposit_id = unique("ttl-rej"), unique("wd"), unique("dep")
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
-        cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id,"
-                    " asset, amount, content_hash, trace_id, payload) VALUES"
-                    " (%s, 'payments', 'withdrawal', %s, 'USDC', 5, 'h', 't', '{}')",
-                    (withdrawal_id, user))
+        store_records(cur, [withdrawal(user, withdrawal_id, "5"),
+                            deposit(user, deposit_id, "100")])
     database = Database(application_name="paystream-test-ops")
     conn = database.connection()
     try:
@@ -175,7 +180,7 @@ def test_a_rejection_replayed_after_the_ttl_stays_a_rejection(db):
         conn.commit()
         assert first.outcomes["insufficient_funds"] == 1
         funded = apply_with_isolation(conn, LedgerHandler(),
-                                      [deposit(user, unique("dep"), "100")])
+                                      [deposit(user, deposit_id, "100")])
         conn.commit()
         assert funded.outcomes["applied"] == 1
         with db.cursor() as cur:
@@ -186,10 +191,11 @@ def test_a_rejection_replayed_after_the_ttl_stays_a_rejection(db):
         conn.commit()
     finally:
         database.close()
-    assert again.outcomes["duplicate"] == 1 and again.outcomes["applied"] == 0
+    assert again.outcomes["applied"] == 0 and again.outcomes["insufficient_funds"] == 0
+    assert [d.reason for d in again.dead_letters] == ["status_conflict"], again
     with db.cursor() as cur:
         cur.execute("SELECT balance FROM balances WHERE user_id = %s", (user,))
         assert cur.fetchone()[0] == Decimal(100)
-        cur.execute("SELECT outcome FROM processed_events WHERE idempotency_key = %s",
-                    (idempotency_key(withdrawal_id, "withdrawal"),))
-        assert cur.fetchone()[0] == "insufficient_funds"
+        cur.execute("SELECT status FROM payment_events WHERE event_id = %s",
+                    (withdrawal_id,))
+        assert cur.fetchone() == ("rejected",)

@@ -22,6 +22,7 @@ from paystream.consumers.ledger_reconcile import HotPathReconciler, reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.schema.db import snapshot
+from tests.support.consumers import store_records
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
 
@@ -47,12 +48,12 @@ def record(user: str, event_id: str, event_type: str, amount: str, asset: str = 
 def funded_user(db, ledger_db: Database, asset: str = "USDC") -> str:
     """A user whose balance (7) came from a deposit of 10 and a withdrawal of 3."""
     user = unique("ops-rec")
+    batch = [record(user, unique("ev-dep"), "deposit", "10", asset, 0),
+             record(user, unique("ev-wd"), "withdrawal", "3", asset, 1)]
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
-    result = ledger_apply(ledger_db.connection(), [
-        record(user, unique("ev-dep"), "deposit", "10", asset, 0),
-        record(user, unique("ev-wd"), "withdrawal", "3", asset, 1),
-    ])
+        store_records(cur, batch)  # as the ingest does: the ledger credits only these
+    result = ledger_apply(ledger_db.connection(), batch)
     assert result.outcomes["applied"] == 2, result
     return user
 

@@ -22,9 +22,10 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from paystream.consumers.ledger_plan import decide, signed_amount
+from paystream.consumers.records import Record
 from paystream.launch import paystream_argv
 from paystream.schema.db import kafka_bootstrap
-from paystream.schema.events import EventType, PaymentEvent
+from paystream.schema.events import EventType, PaymentEvent, parse_wire, wire_hash
 from tests.support.waiting import wait_until
 
 Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]  # key, value, headers
@@ -60,6 +61,40 @@ def wire_message(event: PaymentEvent, trace_id: str | None = None) -> Message:
                ("trace_id", (trace_id or "trace-" + event.event_id).encode())]
     value = json.dumps(event.to_wire(), separators=(",", ":")).encode()
     return event.user_id.encode(), value, headers
+
+
+def store_events(cur: Any, events: Iterable[PaymentEvent]) -> int:
+    """Record `events` in payment_events as the ingest does (schema.outbox.write_events:
+    the same columns, the wire as payload, PaymentEvent.content_hash, status received),
+    without the outbox row: the tests and the bench then produce the records themselves
+    (wire_message), on topics of their own. The ledger credits only records that match
+    such a row. An event id already stored is left as it is; returns how many were new."""
+    rows = []
+    for event in events:
+        wire = event.to_wire()
+        rows.append({"event_id": event.event_id, "provider": event.provider,
+                     "event_type": wire["event_type"], "user_id": event.user_id,
+                     "asset": event.asset, "amount": wire["amount"],
+                     "content_hash": wire_hash(wire), "trace_id": "trace-" + event.event_id,
+                     "payload": wire})
+    stored = 0
+    for start in range(0, len(rows), 5_000):
+        cur.execute(
+            "INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
+            " amount, content_hash, trace_id, payload) SELECT event_id, provider, event_type,"
+            " user_id, asset, amount, content_hash, trace_id, payload"
+            " FROM jsonb_to_recordset(%s::jsonb) AS r(event_id text, provider text,"
+            " event_type text, user_id text, asset text, amount numeric, content_hash text,"
+            " trace_id text, payload jsonb) ON CONFLICT (event_id) DO NOTHING",
+            (json.dumps(rows[start:start + 5_000], separators=(",", ":")),))
+        stored += cur.rowcount
+    return stored
+
+
+def store_records(cur: Any, records: Iterable[Record]) -> int:
+    """store_events for the events that records built by hand carry (their values as the
+    outbox would have written them)."""
+    return store_events(cur, (parse_wire(json.loads(r.value or b"")) for r in records))
 
 
 def producer() -> Producer:

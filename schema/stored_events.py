@@ -1,0 +1,113 @@
+"""The stored event: what a record on the payment topic is checked against.
+
+Only paystream's outbox writes may credit. The ingest (schema.outbox.write_event /
+write_events) and a DLQ replay (ops.replay) put an event on the payment topic only
+together with its payment_events row, whose content_hash is
+PaymentEvent.content_hash() of the event as written; the finality watcher's settlement
+events have no payment_events row: they are checked against chain_deposits instead.
+So a record is believed only if the row exists, holds the same content hash, and has a
+status that explains why the record is on the topic (`judge`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paystream.schema.db import Cursor
+from paystream.schema.status import EventStatus
+
+# Statuses the ledger has written once it processed the event (final, or waiting on
+# its chain deposit's settlement): a record of such an event is a redelivery only while
+# processed_events still holds its outcome.
+PROCESSED_STATUSES = frozenset({
+    EventStatus.APPLIED, EventStatus.REJECTED, EventStatus.PENDING_FINALITY,
+    EventStatus.CREDITED, EventStatus.REORGED, EventStatus.REVERSED})
+
+UNKNOWN_EVENT = "unknown_event"
+CONTENT_MISMATCH = "content_mismatch"
+STATUS_CONFLICT = "status_conflict"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    content_hash: str
+    status: EventStatus
+    # Its idempotency key is in processed_events (only looked up when the status is not
+    # `received`: the hot path never pays for it).
+    processed: bool
+
+
+def stored(cur: Cursor, wanted: Sequence[tuple[str, str]]) -> dict[str, StoredEvent]:
+    """The stored rows of `wanted` (event id, idempotency key) pairs, by event id: one
+    query, the primary key index per event (a join on unnest; `= ANY` of 2,000 ids can
+    turn into a parallel seq scan), processed_events probed only for events the ledger
+    has already moved past `received`."""
+    if not wanted:
+        return {}
+    cur.execute(
+        "SELECT p.event_id, p.content_hash, p.status, p.status <> 'received' AND EXISTS"
+        " (SELECT 1 FROM processed_events q WHERE q.idempotency_key = x.k)"
+        " FROM unnest(%s::text[], %s::text[]) AS x(e, k)"
+        " JOIN payment_events p ON p.event_id = x.e",
+        ([e for e, _ in wanted], [k for _, k in wanted]))
+    return {row[0]: StoredEvent(row[1], EventStatus(row[2]), bool(row[3]))
+            for row in cur.fetchall()}
+
+
+def judge(event_id: str, content_hash: str, row: StoredEvent | None
+          ) -> tuple[str, str] | None:
+    """Why a record of `event_id` with `content_hash` must not be applied, as (reason,
+    detail), or None when it may (pure: unit-tested).
+
+    `received`: the outbox sent it and the ledger has not decided it yet (a DLQ replay
+    moves a dead letter back to `received` before sending it again). A processed status
+    with its outcome on record: a redelivery, which the claim turns into a duplicate. A
+    processed status without it: no redelivery explains the record (Kafka keeps records
+    7 days, housekeeping forgets outcomes after 14). `dead_lettered`: it waits for an
+    operator's replay, which sends it again itself.
+    """
+    if row is None:
+        return UNKNOWN_EVENT, f"no payment event {event_id!r} was recorded"
+    if row.content_hash != content_hash:
+        return CONTENT_MISMATCH, (f"{event_id}: content hash {content_hash[:16]}... is not"
+                                  f" the recorded {row.content_hash[:16]}...")
+    if row.status is EventStatus.RECEIVED:
+        return None
+    if row.status in PROCESSED_STATUSES and row.processed:
+        return None
+    if row.status is EventStatus.DEAD_LETTERED:
+        return STATUS_CONFLICT, (f"{event_id} is dead_lettered: only `paystream dlq replay`"
+                                 " sends it again")
+    return STATUS_CONFLICT, (f"{event_id} is already {row.status} and no recorded outcome"
+                             " explains a redelivery")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """A payment_events row as the ingest wrote it: what a DLQ replay sends again."""
+
+    content_hash: str
+    status: EventStatus
+    payload: dict[str, Any]
+    trace_id: str
+
+
+def recorded(cur: Cursor, event_id: str) -> RecordedEvent | None:
+    """The stored event `event_id`, locked FOR UPDATE (a replay moves its status)."""
+    cur.execute("SELECT content_hash, status, payload, trace_id FROM payment_events"
+                " WHERE event_id = %s FOR UPDATE", (event_id,))
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return RecordedEvent(row[0], EventStatus(row[1]), row[2], row[3])
+
+
+def content_hashes(cur: Cursor, event_ids: Sequence[str]) -> dict[str, str]:
+    """The recorded content hash of each of `event_ids` that has a row."""
+    if not event_ids:
+        return {}
+    cur.execute("SELECT event_id, content_hash FROM payment_events WHERE event_id = ANY(%s)",
+                (list(event_ids),))
+    return {row[0]: row[1] for row in cur.fetchall()}
