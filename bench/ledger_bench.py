@@ -2,11 +2,13 @@
 
     make bench-ledger        (or: .venv/bin/python bench/ledger_bench.py [--events N])
 
-Preloads a dedicated 12-partition topic with N wire-format events (1,000 users, mixed
-deposits, airdrops, withdrawals and fees), then times `paystream consume ledger`
-processes (one consumer group) draining it into Postgres. The same events, under their
-own ids and users, are then applied one transaction per event in the seed article's
-style on a subset, and the rate compared. Needs the stack (`paystream stack up`).
+Records N events in payment_events as the ingest would (the ledger credits only records
+matching their stored event) and preloads a dedicated 12-partition topic with them in
+wire format (1,000 users, mixed deposits, airdrops, withdrawals and fees), then times
+`paystream consume ledger` processes (one consumer group) draining it into Postgres.
+The same events, under their own ids and users, are then applied one transaction per
+event in the seed article's style on a subset, and the rate compared. Needs the stack
+(`paystream stack up`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tests.support.consumers import (
     create_users,
     end_offsets,
     produce,
+    store_events,
     wire_message,
 )
 
@@ -62,6 +65,11 @@ def per_event_baseline(values: list[bytes], suffix: str) -> float:
     outcome recorded through the same module as the ledger (schema.processed_events)."""
     conn = connect(application_name="paystream-bench-baseline")
     cur = conn.cursor()
+    # Its events are recorded as the ingest would, so its status UPDATE moves real rows.
+    store_events(cur, (parse_wire({**w, "event_id": w["event_id"] + suffix,
+                                   "user_id": w["user_id"] + suffix})
+                       for w in map(json.loads, values)))
+    conn.commit()
     started = time.perf_counter()
     for raw in values:
         wire = json.loads(raw)
@@ -148,10 +156,16 @@ def main() -> int:
     events = make_stream(run, args.users, args.events)
     conn = connect()
     conn.autocommit = True
+    t = time.perf_counter()
     with conn.cursor() as cur:
         create_users(cur, sorted({e.user_id for e in events}))
         create_users(cur, sorted({e.user_id + ".b" for e in events}))
+        # Recorded as the ingest records them (content hash, status received): the
+        # ledger credits a record only if it matches its stored event.
+        store_events(cur, events)
     conn.close()
+    print(f"recorded {len(events):,} events in payment_events in"
+          f" {time.perf_counter() - t:.1f} s")
     messages = [wire_message(e) for e in events]
     t = time.perf_counter()
     produce(topic, messages)

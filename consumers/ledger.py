@@ -94,6 +94,7 @@ from paystream.schema.events import (
 )
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import emit
+from paystream.schema.pgarray import text_array
 from paystream.schema.pgcopy import copy_rows, copy_text
 from paystream.schema.processed_events import Outcome
 from paystream.schema.status import EventStatus, transition
@@ -181,14 +182,17 @@ def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchR
     """Dead-letter (into `result`) the events that do not match their stored row. One
     query for the batch; settlements have no row (the watcher writes only the outbox):
     _check_settlements judges them against their deposit."""
-    plain = [c for c in candidates if c.event.settles is None]
-    rows = stored_events.stored(cur, sorted((c.event.event_id, c.key) for c in plain))
+    plain = [(c, c.event.content_hash()) for c in candidates if c.event.settles is None]
+    suspect = stored_events.suspects(
+        cur, [(c.event.event_id, c.key, h) for c, h in plain])
+    if not suspect:
+        return candidates
     bad: dict[int, tuple[str, str]] = {}
-    for c in plain:
-        problem = stored_events.judge(c.event.event_id, c.event.content_hash(),
-                                      rows.get(c.event.event_id))
-        if problem is not None:
-            bad[id(c)] = problem
+    for c, content_hash in plain:
+        if c.key in suspect:
+            problem = stored_events.judge(c.event.event_id, content_hash, suspect[c.key])
+            if problem is not None:
+                bad[id(c)] = problem
     if not bad:
         return candidates
     for c in candidates:
@@ -204,7 +208,8 @@ def _known_users_only(cur: Cursor, candidates: list[Candidate], result: BatchRes
     user_ids = sorted({c.event.user_id for c in candidates})
     if not user_ids:
         return []
-    cur.execute("SELECT user_id FROM users WHERE user_id = ANY(%s)", (user_ids,))
+    cur.execute("SELECT user_id FROM users WHERE user_id = ANY(%s::text[])",
+                (text_array(user_ids),))
     known = {row[0] for row in cur.fetchall()}
     valid = []
     for c in candidates:
@@ -307,14 +312,14 @@ def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[Balance
             "INSERT INTO balances (user_id, asset)"
             " SELECT u, a FROM unnest(%s::text[], %s::text[]) AS x(u, a) ORDER BY u, a"
             " ON CONFLICT (user_id, asset) DO NOTHING",
-            ([k[0] for k in credit_keys], [k[1] for k in credit_keys]),
+            (text_array([k[0] for k in credit_keys]), text_array([k[1] for k in credit_keys])),
         )
     keys = sorted({c.pair for c in candidates})
     cur.execute(
         "SELECT b.user_id, b.asset, b.balance FROM balances b"
         " JOIN unnest(%s::text[], %s::text[]) AS x(u, a) ON b.user_id = x.u AND b.asset = x.a"
         " ORDER BY b.user_id, b.asset FOR UPDATE OF b",
-        ([k[0] for k in keys], [k[1] for k in keys]),
+        (text_array([k[0] for k in keys]), text_array([k[1] for k in keys])),
     )
     # A debit-only key without a row has nothing to spend: it stays absent (zero).
     return {(u, a): balance for u, a, balance in cur.fetchall()}
@@ -338,8 +343,8 @@ def _effects_on_record(cur: Cursor, candidates: Sequence[Candidate],
         "  WHERE b.source_event_id = x.e AND b.event_type = x.t)"
         " OR EXISTS (SELECT 1 FROM pending_events q"
         "  WHERE q.source_event_id = x.e AND q.event_type = x.t)",
-        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-         list(_PROCESSED_STATUSES)),
+        (text_array([r[0] for r in rows]), text_array([r[1] for r in rows]),
+         text_array([r[2] for r in rows]), list(_PROCESSED_STATUSES)),
     )
     on_record: dict[str, str | None] = dict(cur.fetchall())
     on_record.update(_settlements_on_record(cur, candidates, deposits))

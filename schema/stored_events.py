@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paystream.schema.db import Cursor
+from paystream.schema.pgarray import text_array
 from paystream.schema.status import EventStatus
 
 # Statuses the ledger has written once it processed the event (final, or waiting on
@@ -39,20 +40,25 @@ class StoredEvent:
     processed: bool
 
 
-def stored(cur: Cursor, wanted: Sequence[tuple[str, str]]) -> dict[str, StoredEvent]:
-    """The stored rows of `wanted` (event id, idempotency key) pairs, by event id: one
-    query, the primary key index per event (a join on unnest; `= ANY` of 2,000 ids can
-    turn into a parallel seq scan), processed_events probed only for events the ledger
-    has already moved past `received`."""
+def suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
+             ) -> dict[str, StoredEvent | None]:
+    """Of `wanted` (event id, idempotency key, content hash) triples, those whose stored
+    row is missing (None), holds another content hash, or is past `received`, by
+    idempotency key; the others (every honest first delivery) are not returned, so the
+    hot path reads nothing back. One query: a join on unnest by the primary key, and
+    processed_events probed only for rows past `received` (a redelivery)."""
     if not wanted:
         return {}
     cur.execute(
-        "SELECT p.event_id, p.content_hash, p.status, p.status <> 'received' AND EXISTS"
+        "SELECT x.k, p.content_hash, p.status, p.status <> 'received' AND EXISTS"
         " (SELECT 1 FROM processed_events q WHERE q.idempotency_key = x.k)"
-        " FROM unnest(%s::text[], %s::text[]) AS x(e, k)"
-        " JOIN payment_events p ON p.event_id = x.e",
-        ([e for e, _ in wanted], [k for _, k in wanted]))
-    return {row[0]: StoredEvent(row[1], EventStatus(row[2]), bool(row[3]))
+        " FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(e, k, h)"
+        " LEFT JOIN payment_events p ON p.event_id = x.e"
+        " WHERE p.event_id IS NULL OR p.content_hash <> x.h OR p.status <> 'received'",
+        (text_array([w[0] for w in wanted]), text_array([w[1] for w in wanted]),
+         text_array([w[2] for w in wanted])))
+    return {row[0]: None if row[1] is None
+            else StoredEvent(row[1], EventStatus(row[2]), bool(row[3]))
             for row in cur.fetchall()}
 
 
