@@ -1,9 +1,16 @@
 """Alchemy Notify Address Activity: from a verified payload to payment events and notices.
 
 Two pure steps around one database lookup:
-  parse_delivery(obj)      validates the payload's shape (any breach: 400, nothing written)
+  parse_delivery(obj)      validates the envelope (a breach: 400, nothing written) and reads
+                           each activity as a ChainTransfer, or as an UnusableActivity that
+                           says what it lacks (an activity is never a reason for a 400);
   classify(delivery, owners) turns each transfer into a deposit event for the user who owns
                            the receiving address, or into a notice that is never credited.
+Only an activity that could be credited (a fungible transfer into a known address) needs
+every field: an NFT without a transaction hash, as Alchemy's own docs show one, is a
+notice like any NFT. An activity that can never be credited is answered 200 and kept:
+a 400 would make Alchemy retry the same bytes until it pauses the webhook, which stops
+every user's deposits.
 AlchemyWrite is what one delivery writes (the lookup of the owners, then the events and
 notices), the ingest.recording.DeliveryWrite contract.
 The event id is the transfer's on-chain identity, so a retried delivery and the same
@@ -22,8 +29,15 @@ from paystream.ingest.errors import IngestError, PayloadError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
 from paystream.ingest.recording import DeliveryWrite, Recorded, record
 from paystream.schema.amounts import AmountError, from_base_units
+from paystream.schema.chain import DepositError, ExpectedDeposit
 from paystream.schema.db import Cursor
-from paystream.schema.events import EventType, PaymentEvent
+from paystream.schema.events import (
+    EVENT_ID_PATTERN,
+    MAX_BLOCK_NUMBER,
+    MAX_LOG_INDEX,
+    EventType,
+    PaymentEvent,
+)
 
 PROVIDER = "alchemy"
 ADDRESS_ACTIVITY = "ADDRESS_ACTIVITY"
@@ -37,6 +51,9 @@ HEX_PATTERN = re.compile(r"0x[0-9a-fA-F]{0,128}")
 # EVM addresses are 0x + 40 hex; other chains' are alphanumeric. Lowercased for lookup.
 ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9]{20,128}")
 TRACE_PATTERN = re.compile(r"[A-Za-z0-9_]{1,64}")
+# The finality watcher names its verdicts "<deposit id>:finalized" (the longest suffix):
+# those must pass EVENT_ID_PATTERN too, so a deposit id leaves room for the suffix.
+MAX_DEPOSIT_EVENT_ID = 200 - len(":finalized")
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,7 @@ class ChainTransfer:
     raw_value: int | None  # None when the payload carries no fungible value ("0x")
     decimals: int | None
     removed: bool
+    nft: bool
     activity: dict[str, Any] = field(repr=False)
 
     @property
@@ -77,8 +95,8 @@ class ChainTransfer:
         """What a later stage needs for finality and reorgs (PaymentEvent.chain).
 
         Fields that do not apply (no log index for an external transfer, ...) are left
-        out rather than null: Debezium's JSON payload expansion drops nulls, and the
-        event on Kafka must be exactly the event that was written.
+        out rather than null. Stored content hashes were taken of this shape, so it must
+        not change: a redelivery of an old transfer would otherwise be a conflict.
         """
         facts = {
             "network": self.network,
@@ -99,15 +117,37 @@ class ChainTransfer:
 
 
 @dataclass(frozen=True)
+class UnusableActivity:
+    """An `event.activity[]` item that is not a complete transfer: what could be read of
+    it (enough to tell whose it may be), and the first thing that is missing or wrong."""
+
+    position: int
+    network: str
+    category: str | None
+    sender: str | None
+    recipient: str | None
+    removed: bool
+    nft: bool
+    code: str    # the PayloadError code: missing_field, out_of_range, invalid_payload, ...
+    defect: str  # its message, naming the field
+    activity: Any = field(repr=False)
+
+    event_id: None = None  # no trustworthy on-chain identity
+
+
+Activity = ChainTransfer | UnusableActivity
+
+
+@dataclass(frozen=True)
 class AlchemyDelivery:
     delivery_id: str | None
     network: str | None
-    transfers: tuple[ChainTransfer, ...]
+    activities: tuple[Activity, ...]
     notices: tuple[Notice, ...]  # payload-level: capacity errors, unsupported types
 
     def addresses(self) -> list[str]:
         """Every address that may belong to one of our users, for one lookup."""
-        found = {a for t in self.transfers for a in (t.sender, t.recipient) if a}
+        found = {a for t in self.activities for a in (t.sender, t.recipient) if a}
         return sorted(found)
 
 
@@ -143,8 +183,9 @@ def parse_delivery(obj: Any) -> AlchemyDelivery:
     if not isinstance(activities, list):
         raise PayloadError("event.activity is required and must be a list",
                            code="missing_field")
-    transfers = tuple(_transfer(network, i, a) for i, a in enumerate(activities))
-    return AlchemyDelivery(delivery_id, network, transfers, ())
+    return AlchemyDelivery(delivery_id, network,
+                           tuple(_activity(network, i, a) for i, a in enumerate(activities)),
+                           ())
 
 
 def classify(delivery: AlchemyDelivery, owners: Mapping[str, str]) -> Classified:
@@ -154,7 +195,7 @@ def classify(delivery: AlchemyDelivery, owners: Mapping[str, str]) -> Classified
     """
     events: list[PaymentEvent] = []
     notices = list(delivery.notices)
-    for transfer in delivery.transfers:
+    for transfer in delivery.activities:
         outcome = _classify_one(transfer, owners)
         if isinstance(outcome, PaymentEvent):
             events.append(outcome)
@@ -198,18 +239,19 @@ def deposit_owners(cur: Cursor, network: str | None, addresses: Sequence[str]
     return dict(cur.fetchall())
 
 
-def _classify_one(t: ChainTransfer, owners: Mapping[str, str]
-                  ) -> PaymentEvent | tuple[NoticeKind, str, dict[str, Any]]:
-    if t.removed:
-        return NoticeKind.REORG, "log_removed", {}
-    if t.category in NFT_CATEGORIES:
-        return NoticeKind.NFT, "nft_transfer", {}
-    if t.category not in FUNGIBLE_TOKEN_CATEGORIES | NATIVE_CATEGORIES:
-        return NoticeKind.UNSUPPORTED, "unsupported_category", {}
-    user_id = owners.get(t.recipient) if t.recipient else None
-    if user_id is None:
-        outgoing = t.sender is not None and t.sender in owners
-        return NoticeKind.IGNORED, "outgoing_transfer" if outgoing else "unknown_address", {}
+NoticeFacts = tuple[NoticeKind, str, dict[str, Any]]
+
+
+def _classify_one(t: Activity, owners: Mapping[str, str]) -> PaymentEvent | NoticeFacts:
+    owner = _owner(t, owners)
+    if not isinstance(owner, str):
+        return owner
+    user_id = owner
+    if isinstance(t, UnusableActivity):
+        # Creditable in kind and ours, but incomplete or out of range. Kept with its
+        # user for review, not refused: the provider would resend the same bytes forever.
+        reason = "out_of_range" if t.code == "out_of_range" else "unusable_activity"
+        return NoticeKind.IGNORED, reason, {"user_id": user_id}
     if not t.raw_value:
         return NoticeKind.IGNORED, "zero_value", {"user_id": user_id}
     if t.decimals is None:
@@ -220,8 +262,67 @@ def _classify_one(t: ChainTransfer, owners: Mapping[str, str]
         # A true transfer we cannot hold exactly in NUMERIC(38,18): kept for review.
         return NoticeKind.IGNORED, "amount_not_representable", {"user_id": user_id,
                                                                 "detail": str(exc)}
+    chain = t.chain()
+    try:
+        # The check the ledger applies before it holds a chain deposit (a deposit the
+        # finality watcher could not judge would be a dead letter there).
+        ExpectedDeposit.from_chain(t.event_id, chain)
+    except DepositError as exc:
+        return NoticeKind.IGNORED, "unusable_chain_identity", {"user_id": user_id,
+                                                               "detail": str(exc)}
     return PaymentEvent(event_id=t.event_id, event_type=EventType.DEPOSIT, user_id=user_id,
-                        asset=t.asset, amount=amount, provider=PROVIDER, chain=t.chain())
+                        asset=t.asset, amount=amount, provider=PROVIDER, chain=chain)
+
+
+def _owner(t: Activity, owners: Mapping[str, str]) -> str | NoticeFacts:
+    """The user a transfer could credit, or why it can credit no one."""
+    if t.removed:
+        return NoticeKind.REORG, "log_removed", {}
+    if t.nft:
+        return NoticeKind.NFT, "nft_transfer", {}
+    if t.category not in FUNGIBLE_TOKEN_CATEGORIES | NATIVE_CATEGORIES:
+        return NoticeKind.UNSUPPORTED, "unsupported_category", {}
+    user_id = owners.get(t.recipient) if t.recipient else None
+    if user_id is None:
+        outgoing = t.sender is not None and t.sender in owners
+        return NoticeKind.IGNORED, "outgoing_transfer" if outgoing else "unknown_address", {}
+    return user_id
+
+
+def _activity(network: str, i: int, a: Any) -> Activity:
+    try:
+        return _transfer(network, i, a)
+    except PayloadError as exc:
+        return _unusable(network, i, a, exc)
+
+
+def _unusable(network: str, i: int, a: Any, exc: PayloadError) -> UnusableActivity:
+    """Read leniently what decides whose an activity may be: its category, addresses and
+    removed flag; a value of the wrong form is taken as absent."""
+    fields: dict[str, Any] = a if isinstance(a, dict) else {}
+    raw_log = fields.get("log")
+    log: dict[str, Any] = raw_log if isinstance(raw_log, dict) else {}
+    category = fields.get("category") if isinstance(fields.get("category"), str) else None
+    return UnusableActivity(
+        position=i, network=network, category=category,
+        sender=_lenient_address(fields.get("fromAddress")),
+        recipient=_lenient_address(fields.get("toAddress")),
+        removed=log.get("removed") is True, nft=_is_nft(fields, category), code=exc.code,
+        defect=exc.detail, activity=a)
+
+
+def _is_nft(a: dict[str, Any], category: str | None) -> bool:
+    # Alchemy's own ERC-721 example says category "token" and tells the NFT by its token
+    # id (and a rawValue of "0x"): an NFT is never a fungible amount, whatever the label.
+    return (category in NFT_CATEGORIES or a.get("erc721TokenId") is not None
+            or a.get("erc1155Metadata") is not None)
+
+
+def _lenient_address(value: Any) -> str | None:
+    try:
+        return _address(value, "")
+    except PayloadError:
+        return None
 
 
 def _transfer(network: str, i: int, a: Any) -> ChainTransfer:
@@ -230,7 +331,8 @@ def _transfer(network: str, i: int, a: Any) -> ChainTransfer:
         raise PayloadError(f"{where} must be an object")
     category = _text(a, "category", f"{where}.category", None)
     tx_hash = _text(a, "hash", f"{where}.hash", TX_HASH_PATTERN).lower()
-    block_number = _hex_int(a.get("blockNum"), f"{where}.blockNum", required=True)
+    block_number = _hex_int(a.get("blockNum"), f"{where}.blockNum", required=True,
+                            maximum=MAX_BLOCK_NUMBER)
     assert block_number is not None
     raw_contract = a.get("rawContract") or {}
     if not isinstance(raw_contract, dict):
@@ -240,7 +342,8 @@ def _transfer(network: str, i: int, a: Any) -> ChainTransfer:
         raise PayloadError(f"{where}.log must be an object")
     log = log or {}
     fungible = category in FUNGIBLE_TOKEN_CATEGORIES
-    log_index = _hex_int(log.get("logIndex"), f"{where}.log.logIndex", required=fungible)
+    log_index = _hex_int(log.get("logIndex"), f"{where}.log.logIndex", required=fungible,
+                         maximum=MAX_LOG_INDEX)
     trace = a.get("typeTraceAddress")
     if category == "internal" and trace is None:
         raise PayloadError(f"{where}.typeTraceAddress is required for internal transfers",
@@ -258,7 +361,7 @@ def _transfer(network: str, i: int, a: Any) -> ChainTransfer:
     removed = log.get("removed", False)
     if not isinstance(removed, bool):
         raise PayloadError(f"{where}.log.removed must be a boolean")
-    return ChainTransfer(
+    transfer = ChainTransfer(
         position=i, network=network, category=category, tx_hash=tx_hash,
         block_number=block_number,
         block_hash=block_hash.lower() if block_hash else None,
@@ -270,8 +373,13 @@ def _transfer(network: str, i: int, a: Any) -> ChainTransfer:
         raw_value=_hex_int(raw_contract.get("rawValue"), f"{where}.rawContract.rawValue",
                            required=False),
         decimals=_decimals(raw_contract.get("decimals"), f"{where}.rawContract.decimals"),
-        removed=removed, activity=a,
+        removed=removed, nft=_is_nft(a, category), activity=a,
     )
+    event_id = transfer.event_id
+    if len(event_id) > MAX_DEPOSIT_EVENT_ID or not EVENT_ID_PATTERN.fullmatch(event_id):
+        raise PayloadError(f"{where} makes the event id {event_id[:80]!r}…, longer than "
+                           f"{MAX_DEPOSIT_EVENT_ID} characters", code="out_of_range")
+    return transfer
 
 
 def _text(obj: dict[str, Any], key: str, where: str, pattern: re.Pattern[str] | None) -> str:
@@ -285,21 +393,28 @@ def _text(obj: dict[str, Any], key: str, where: str, pattern: re.Pattern[str] | 
     return value
 
 
-def _hex_int(value: Any, where: str, *, required: bool) -> int | None:
-    """A "0x…" quantity (or a JSON integer); "0x" alone means no value (NFTs)."""
+def _hex_int(value: Any, where: str, *, required: bool,
+             maximum: int | None = None) -> int | None:
+    """A "0x…" quantity (or a JSON integer), at most `maximum`; "0x" alone means no
+    value (NFTs)."""
     if value is None:
         if required:
             raise PayloadError(f"{where} is required", code="missing_field")
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if not isinstance(value, str) or not HEX_PATTERN.fullmatch(value):
+        number = value
+    elif not isinstance(value, str) or not HEX_PATTERN.fullmatch(value):
         raise PayloadError(f"{where} must be a 0x-prefixed hex quantity")
-    if value in ("0x", "0X"):
+    elif value in ("0x", "0X"):
         if required:
             raise PayloadError(f"{where} is empty", code="missing_field")
         return None
-    return int(value, 16)
+    else:
+        number = int(value, 16)
+    if maximum is not None and number > maximum:
+        raise PayloadError(f"{where} is beyond {maximum}, the largest we can store",
+                           code="out_of_range")
+    return number
 
 
 def _decimals(value: Any, where: str) -> int | None:
@@ -330,11 +445,13 @@ def _payload_notice(kind: NoticeKind, reason: str, delivery_id: str | None,
                   reason=reason, detail=detail, delivery_id=delivery_id)
 
 
-def _transfer_notice(t: ChainTransfer, kind: NoticeKind, reason: str,
+def _transfer_notice(t: Activity, kind: NoticeKind, reason: str,
                      extra: dict[str, Any], delivery_id: str | None) -> Notice:
     # The activity itself (not the delivery) identifies the notice: the same transfer
     # in a retried or another payload is recorded once.
     detail = {"network": t.network, "activity": t.activity, **extra}
+    if isinstance(t, UnusableActivity):
+        detail["defect"] = t.defect
     return Notice(notice_id=notice_id(PROVIDER, kind, {"network": t.network,
                                                       "activity": t.activity}),
                   provider=PROVIDER, kind=kind, reason=reason, detail=detail,

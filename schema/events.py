@@ -30,6 +30,11 @@ USER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 EVENT_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,200}")  # printable ASCII, no spaces
 ASSET_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
+# The chain facts an event carries are stored in chain_deposits: block numbers in BIGINT
+# columns, log indexes in INTEGER ones. A value past these is refused where it enters.
+MAX_BLOCK_NUMBER = 2**63 - 1
+MAX_LOG_INDEX = 2**31 - 1
+
 
 class EventType(StrEnum):
     DEPOSIT = "deposit"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -133,7 +134,7 @@ def test_transfers_that_cannot_be_credited_exactly_are_kept_as_notices(
 
 def test_a_capacity_error_is_a_notice() -> None:
     delivery = _delivery([], error="capacity limit exceeded")
-    assert delivery.transfers == ()
+    assert delivery.activities == ()
     assert [n.kind for n in delivery.notices] == [NoticeKind.CAPACITY_ERROR]
 
 
@@ -163,17 +164,8 @@ def _broken(mutate) -> dict[str, Any]:
     (lambda o: o["event"].pop("network"), "event.network is required"),
     (lambda o: o["event"].update(network="eth mainnet"), "event.network has an invalid"),
     (lambda o: o["event"].update(activity={}), "must be a list"),
-    (lambda o: o["event"]["activity"][0].pop("hash"), r"activity\[0\].hash is required"),
-    (lambda o: o["event"]["activity"][0].update(hash="0x12"), "hash has an invalid format"),
-    (lambda o: o["event"]["activity"][0].update(blockNum="12"), "blockNum must be"),
-    (lambda o: o["event"]["activity"][0]["log"].pop("logIndex"), "logIndex is required"),
-    (lambda o: o["event"]["activity"][0]["rawContract"].update(rawValue="1.5"), "rawValue"),
-    (lambda o: o["event"]["activity"][0]["rawContract"].update(decimals="0x1ff"), "decimals"),
-    (lambda o: o["event"]["activity"][0]["rawContract"].update(decimals=True), "decimals"),
-    (lambda o: o["event"]["activity"][0].update(toAddress=17), "toAddress is not an address"),
-    (lambda o: o["event"]["activity"][0]["log"].update(removed="no"), "removed must be"),
 ])
-def test_malformed_payloads_are_refused_naming_the_field(mutate, message: str) -> None:
+def test_a_malformed_envelope_is_refused_naming_the_field(mutate, message: str) -> None:
     with pytest.raises(PayloadError, match=message):
         alchemy.parse_delivery(_broken(mutate))
 
@@ -181,3 +173,148 @@ def test_malformed_payloads_are_refused_naming_the_field(mutate, message: str) -
 def test_a_payload_must_be_an_object() -> None:
     with pytest.raises(PayloadError, match="JSON object"):
         alchemy.parse_delivery([1, 2])
+
+
+def _activity(mutate) -> dict[str, Any]:
+    activity = erc20_activity(ALICE, 1_000_000)
+    mutate(activity)
+    return activity
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda a: a.pop("hash"), r"activity\[0\].hash is required"),
+    (lambda a: a.update(hash="0x12"), "hash has an invalid format"),
+    (lambda a: a.update(blockNum="12"), "blockNum must be"),
+    (lambda a: a["log"].pop("logIndex"), "logIndex is required"),
+    (lambda a: a["rawContract"].update(rawValue="1.5"), "rawValue"),
+    (lambda a: a["rawContract"].update(decimals="0x1ff"), "decimals"),
+    (lambda a: a["rawContract"].update(decimals=True), "decimals"),
+    (lambda a: a["log"].update(removed="no"), "removed must be"),
+    (lambda a: a["log"].update(blockHash=["0x"]), "blockHash"),
+])
+def test_a_broken_deposit_to_a_user_is_kept_as_a_notice_naming_the_field(mutate,
+                                                                         message: str) -> None:
+    """Never a 400: the provider would send the same bytes again until it pauses the
+    webhook. The notice keeps the activity and whose it is, for a person to review."""
+    result = alchemy.classify(_delivery([_activity(mutate)]), {ALICE: "alice"})
+    assert result.events == ()
+    [notice] = result.notices
+    assert (notice.kind, notice.reason) == (NoticeKind.IGNORED, "unusable_activity")
+    assert notice.detail["user_id"] == "alice"
+    assert re.search(message, notice.detail["defect"])
+
+
+def test_a_broken_activity_does_not_hold_back_the_others_of_its_delivery() -> None:
+    broken = _activity(lambda a: a.pop("hash"))
+    good = erc20_activity(BOB, 2_000_000, log_index=4)
+    result = alchemy.classify(_delivery([broken, good]), {ALICE: "alice", BOB: "bob"})
+    assert [(e.user_id, e.amount) for e in result.events] == [("bob", Decimal(2))]
+    assert [n.reason for n in result.notices] == ["unusable_activity"]
+
+
+def test_a_malformed_recipient_can_be_no_ones_deposit() -> None:
+    result = alchemy.classify(_delivery([_activity(lambda a: a.update(toAddress=17))]),
+                              {ALICE: "alice"})
+    assert result.events == ()
+    [notice] = result.notices
+    assert notice.reason == "unknown_address"
+    assert "toAddress is not an address" in notice.detail["defect"]
+
+
+@pytest.mark.parametrize("activity", [17, None, "0x", [], {}])
+def test_an_activity_that_is_not_a_transfer_object_is_a_notice(activity: Any) -> None:
+    result = alchemy.classify(_delivery([activity]), {ALICE: "alice"})
+    assert result.events == ()
+    assert [n.kind for n in result.notices] == [NoticeKind.UNSUPPORTED]
+
+
+# Block numbers go to BIGINT columns, log indexes to INTEGER ones.
+@pytest.mark.parametrize(("block", "log_index"), [(2**63 - 1, 0), (1, 2**31 - 1)])
+def test_block_numbers_and_log_indexes_up_to_the_column_limits_are_credited(
+        block: int, log_index: int) -> None:
+    usdc = erc20_activity(ALICE, 5, block=block, log_index=log_index)
+    (event,) = alchemy.classify(_delivery([usdc]), {ALICE: "alice"}).events
+    assert event.chain is not None
+    assert (event.chain["block_number"], event.chain["log_index"]) == (block, log_index)
+
+
+@pytest.mark.parametrize(("block", "log_index", "field"), [
+    (2**63, 0, "blockNum"), (2**64 + 5, 0, "blockNum"), (1, 2**31, "logIndex"),
+    (1, 2**64, "logIndex"),
+])
+def test_numbers_past_the_column_limits_are_out_of_range_notices(
+        block: int, log_index: int, field: str) -> None:
+    usdc = erc20_activity(ALICE, 5, block=block, log_index=log_index)
+    result = alchemy.classify(_delivery([usdc]), {ALICE: "alice"})
+    assert result.events == ()
+    [notice] = result.notices
+    assert (notice.kind, notice.reason) == (NoticeKind.IGNORED, "out_of_range")
+    assert field in notice.detail["defect"] and notice.detail["user_id"] == "alice"
+
+
+def test_json_integers_are_bounded_like_hex_quantities() -> None:
+    usdc = erc20_activity(ALICE, 5)
+    usdc["blockNum"] = 2**63
+    result = alchemy.classify(_delivery([usdc]), {ALICE: "alice"})
+    assert [n.reason for n in result.notices] == ["out_of_range"]
+
+
+def test_an_event_id_too_long_for_its_settlements_is_out_of_range() -> None:
+    # The longest network name and trace address make a 202-character id; the
+    # watcher's "<id>:finalized" must still be a valid event id (at most 200).
+    network = "N" * 64
+    internal = eth_activity(ALICE, 5, category="internal", trace="c" * 64)
+    result = alchemy.classify(_delivery([internal], network=network), {ALICE: "alice"})
+    assert result.events == ()
+    assert [n.reason for n in result.notices] == ["out_of_range"]
+    shorter = eth_activity(ALICE, 5, category="internal", trace="c" * 52)
+    (event,) = alchemy.classify(_delivery([shorter], network=network), {ALICE: "a"}).events
+    assert len(event.event_id + ":finalized") == 200
+    one_more = eth_activity(ALICE, 5, category="internal", trace="c" * 53)
+    result = alchemy.classify(_delivery([one_more], network=network), {ALICE: "alice"})
+    assert [n.reason for n in result.notices] == ["out_of_range"]
+
+
+def _alchemy_docs_erc721_example(to: str) -> dict[str, Any]:
+    """The ERC-721 activity of Alchemy's Address Activity docs (MATIC_MAINNET example):
+    category "token", a token id, rawValue "0x", and no transaction hash or blockNum on
+    the activity itself (only inside its log)."""
+    return {
+        "category": "token",
+        "fromAddress": "0x59479de9d374bdbcba6c791e5d036591976fe422",
+        "toAddress": to,
+        "erc721TokenId": "0x1",
+        "rawContract": {"rawValue": "0x",
+                        "address": "0x93C46aA4DdfD0413d95D0eF3c478982997cE9861"},
+        "log": {"removed": False, "address": "0x93c46aa4ddfd0413d95d0ef3c478982997ce9861",
+                "data": "0x", "topics": [
+                    "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef",
+                    "0x00000000000000000000000059479de9d374bdbcba6c791e5d036591976fe422",
+                    "0x00000000000000000000000059479de9d374bdbcba6c791e5d036591976fe425",
+                    "0x0000000000000000000000000000000000000000000000000000000000000001"]},
+    }
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_alchemys_own_erc721_example_is_an_nft_notice_not_a_refusal(owned: bool) -> None:
+    to = "0x59479de9d374bdbcba6c791e5d036591976fe425"
+    delivery = _delivery([_alchemy_docs_erc721_example(to)], network="MATIC_MAINNET")
+    result = alchemy.classify(delivery, {to: "alice"} if owned else {})
+    assert result.events == ()
+    assert [(n.kind, n.reason) for n in result.notices] == [(NoticeKind.NFT, "nft_transfer")]
+    assert "hash is required" in result.notices[0].detail["defect"]
+
+
+def test_a_removed_log_missing_fields_is_still_a_reorg_notice() -> None:
+    usdc = erc20_activity(ALICE, 10, removed=True)
+    del usdc["hash"]
+    result = alchemy.classify(_delivery([usdc]), {ALICE: "alice"})
+    assert result.events == ()
+    assert [n.kind for n in result.notices] == [NoticeKind.REORG]
+
+
+def test_an_unknown_address_needs_no_complete_fields() -> None:
+    stranger = erc20_activity(random_address(), 10)
+    del stranger["log"]["logIndex"], stranger["blockNum"]
+    result = alchemy.classify(_delivery([stranger]), {ALICE: "alice"})
+    assert [n.reason for n in result.notices] == ["unknown_address"]
