@@ -84,7 +84,10 @@ ALCHEMY_BODY = {
             "type": "object",
             "properties": {
                 "network": {"type": "string", "example": "ETH_MAINNET"},
-                "activity": {"type": "array", "items": {"type": "object"}},
+                "activity": {"type": "array", "items": {
+                    "description": "a transfer; one that can never be credited (NFT, "
+                                   "unknown address, removed log, incomplete, out of "
+                                   "range) is answered 200 and kept as a notice"}},
                 "error": {},
             },
         },
@@ -109,7 +112,10 @@ PAYMENT_BODY = {
         "user_id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
         "amount": {"type": "string", "pattern": f"^{AMOUNT_PATTERN.pattern}$",
                    "description": "decimal string: > 0, at most 18 decimals, below 10^20"},
-        "asset": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,200}$"},
+        # No colon: chain assets (NETWORK:...) come only from chain providers.
+        "asset": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,200}$",
+                  "description": "one of PAYMENTS_ASSETS (default USD); any other asset "
+                                 "is a 400 unsupported_asset"},
     },
 }
 

@@ -9,7 +9,7 @@ ingest.recording.DeliveryWrite contract).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +31,17 @@ PROVIDER = "payments"
 # must not be able to occupy (and so block) the id of a real chain deposit.
 CHAIN_EVENT_ID = re.compile(r"[A-Z0-9_]+:0x[0-9a-f]{64}(:.*)?")
 EVENT_TYPES = ", ".join(t.value for t in EventType)
+# A chain asset ("ETH_MAINNET:native", "ETH_MAINNET:0x<contract>"): only a chain provider
+# reports those, and the ledger holds them until their block is final.
+CHAIN_ASSET = re.compile(r"[A-Z0-9_]+:.*")
 
 
-def parse_payment(obj: Any, default_asset: str) -> PaymentEvent:
-    """Validate a gateway body; raise PayloadError naming the first broken field."""
+def parse_payment(obj: Any, default_asset: str,
+                  assets: Collection[str] | None = None) -> PaymentEvent:
+    """Validate a gateway body; raise PayloadError naming the first broken field.
+
+    `assets` are the only assets the gateway may credit (PAYMENTS_ASSETS); by default
+    the default asset alone."""
     if not isinstance(obj, dict):
         raise PayloadError("the payload must be a JSON object")
     event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
@@ -55,6 +62,13 @@ def parse_payment(obj: Any, default_asset: str) -> PaymentEvent:
     except AmountError as exc:
         raise PayloadError(str(exc), code="invalid_amount") from None
     asset = default_asset if obj.get("asset") is None else _text(obj, "asset", ASSET_PATTERN)
+    allowed = (default_asset,) if assets is None else assets
+    if asset not in allowed:
+        why = (" it is a chain asset, credited only from a chain provider once final"
+               if CHAIN_ASSET.fullmatch(asset) else "")
+        raise PayloadError(f"asset {asset[:80]!r} is not one this gateway may credit"
+                           f"{':' + why if why else ''} (allowed: {', '.join(sorted(allowed))})",
+                           code="unsupported_asset")
     return PaymentEvent(event_id=event_id, event_type=event_type, user_id=user_id,
                         asset=asset, amount=amount, provider=PROVIDER)
 

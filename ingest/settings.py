@@ -28,6 +28,9 @@ class IngestSettings:
     alchemy_signing_keys: tuple[bytes, ...]
     payments_secrets: tuple[bytes, ...]
     payments_default_asset: str = "USD"
+    # The only assets the gateway may credit. Chain assets ("NETWORK:...") never: they
+    # come from chain providers and are spendable only once final.
+    payments_assets: tuple[str, ...] = ("USD",)
     database_url: str = ""
     max_body_bytes: int = 1024 * 1024
     # Standard Webhooks reference libraries reject timestamps more than 5 min away.
@@ -62,6 +65,15 @@ class IngestSettings:
         if ASSET_PATTERN.fullmatch(self.payments_default_asset) is None:
             raise SettingsError(f"PAYMENTS_DEFAULT_ASSET is not a valid asset code: "
                                 f"{self.payments_default_asset!r}")
+        if not self.payments_assets:
+            raise SettingsError("PAYMENTS_ASSETS names no asset")
+        for asset in self.payments_assets:
+            if ASSET_PATTERN.fullmatch(asset) is None or ":" in asset:
+                raise SettingsError(f"PAYMENTS_ASSETS: {asset!r} is not a gateway asset code"
+                                    " (chain assets, NETWORK:..., are never allowed)")
+        if self.payments_default_asset not in self.payments_assets:
+            raise SettingsError(f"PAYMENTS_DEFAULT_ASSET {self.payments_default_asset!r} is "
+                                f"not in PAYMENTS_ASSETS {','.join(self.payments_assets)}")
         for name, value, low in (("max_body_bytes", self.max_body_bytes, 1024),
                                  ("timestamp_tolerance_s", self.timestamp_tolerance_s, 1),
                                  ("rate_burst", self.rate_burst, 1),
@@ -90,6 +102,7 @@ class IngestSettings:
                 for s in _split(env_str("PAYMENTS_WEBHOOK_SECRET", "", env))
             ),
             payments_default_asset=env_str("PAYMENTS_DEFAULT_ASSET", "USD", env),
+            payments_assets=tuple(_split(env_str("PAYMENTS_ASSETS", "USD", env))),
             database_url=env_str("PAYSTREAM_DATABASE_URL", None, env) or database_url(),
             max_body_bytes=env_int("PAYSTREAM_INGEST_MAX_BODY_BYTES", 1024 * 1024, env),
             timestamp_tolerance_s=env_int("PAYSTREAM_INGEST_TIMESTAMP_TOLERANCE_S", 300, env),

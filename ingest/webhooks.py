@@ -107,7 +107,8 @@ class Webhooks:
         standard_webhooks.verify(body, headers, self._settings.payments_secrets,
                                  tolerance_s=self._settings.timestamp_tolerance_s)
         event = payments.parse_payment(parse_json(body),
-                                       self._settings.payments_default_asset)
+                                       self._settings.payments_default_asset,
+                                       self._settings.payments_assets)
         recorded = await self._writer.write(
             payments.PaymentWrite(event, _trace(scope).trace_id))
         return self._accepted(scope, payments.PROVIDER, recorded)

@@ -18,7 +18,7 @@ def test_a_valid_body_becomes_an_event_with_the_default_asset() -> None:
     event = parse_payment(VALID, "USD")
     assert (event.event_id, event.event_type, event.user_id, event.asset, event.amount) == (
         "ev-1", EventType.WITHDRAWAL, "alice", "USD", Decimal("2.5"))
-    assert parse_payment({**VALID, "asset": "EUR"}, "USD").asset == "EUR"
+    assert parse_payment({**VALID, "asset": "EUR"}, "USD", {"USD", "EUR"}).asset == "EUR"
 
 
 @pytest.mark.parametrize("event_type", ["deposit", "airdrop", "withdrawal", "withdrawal_fee"])
@@ -44,6 +44,31 @@ def test_every_event_type_is_accepted(event_type: str) -> None:
 def test_invalid_bodies_are_refused_with_the_reason(change: dict, message: str) -> None:
     with pytest.raises(PayloadError, match=message):
         parse_payment({**VALID, **change}, "USD")
+
+
+@pytest.mark.parametrize("asset", [
+    "ETH_MAINNET:native",  # spendable at once, skipping finality: the finding
+    "ETH_MAINNET:0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48",
+    "MATIC_MAINNET:native",
+])
+def test_a_chain_asset_is_refused_saying_why(asset: str) -> None:
+    with pytest.raises(PayloadError, match="chain asset") as refused:
+        parse_payment({**VALID, "event_type": "deposit", "asset": asset}, "USD", {"USD"})
+    assert refused.value.code == "unsupported_asset" and refused.value.status == 400
+
+
+@pytest.mark.parametrize("asset", ["EUR", "usd", "eth_mainnet:native", "BTC"])
+def test_only_the_allowed_assets_are_accepted(asset: str) -> None:
+    with pytest.raises(PayloadError, match=f"asset '{asset}' is not one this gateway") as no:
+        parse_payment({**VALID, "asset": asset}, "USD", {"USD", "GBP"})
+    assert "allowed: GBP, USD" in no.value.detail
+    assert parse_payment({**VALID, "asset": "GBP"}, "USD", {"USD", "GBP"}).asset == "GBP"
+
+
+def test_without_a_list_only_the_default_asset_is_allowed() -> None:
+    assert parse_payment(VALID, "USD").asset == "USD"
+    with pytest.raises(PayloadError, match="not one this gateway may credit"):
+        parse_payment({**VALID, "asset": "EUR"}, "USD")
 
 
 def test_a_missing_amount_is_refused() -> None:

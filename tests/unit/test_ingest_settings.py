@@ -16,10 +16,12 @@ def _env(**overrides: str) -> dict[str, str]:
 
 
 def test_settings_from_env_decode_the_whsec_secret() -> None:
-    settings = IngestSettings.from_env(_env(PAYMENTS_DEFAULT_ASSET="EUR"))
+    settings = IngestSettings.from_env(_env(PAYMENTS_DEFAULT_ASSET="EUR",
+                                            PAYMENTS_ASSETS="USD,EUR"))
     assert settings.payments_secrets == (PAYMENTS_SECRET_BYTES,)
     assert settings.alchemy_signing_keys == (ALCHEMY_KEY.encode(),)
     assert settings.payments_default_asset == "EUR"
+    assert settings.payments_assets == ("USD", "EUR")
     assert settings.max_body_bytes == 1024 * 1024
 
 
@@ -41,10 +43,18 @@ def test_settings_accept_several_secrets_for_a_rotation() -> None:
     ({"PAYSTREAM_INGEST_MAX_BODY_BYTES": "lots"}, "must be an integer"),
     ({"PAYSTREAM_INGEST_RATE_PER_SECOND": "0"}, "rate_per_second must be positive"),
     ({"PAYMENTS_DEFAULT_ASSET": "U S D"}, "not a valid asset"),
+    ({"PAYMENTS_DEFAULT_ASSET": "EUR"}, "EUR' is not in PAYMENTS_ASSETS USD"),
+    ({"PAYMENTS_ASSETS": "USD,ETH_MAINNET:native"}, "'ETH_MAINNET:native' is not a gateway"),
+    ({"PAYMENTS_ASSETS": "USD,U$D"}, "'U\\$D' is not a gateway asset"),
+    ({"PAYMENTS_ASSETS": " , "}, "PAYMENTS_ASSETS names no asset"),
 ])
 def test_settings_refuse_to_start_with_a_clear_message(overrides: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         IngestSettings.from_env(_env(**overrides))
+
+
+def test_the_gateway_may_credit_usd_alone_by_default() -> None:
+    assert IngestSettings.from_env(_env()).payments_assets == ("USD",)
 
 
 def test_settings_are_frozen() -> None:
