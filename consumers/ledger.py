@@ -106,8 +106,7 @@ NOTIFICATION_WITHDRAWAL_REJECTED = "withdrawal_rejected"
 NOTIFICATION_DEPOSIT_REVERSED = "deposit_reversed"
 
 # Statuses an event has once the ledger has processed it (final, or waiting on a chain).
-_PROCESSED_STATUSES = ("applied", "rejected", "pending_finality", "reorged", "credited",
-                       "reversed")
+_PROCESSED_STATUSES = sorted(s.value for s in stored_events.PROCESSED_STATUSES)
 
 
 class LedgerHandler:
