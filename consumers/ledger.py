@@ -15,7 +15,10 @@ this order (the steps are numbered at the call sites too):
   4. find the events applied before whose outcome housekeeping forgot: their effect is
      on record (a journal row, a final or waiting status, their deposit already
      settled); they are never applied again, their outcome is written back as it was (a
-     rejection stays a rejection);
+     rejection stays a rejection). Since step 2 dead-letters a payment event that is
+     past `received` without a recorded outcome (status_conflict), this now catches
+     settlements (no payment_events row: their deposit's state tells) and a journal
+     row without its status, a defence in depth;
   5. plan in memory (ledger_plan.py): each user's events in offset order over the
      locked balances, so a withdrawal sees the deposit before it;
   6. record each event's final outcome, once (schema.processed_events.record): the
