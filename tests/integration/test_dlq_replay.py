@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from decimal import Decimal
 
@@ -15,6 +16,7 @@ from tests.support.consumers import (
     wait_until,
 )
 from tests.support.ids import unique
+from tests.support.topics import headers_of
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -28,7 +30,7 @@ def _one(db, sql: str, *params):
         return cur.fetchone()
 
 
-def test_replay_after_the_user_is_created_applies_once(db, pool) -> None:
+def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -> None:
     group, mirror_group = unique("replay-ledger"), unique("replay-mirror")
     dlq_topic = unique("replay-dlq")
     create_topic(dlq_topic)
@@ -65,8 +67,18 @@ def test_replay_after_the_user_is_created_applies_once(db, pool) -> None:
 
     with db.cursor() as cur:
         create_users(cur, [user])  # a person fixes the cause
+        # The dead letter's copy is only evidence: reformatted (same content) and with
+        # another trace id, it is still the stored event that is sent, as it was stored.
+        cur.execute("UPDATE dead_letter_queue SET payload = %s, headers = headers ||"
+                    " '{\"trace_id\": \"trace-of-the-copy\"}' WHERE id = %s",
+                    (json.dumps(event.to_wire(), indent=2), dlq_id))
+    reader = topic_reader(PAYMENTS_TOPIC)
     replayed = _cli("replay", str(dlq_id))
     assert replayed.returncode == 0, replayed.stderr
+    sent = reader.read(1, 30, lambda m: headers_of(m).get("event_id") == event.event_id)
+    assert len(sent) == 1
+    assert headers_of(sent[0])["trace_id"] == "trace-replay"
+    assert json.loads(sent[0].value()) == event.to_wire()
     try:
         wait_until(lambda: _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
                                 event.event_id) == ("applied",), 60, "the replay applied")
