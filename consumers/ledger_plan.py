@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.records import Record
@@ -47,6 +47,11 @@ from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
 
 ZERO = Decimal(0)
+# Exact arithmetic for the plan's sums. The default context keeps 28 significant digits:
+# 0 + 99999999999999999999.999999999999999999 (a valid NUMERIC(38,18) amount) became
+# 1E+20 and overflowed the column, and a balance past 10^10 with 18 decimals was rounded.
+# 60 digits hold any sum of a batch of amounts below 10^20 with 18 decimals exactly.
+PLAN_CONTEXT = Context(prec=60)
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,12 @@ def plan_batch(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decima
     available. `flagged` are the users with an open shortfall before the batch; a
     reversal that leaves a shortfall flags its user for the rest of the batch.
     """
+    with localcontext(PLAN_CONTEXT):
+        return _plan(candidates, opening, flagged)
+
+
+def _plan(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
+          flagged: Iterable[str]) -> Plan:
     plan = Plan()
     running: dict[BalanceKey, Decimal] = {}
     flagged_users = set(flagged)
