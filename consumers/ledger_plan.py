@@ -84,7 +84,10 @@ def read_event(record: Record) -> Candidate:
         found = headers.get(header)
         if found is None:
             raise PoisonError("missing_header", f"header {header!r} is required")
-        if found != expected:
+        # header_text unquotes a value that reads as a JSON string (a JSON header
+        # converter's form), so an event id that is itself quoted ('"abc"', a valid id)
+        # must also be compared as the raw text Connect's header converter wrote.
+        if found != expected and _raw_header(record, header) != expected:
             raise PoisonError("header_mismatch",
                               f"header {header}={found[:80]!r} but payload says {expected!r}")
     # The key decides the partition, and the partition decides the order of a user's
@@ -100,6 +103,12 @@ def read_event(record: Record) -> Candidate:
             raise PoisonError("invalid_chain_identity", str(exc)) from None
     key = idempotency_key(event.event_id, event.event_type.value)
     return Candidate(record, event, key, headers.get("trace_id"))
+
+
+def _raw_header(record: Record, name: str) -> str | None:
+    """The last value of header `name` as its raw UTF-8 text."""
+    found = [value for key, value in record.headers if key == name]
+    return found[-1].decode("utf-8", "replace") if found and found[-1] is not None else None
 
 
 def dedupe(candidates: Iterable[Candidate]) -> tuple[list[Candidate], list[Candidate]]:

@@ -20,6 +20,7 @@ between payloads (delivery id, createdAt, the float `value`) enters an event.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -441,15 +442,28 @@ def _address(value: Any, where: str) -> str | None:
 
 def _payload_notice(kind: NoticeKind, reason: str, delivery_id: str | None,
                     detail: dict[str, Any]) -> Notice:
+    detail = _storable(detail)
     return Notice(notice_id=notice_id(PROVIDER, kind, detail), provider=PROVIDER, kind=kind,
                   reason=reason, detail=detail, delivery_id=delivery_id)
+
+
+def _storable(value: Any) -> Any:
+    """`value` with every non-finite float as text: the parser reads 1e400 as infinity,
+    which jsonb cannot hold, and a notice must be stored whatever field carried it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
 
 
 def _transfer_notice(t: Activity, kind: NoticeKind, reason: str,
                      extra: dict[str, Any], delivery_id: str | None) -> Notice:
     # The activity itself (not the delivery) identifies the notice: the same transfer
     # in a retried or another payload is recorded once.
-    detail = {"network": t.network, "activity": t.activity, **extra}
+    detail = {"network": t.network, "activity": _storable(t.activity), **extra}
     if isinstance(t, UnusableActivity):
         detail["defect"] = t.defect
     return Notice(notice_id=notice_id(PROVIDER, kind, {"network": t.network,

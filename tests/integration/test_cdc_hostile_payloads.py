@@ -46,6 +46,7 @@ from tests.support.waiting import wait_for
 
 BODY_LIMIT = 1024 * 1024  # PAYSTREAM_INGEST_MAX_BODY_BYTES's default, the server's here
 APPLIED_WITHIN_S = 10.0
+BEYOND_FLOAT = "beyond-float-placeholder"  # written as the JSON number 1e400
 
 
 class TaskWatch:
@@ -182,7 +183,8 @@ def _near_limit(make_body, limit: int) -> bytes:
     return body
 
 
-def _hostile_deliveries(address: str, owner: str, rich: str) -> list[tuple[str, bytes, int]]:
+def _hostile_deliveries(address: str, owner: str, rich: str,
+                        stranger: str) -> list[tuple[str, bytes, int]]:
     """(endpoint, body, expected HTTP status) for each hostile-but-valid delivery."""
     at_limits = erc20_activity(address, 1_000_000, block=2**63 - 1, log_index=2**31 - 1)
     json_ints = erc20_activity(address, 2_000_000, decimals="0x6", log_index=3)
@@ -193,6 +195,8 @@ def _hostile_deliveries(address: str, owner: str, rich: str) -> list[tuple[str, 
                       "erc721TokenId": None, "log": {}, "notes": [], "more": {}})
     unknown = eth_activity(random_address(), 5)
     unknown.update({"value": 1e308, "typeTraceAddress": "ü" * 300, "blockNum": 2**80})
+    beyond_float = eth_activity(stranger, 5)
+    beyond_float["value"] = BEYOND_FLOAT  # a JSON number no float holds (1e400)
     hostile_numbers = [
         erc20_activity(address, 5, block=2**63),                  # BIGINT + 1
         dict(erc20_activity(address, 5), blockNum=2**64 + 5),     # a JSON integer
@@ -207,6 +211,7 @@ def _hostile_deliveries(address: str, owner: str, rich: str) -> list[tuple[str, 
         ("alchemy", alchemy_body([_alchemy_docs_erc721(address)]), 200),
         ("alchemy", alchemy_body(hostile_numbers), 200),
         ("alchemy", alchemy_body([unknown, 17, None, [], {}, "0x"]), 200),
+        ("alchemy", alchemy_body([beyond_float]), 200),
         ("alchemy", alchemy_body([]), 200),
     ]
     near = erc20_activity(address, 3_000_000, log_index=5)
@@ -224,6 +229,7 @@ def _hostile_deliveries(address: str, owner: str, rich: str) -> list[tuple[str, 
         ("payments", pay(meta=_nested(MAX_NESTING - 1), n=2**200, f=1e308,
                          u="💸" * 50_000, e=[], o={}), 200),
         ("payments", payment_body(unique('x"{}[]\\\'<>&%') + "~" * 150, owner, "1"), 200),
+        ("payments", payment_body(f'"{unique("quoted")}"', owner, "1"), 200),
         ("payments", pay(asset=None), 200),
         ("payments", _near_limit(lambda pad: pay(pad=pad), BODY_LIMIT), 200),
         # Refused with a reason, nothing written:
@@ -233,7 +239,8 @@ def _hostile_deliveries(address: str, owner: str, rich: str) -> list[tuple[str, 
         ("payments", pay(amount="1" * 21), 400),
         ("payments", _near_limit(lambda pad: pay(pad=pad), BODY_LIMIT + 2), 413),
     ]
-    return [(endpoint, _utf8(body), status) for endpoint, body, status in deliveries]
+    return [(endpoint, _utf8(body).replace(f'"{BEYOND_FLOAT}"'.encode(), b"1e400"), status)
+            for endpoint, body, status in deliveries]
 
 
 def _post(url: str, endpoint: str, body: bytes) -> httpx.Response:
@@ -261,7 +268,8 @@ def test_hostile_deliveries_then_an_ordinary_deposit_is_applied_within_10s(db, p
     pool.start("ledger", topic=PAYMENTS_TOPIC, group=group, dlq_topic=dlq_topic,
                extra_args=["--batch-timeout", "0.05"])
 
-    deliveries = _hostile_deliveries(address, owner, rich)
+    stranger = random_address()
+    deliveries = _hostile_deliveries(address, owner, rich, stranger)
     accepted: list[str] = []
     wrong: list[str] = []
     with TaskWatch() as watch, ingest_server({"PAYSTREAM_DATABASE_URL": database_url(),
@@ -282,10 +290,10 @@ def test_hostile_deliveries_then_an_ordinary_deposit_is_applied_within_10s(db, p
         assert answer.status_code == 200, answer.text
         sent_at = time.monotonic()
 
-        # 1E-18, four deposits of 1 (extras ignored, an id of every printable kind, the
-        # default asset, near the body limit), then the ordinary 12.34, last in the
+        # 1E-18, five deposits of 1 (extras ignored, two ids of printable punctuation,
+        # the default asset, near the body limit), then the ordinary 12.34, last in the
         # owner's partition.
-        expected_balance = Decimal("16.340000000000000001")
+        expected_balance = Decimal("17.340000000000000001")
 
         def balance() -> bool:
             with db.cursor() as cur:
@@ -303,7 +311,7 @@ def test_hostile_deliveries_then_an_ordinary_deposit_is_applied_within_10s(db, p
 
     # Nothing accepted is left behind: the ledger took up every event (chain deposits
     # wait for finality, the rest are applied).
-    assert len(accepted) == 4 + 7, accepted
+    assert len(accepted) == 4 + 8, accepted
     statuses = wait_for("every accepted event taken up by the ledger",
                         lambda: (s := _status_of(db, accepted)) and
                         all(v != "received" for v in s.values()) and s, 30)
@@ -320,6 +328,13 @@ def test_hostile_deliveries_then_an_ordinary_deposit_is_applied_within_10s(db, p
         cur.execute("SELECT reason, count(*) FROM ingest_notices WHERE detail->>'user_id' = %s"
                     " GROUP BY reason ORDER BY reason", (owner,))
         assert cur.fetchall() == [("amount_not_representable", 1), ("out_of_range", 4)]
+        cur.execute("SELECT kind, reason FROM ingest_notices"
+                    " WHERE detail->'activity'->>'toAddress' = %s AND kind <> 'ignored'",
+                    (address,))
+        assert cur.fetchall() == [("nft", "nft_transfer")]  # Alchemy's ERC-721 example
+        cur.execute("SELECT reason, detail->'activity'->>'value' FROM ingest_notices"
+                    " WHERE detail->'activity'->>'toAddress' = %s", (stranger,))
+        assert cur.fetchall() == [("unknown_address", "inf")]  # 1e400, kept as text
         cur.execute("SELECT count(*) FROM payment_events WHERE user_id = %s"
                     " AND asset LIKE 'ETH_MAINNET:%%' AND provider = 'payments'", (owner,))
         assert cur.fetchone() == (0,)

@@ -318,3 +318,18 @@ def test_an_unknown_address_needs_no_complete_fields() -> None:
     del stranger["log"]["logIndex"], stranger["blockNum"]
     result = alchemy.classify(_delivery([stranger]), {ALICE: "alice"})
     assert [n.reason for n in result.notices] == ["unknown_address"]
+
+
+def test_a_notice_keeps_a_non_finite_number_as_text() -> None:
+    # The parser reads 1e400 as infinity; jsonb cannot store it, and a notice refused by
+    # the database would be a 400 the provider retries forever.
+    stranger = eth_activity(random_address(), 5)
+    stranger["value"] = float("inf")
+    stranger["rawContract"]["extra"] = [float("-inf")]
+    [notice] = alchemy.classify(_delivery([stranger]), {}).notices
+    assert notice.detail["activity"]["value"] == "inf"
+    assert notice.detail["activity"]["rawContract"]["extra"] == ["-inf"]
+    json.dumps(notice.detail, allow_nan=False)  # strict JSON, as jsonb wants it
+    error = alchemy.parse_delivery({"type": "ADDRESS_ACTIVITY",
+                                    "event": {"error": {"limit": float("inf")}}})
+    json.dumps(error.notices[0].detail, allow_nan=False)
