@@ -142,13 +142,14 @@ def main() -> None:
     s = StackSettings.from_env()
     run_id = secrets.token_hex(3)
     secret = secrets.token_bytes(32)
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     log_dir = s.state_dir / "bench-e2e" / run_id
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **s.service_env(),
            "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(secret).decode(),
            "ALCHEMY_SIGNING_KEY": secrets.token_hex(32),
-           "PAYSTREAM_INGEST_RATE_PER_SECOND": "100000", "PAYSTREAM_INGEST_RATE_BURST": "100000"}
+           "PAYSTREAM_INGEST_RATE_PER_SECOND": "100000", "PAYSTREAM_INGEST_RATE_BURST": "100000",
+           "PAYSTREAM_INGEST_ADMIN_PORT": str(admin_port)}
     users = [f"e2e-{run_id}-u{i}" for i in range(200)]
     conn = connect()
     with conn, conn.cursor() as cur:
@@ -164,7 +165,7 @@ def main() -> None:
     ingest.start()
     ledger.start()
     url = f"http://127.0.0.1:{port}/webhooks/payments"
-    px.wait_http_ok(f"http://127.0.0.1:{port}/readyz", 60)
+    px.wait_http_ok(f"http://127.0.0.1:{admin_port}/readyz", 60)
     answers: mp.Queue = mp.Queue()
     watcher = Watcher(answers)
     print(f"load average {os.getloadavg()[0]:.2f}; logs in {log_dir}")

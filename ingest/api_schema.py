@@ -55,11 +55,13 @@ WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: _error("malformed JSON, a missing field or a failed validation"),
     401: _error("missing or invalid signature (checked before the body is parsed)"),
     404: _error("unknown path"),
+    408: _error("the body did not arrive within the deadline; the connection is closed"),
     409: _error("an event id already received with different content; nothing written"),
     413: _error("body over the configured limit"),
     415: _error("the body is not declared as JSON"),
-    429: _retry("over the per-source rate limit"),
-    503: _retry("the database is unreachable; retry later"),
+    429: _retry("over the provider's rate limit (verified deliveries), or a source that "
+                "keeps failing authentication"),
+    503: _retry("the database is unreachable, or too many open connections; retry later"),
 }
 
 REQUEST_ID_PARAM = {"name": "X-Request-ID", "in": "header", "required": False,

@@ -1,12 +1,15 @@
 """The ingest HTTP app: provider webhooks in, one outbox transaction per delivery out.
 
-What uvicorn serves is IngestApp: every request passes the RequestObserver (trace id,
-log line, metrics), then a POST to one of the two webhook paths is answered by
-ingest.webhooks (the checks, in order, and the group-commit write; see there), and
-everything else by the FastAPI app (health, readiness, metrics, /docs and OpenAPI,
-404 and 405). Nothing is written unless every check passed, and a whole delivery
-commits or nothing (ingest/writer.py: many deliveries share one transaction, each in
-its own savepoint; the answer is sent only after that COMMIT).
+What uvicorn serves is IngestApp (ingest/serve.py: a public and an admin listener):
+every request passes the RequestObserver (trace id, log line, metrics). On the public
+port a POST to one of the two webhook paths is answered by ingest.webhooks (the checks,
+in order, and the group-commit write; see there), `/healthz` by the FastAPI app, and
+anything else is a 404: nothing else is exposed to the internet. On the admin port
+(loopback by default) the FastAPI app serves health, readiness (a database round
+trip), metrics, /docs and OpenAPI; the webhooks are not taken there.
+Nothing is written unless every check passed, and a whole delivery commits or nothing
+(ingest/writer.py: many deliveries share one transaction, each in its own savepoint;
+the answer is sent only after that COMMIT).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -40,24 +44,39 @@ from paystream.ingest.webhooks import (
 from paystream.ingest.writer import GroupCommitWriter
 from paystream.logs import configure_logging
 
+PUBLIC_API_PATHS = frozenset({"/healthz"})  # what the public port serves besides webhooks
+
 
 class IngestApp:
     """The ASGI app: webhooks straight to their handler, the rest to FastAPI."""
 
-    def __init__(self, api: FastAPI, webhooks: Webhooks, metrics: IngestMetrics) -> None:
+    def __init__(self, api: FastAPI, webhooks: Webhooks, metrics: IngestMetrics,
+                 admin_port: int) -> None:
         self.api = api  # its `state` holds the settings, store, writer and metrics
         self._webhooks = webhooks
+        self._admin_port = admin_port
         self._observed = RequestObserver(self._dispatch, metrics=metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._observed(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] == "http" and scope["method"] == "POST"
-                and scope["path"] in self._webhooks.routes):
-            await self._webhooks(scope, receive, send)
-        else:
+        if scope["type"] != "http":  # lifespan
             await self.api(scope, receive, send)
+            return
+        path = scope["path"]
+        server = scope.get("server")
+        if server is not None and server[1] == self._admin_port:
+            if path in self._webhooks.routes:  # money enters by the public door only
+                await _not_found(scope, send)
+            else:
+                await self.api(scope, receive, send)
+        elif scope["method"] == "POST" and path in self._webhooks.routes:
+            await self._webhooks(scope, receive, send)
+        elif path in PUBLIC_API_PATHS or path in self._webhooks.routes:  # 405 for a GET
+            await self.api(scope, receive, send)
+        else:
+            await _not_found(scope, send)
 
 
 def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> IngestApp:
@@ -144,7 +163,7 @@ def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> 
         # The JSON 500 of every route; the RequestObserver outside logs the exception.
         return JSONResponse(internal_error(_trace(request).trace_id), status_code=500)
 
-    return IngestApp(app, webhooks, metrics)
+    return IngestApp(app, webhooks, metrics, settings.admin_port)
 
 
 def create_app_from_env() -> IngestApp:
@@ -157,6 +176,17 @@ def create_app_from_env() -> IngestApp:
     gc.collect()
     gc.freeze()
     return app
+
+
+async def _not_found(scope: Scope, send: Send) -> None:
+    """The public port's answer for everything but the webhooks and /healthz."""
+    trace: Trace = scope[TRACE_SCOPE_KEY]
+    body = orjson.dumps({"status": "error", "code": "http_404", "reason": "Not Found",
+                         "trace_id": trace.trace_id})
+    await send({"type": "http.response.start", "status": 404,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode("ascii"))]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _trace(request: Request) -> Trace:

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("ingest", help="serve the webhook ingest API (uvicorn)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="the public (webhook) listener")
+    serve.add_argument("--port", type=int, default=8000,
+                       help="metrics, readiness and /docs are on the admin port instead "
+                            "(PAYSTREAM_INGEST_ADMIN_HOST, PAYSTREAM_INGEST_ADMIN_PORT)")
     serve.add_argument("--workers", type=int, default=1,
                        help="worker processes (each has its own pool and rate limits)")
     serve.set_defaults(func=_serve)
@@ -43,13 +45,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from paystream.ingest.serve import serve
 
     # Fail here, with the reason (a SettingsError: exit 2), not in every worker.
-    IngestSettings.from_env()
-    uvicorn.run("paystream.ingest.app:create_app_from_env", factory=True, host=args.host,
-                port=args.port, workers=args.workers, access_log=False,
-                log_level="warning", lifespan="on")
+    serve(IngestSettings.from_env(), args.host, args.port, args.workers)
     return 0
 
 

@@ -47,6 +47,13 @@ class ConflictError(IngestError):
         self.event_id = event_id
 
 
+class BodyTimeoutError(IngestError):
+    """408: the body did not arrive within the deadline; the connection is closed."""
+
+    status = 408
+    code = "body_timeout"
+
+
 class BodyTooLargeError(IngestError):
     """413: the body exceeds the configured limit (it is not read any further)."""
 

@@ -7,13 +7,19 @@ signature has been checked on the raw bytes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any
 
 from starlette.types import Receive
 
-from paystream.ingest.errors import BodyTooLargeError, MediaTypeError, PayloadError
+from paystream.ingest.errors import (
+    BodyTimeoutError,
+    BodyTooLargeError,
+    MediaTypeError,
+    PayloadError,
+)
 
 JSON_MEDIA_TYPE = "application/json"
 # Real payloads nest 6 levels at most. The C JSON scanner recurses once per level and
@@ -34,8 +40,11 @@ def require_json(content_type: str | None) -> None:
                              f"got {media_type or 'nothing'!r}")
 
 
-async def read_bounded(receive: Receive, content_length: str | None, limit: int) -> bytes:
-    """The raw body, or BodyTooLargeError as soon as more than `limit` bytes arrive.
+async def read_bounded(receive: Receive, content_length: str | None, limit: int,
+                       timeout_s: float) -> bytes:
+    """The raw body, or BodyTooLargeError as soon as more than `limit` bytes arrive, or
+    BodyTimeoutError when it is not complete `timeout_s` after the read began (a sender
+    trickling a body must not hold a connection and a task for as long as it likes).
 
     Reads the ASGI messages itself (what starlette's Request.stream does) so the webhook
     routes need no Request object.
@@ -46,6 +55,14 @@ async def read_bounded(receive: Receive, content_length: str | None, limit: int)
         if int(content_length) > limit:
             raise BodyTooLargeError(f"body of {content_length} bytes exceeds the "
                                     f"{limit} byte limit")
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read(receive, limit)
+    except TimeoutError:
+        raise BodyTimeoutError(f"the body did not arrive within {timeout_s:g} s") from None
+
+
+async def _read(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -48,6 +48,23 @@ class IngestSettings:
     db_connect_timeout_s: int = 2
     db_statement_timeout_ms: int = 2000
     retry_after_s: int = 5
+    # The HTTP edge (ingest/http_edge.py, ingest/serve.py): the public port's limits.
+    # A provider's request head is ~1 KiB and ~10 headers; nginx's default is 8 KiB.
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0  # a request head must arrive whole within this
+    body_timeout_s: float = 10.0  # ... and its body within this of the head (else 408)
+    max_connections: int = 1000  # per worker; more are answered 503 with Retry-After
+    # Peers (IPs or CIDRs) whose X-Forwarded-For names the client; none by default, so
+    # a sender cannot pick the address its rate limit is charged to.
+    trusted_proxies: tuple[str, ...] = ()
+    # Failed authentication (and anything refused before it) charges this bucket per
+    # source; a verified delivery charges its provider's bucket (rate_per_second above).
+    auth_failure_rate_per_second: float = 1.0
+    auth_failure_burst: int = 20
+    # Metrics, /docs, /openapi.json and /readyz: loopback only unless told otherwise.
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 8001
 
     def __post_init__(self) -> None:
         if not self.alchemy_signing_keys:
@@ -81,12 +98,23 @@ class IngestSettings:
                                  ("commit_batch_max", self.commit_batch_max, 1),
                                  ("db_connect_timeout_s", self.db_connect_timeout_s, 1),
                                  ("db_statement_timeout_ms", self.db_statement_timeout_ms, 1),
-                                 ("retry_after_s", self.retry_after_s, 1)):
+                                 ("retry_after_s", self.retry_after_s, 1),
+                                 ("max_header_bytes", self.max_header_bytes, 1024),
+                                 ("max_headers", self.max_headers, 8),
+                                 ("max_connections", self.max_connections, 1),
+                                 ("auth_failure_burst", self.auth_failure_burst, 1),
+                                 ("admin_port", self.admin_port, 1)):
             if value < low:
                 raise SettingsError(f"{name} must be at least {low}, got {value}")
         if not 0 <= self.commit_linger_ms <= 1000:  # beyond that: an outage, not a batch
             raise SettingsError(f"commit_linger_ms must be within 0..1000, "
                                 f"got {self.commit_linger_ms}")
+        for name, seconds in (("header_timeout_s", self.header_timeout_s),
+                              ("body_timeout_s", self.body_timeout_s),
+                              ("auth_failure_rate_per_second",
+                               self.auth_failure_rate_per_second)):
+            if not seconds > 0:
+                raise SettingsError(f"{name} must be positive, got {seconds}")
         if not self.rate_per_second > 0:
             raise SettingsError(f"rate_per_second must be positive, got {self.rate_per_second}")
 
@@ -115,6 +143,18 @@ class IngestSettings:
             db_statement_timeout_ms=env_int("PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS", 2000,
                                             env),
             retry_after_s=env_int("PAYSTREAM_INGEST_RETRY_AFTER_S", 5, env),
+            max_header_bytes=env_int("PAYSTREAM_INGEST_MAX_HEADER_BYTES", 16 * 1024, env),
+            max_headers=env_int("PAYSTREAM_INGEST_MAX_HEADERS", 100, env),
+            header_timeout_s=env_float("PAYSTREAM_INGEST_HEADER_TIMEOUT_S", 10.0, env),
+            body_timeout_s=env_float("PAYSTREAM_INGEST_BODY_TIMEOUT_S", 10.0, env),
+            max_connections=env_int("PAYSTREAM_INGEST_MAX_CONNECTIONS", 1000, env),
+            trusted_proxies=tuple(_split(env_str("PAYSTREAM_INGEST_TRUSTED_PROXIES", "",
+                                                 env))),
+            auth_failure_rate_per_second=env_float(
+                "PAYSTREAM_INGEST_AUTH_FAILURE_RATE_PER_SECOND", 1.0, env),
+            auth_failure_burst=env_int("PAYSTREAM_INGEST_AUTH_FAILURE_BURST", 20, env),
+            admin_host=env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1", env),
+            admin_port=env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001, env),
         )
 
 

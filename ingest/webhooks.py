@@ -1,8 +1,10 @@
 """The two webhook routes, answered as plain ASGI: the checks, the write, the answer.
 
 Order of checks for every webhook, cheapest and most hostile first:
-  rate limit (429) -> Content-Type (415) -> bounded body read (413)
-  -> signature on the raw bytes (401) -> strict JSON + validation (400)
+  a source that keeps failing authentication (429) -> Content-Type (415)
+  -> bounded body read (413, 408 past the body deadline) -> signature on the raw bytes
+  (401; each refusal so far spends from the source's small failure bucket)
+  -> the provider's rate limit, charged only now (429) -> strict JSON + validation (400)
   -> the delivery's savepoint in a group commit (409 conflict, 503 database
      unavailable) -> 200, sent only after the COMMIT that holds the delivery returned.
 
@@ -26,7 +28,12 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from paystream.ingest import alchemy, alchemy_signature, payments, standard_webhooks
-from paystream.ingest.errors import ConflictError, DatabaseUnavailableError, IngestError
+from paystream.ingest.errors import (
+    BodyTimeoutError,
+    ConflictError,
+    DatabaseUnavailableError,
+    IngestError,
+)
 from paystream.ingest.metrics import IngestMetrics
 from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
 from paystream.ingest.rate_limit import TokenBuckets
@@ -68,7 +75,13 @@ class Webhooks:
         self._settings = settings
         self._writer = writer
         self._metrics = metrics
-        self._buckets = TokenBuckets(settings.rate_per_second, settings.rate_burst)
+        # Charged after authentication, so unsigned junk cannot drain a provider's
+        # bucket; the source address is the TCP peer unless a trusted proxy named it.
+        self._buckets = TokenBuckets(settings.rate_per_second, settings.rate_burst,
+                                     what="verified deliveries")
+        self._failures = TokenBuckets(settings.auth_failure_rate_per_second,
+                                      settings.auth_failure_burst,
+                                      what="unauthenticated requests")
         self.routes: dict[str, Route] = {ALCHEMY_PATH: self.alchemy,
                                          PAYMENTS_PATH: self.payments}
 
@@ -91,9 +104,11 @@ class Webhooks:
 
     async def alchemy(self, scope: Scope, receive: Receive) -> Answer:
         headers = _headers(scope)
-        body = await self._authentic_body(scope, receive, headers, alchemy.PROVIDER)
-        alchemy_signature.verify(body, headers.get(alchemy_signature.HEADER),
-                                 self._settings.alchemy_signing_keys)
+        keys = self._settings.alchemy_signing_keys
+        body = await self._authentic_body(
+            scope, receive, headers, alchemy.PROVIDER,
+            lambda raw: alchemy_signature.verify(raw, headers.get(alchemy_signature.HEADER),
+                                                 keys))
         obj = parse_json(body)
         trace = _trace(scope)
         trace.adopt_delivery_id(obj.get("id") if isinstance(obj, dict) else None)
@@ -103,9 +118,11 @@ class Webhooks:
 
     async def payments(self, scope: Scope, receive: Receive) -> Answer:
         headers = _headers(scope)
-        body = await self._authentic_body(scope, receive, headers, payments.PROVIDER)
-        standard_webhooks.verify(body, headers, self._settings.payments_secrets,
-                                 tolerance_s=self._settings.timestamp_tolerance_s)
+        settings = self._settings
+        body = await self._authentic_body(
+            scope, receive, headers, payments.PROVIDER,
+            lambda raw: standard_webhooks.verify(raw, headers, settings.payments_secrets,
+                                                 tolerance_s=settings.timestamp_tolerance_s))
         event = payments.parse_payment(parse_json(body),
                                        self._settings.payments_default_asset,
                                        self._settings.payments_assets)
@@ -114,13 +131,23 @@ class Webhooks:
         return self._accepted(scope, payments.PROVIDER, recorded)
 
     async def _authentic_body(self, scope: Scope, receive: Receive, headers: dict[str, str],
-                              provider: str) -> bytes:
-        """The raw body, once the cheap refusals (429, 415, 413) are out of the way."""
+                              provider: str, verify: Callable[[bytes], object]) -> bytes:
+        """The raw body once `verify` accepted it, the provider's rate limit charged."""
         client = scope.get("client")
-        self._buckets.take(provider, client[0] if client else "unknown")
-        require_json(headers.get("content-type"))
-        return await read_bounded(receive, headers.get("content-length"),
-                                  self._settings.max_body_bytes)
+        source = client[0] if client else "unknown"
+        failures = self._failures
+        failures.require(source)  # a source that keeps failing: refused before any work
+        try:
+            require_json(headers.get("content-type"))
+            body = await read_bounded(receive, headers.get("content-length"),
+                                      self._settings.max_body_bytes,
+                                      self._settings.body_timeout_s)
+            verify(body)
+        except IngestError:
+            failures.spend(source)
+            raise
+        self._buckets.take(provider)
+        return body
 
     def _accepted(self, scope: Scope, provider: str, recorded: Recorded) -> Answer:
         metrics = self._metrics
@@ -162,6 +189,8 @@ class Webhooks:
         scope[LOG_SCOPE_KEY].update(provider=provider, code=exc.code,
                                     reason=exc.detail[:300])
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        if isinstance(exc, BodyTimeoutError):  # the rest of a trickled body is not awaited
+            headers = {"Connection": "close"}
         return Answer(exc.status, body, headers)
 
 

@@ -78,13 +78,19 @@ class Chaos:
         self.alchemy_key = secrets.token_hex(32)
         self.network = f"CHAOS_{self.run_id.upper()}"
         self.port = free_port()
+        self.admin_port = free_port()  # the ingest's /readyz and /metrics
         self.faults: Counter[str] = Counter()
         self.fault_errors: list[str] = []
         self.last_fault_at = 0.0
         self._last_progress = 0.0
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
-               "ALCHEMY_SIGNING_KEY": self.alchemy_key}
+               "ALCHEMY_SIGNING_KEY": self.alchemy_key,
+               "PAYSTREAM_INGEST_ADMIN_PORT": str(self.admin_port),
+               # The run's badly signed requests come from the same address as its valid
+               # ones (two sources in production): their bucket must not block those.
+               "PAYSTREAM_INGEST_AUTH_FAILURE_RATE_PER_SECOND": "1000000",
+               "PAYSTREAM_INGEST_AUTH_FAILURE_BURST": "1000000"}
         group = f"chaos-ledger-{self.run_id}"
         self.mirror_group = f"chaos-dlq-{self.run_id}"
         # The run poisons ~3% of its events on purpose; the DLQ rate limit (which stops
@@ -136,7 +142,7 @@ class Chaos:
         kafka.start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC,
                                  self.s.kafka_bootstrap)
         self.ingest.start()
-        px.wait_http_ok(f"http://127.0.0.1:{self.port}/readyz", 60)
+        px.wait_http_ok(f"http://127.0.0.1:{self.admin_port}/readyz", 60)
         for c in (*self.ledgers, self.mirror, self.finality, self.watchdog):
             c.start()
 

@@ -32,6 +32,8 @@ from tests.support.ingest import (
 )
 
 SETTINGS = IngestSettings.from_env({**ingest_env(), "PAYSTREAM_DATABASE_URL": database_url()})
+# A request to this origin arrives as if on the admin listener (scope["server"] port).
+ADMIN = f"http://testserver:{SETTINGS.admin_port}"
 
 
 def _client(**overrides: Any) -> TestClient:
@@ -97,7 +99,7 @@ def test_same_event_id_with_other_content_is_a_409_and_writes_nothing(
     assert conflict.json()["event_id"] == event_id and "different content" in \
         conflict.json()["reason"]
     assert [r[2] for r in _events(db, user)] == [Decimal(1)]
-    metrics = client.get("/metrics").text
+    metrics = client.get(ADMIN + "/metrics").text
     assert 'paystream_ingest_events_total{outcome="conflict",provider="payments"} 1.0' in metrics
 
 
@@ -223,16 +225,18 @@ def test_errors_are_json_with_a_reason_and_the_trace_id(client: TestClient) -> N
         assert answer.headers["x-request-id"] == body["trace_id"]
 
 
-def test_health_readiness_metrics_and_docs(client: TestClient) -> None:
+def test_health_readiness_metrics_and_docs_on_the_admin_port(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"status": "ready"}
+    for path in ("/readyz", "/metrics", "/docs", "/openapi.json"):
+        assert client.get(path).status_code == 404, path  # not on the public port
+    assert client.get(ADMIN + "/readyz").json() == {"status": "ready"}
     client.post("/webhooks/payments", content=b"{}", headers={"content-type": "text/plain"})
-    metrics = client.get("/metrics").text
+    metrics = client.get(ADMIN + "/metrics").text
     assert 'paystream_ingest_requests_total{endpoint="/webhooks/payments",status="415"}' \
         in metrics
     assert "paystream_ingest_request_duration_seconds_bucket" in metrics
-    assert client.get("/docs").status_code == 200
-    paths = client.get("/openapi.json").json()["paths"]
+    assert client.get(ADMIN + "/docs").status_code == 200
+    paths = client.get(ADMIN + "/openapi.json").json()["paths"]
     assert {"/webhooks/alchemy", "/webhooks/payments", "/healthz", "/readyz",
             "/metrics"} <= set(paths)
 

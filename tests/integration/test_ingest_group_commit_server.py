@@ -19,7 +19,7 @@ GROUP_METRIC = re.compile(r"^paystream_ingest_commit_group_size_(count|sum) (\S+
 
 def _groups(server: RunningServer) -> tuple[float, float]:
     """(commits, deliveries committed) so far, from /metrics."""
-    found = dict(GROUP_METRIC.findall(httpx.get(server.url + "/metrics").text))
+    found = dict(GROUP_METRIC.findall(httpx.get(server.admin_url + "/metrics").text))
     return float(found["count"]), float(found["sum"])
 
 

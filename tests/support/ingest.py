@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from paystream.ingest import alchemy_signature, standard_webhooks
-from paystream.launch import free_port
+from paystream.launch import free_port, paystream_argv
 
 ALCHEMY_KEY = "whsec_paystream-test-alchemy-signing-key-0001"
 PAYMENTS_SECRET_BYTES = b"paystream-test-payments-secret-32+bytes!"
@@ -124,23 +124,31 @@ def alchemy_headers(body: bytes, key: str = ALCHEMY_KEY) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RunningServer:
-    url: str
+    url: str  # the public listener: webhooks and /healthz
     process: subprocess.Popen[bytes]
     log_path: Path
+    admin_url: str = ""  # metrics, readiness, /docs, /openapi.json (the ingest only)
+    port: int = 0
 
 
 @contextmanager
 def ingest_server(env: Mapping[str, str] | None = None, *, workers: int = 1,
-                  log_path: Path | None = None,
-                  app: str = "paystream.ingest.app:create_app_from_env",
+                  log_path: Path | None = None, app: str | None = None,
                   ready_path: str = "/healthz") -> Iterator[RunningServer]:
-    """A real uvicorn server in a child process on a free loopback port."""
-    port = free_port()
+    """A real server in a child process on free loopback ports: the ingest as `paystream
+    ingest` runs it (public and admin listener, the edge protocol), or another ASGI app
+    factory (`app`, e.g. the benchmark's bare endpoint) under plain uvicorn."""
+    port, admin_port = free_port(), free_port()
     log_path = log_path or Path(f"/tmp/paystream-ingest-{port}.log")
-    full_env = {**os.environ, **ingest_env(), **(env or {})}
-    cmd = [sys.executable, "-m", "uvicorn", app, "--factory", "--host", "127.0.0.1",
-           "--port", str(port), "--workers", str(workers), "--no-access-log",
-           "--log-level", "warning"]
+    full_env = {**os.environ, **ingest_env(),
+                "PAYSTREAM_INGEST_ADMIN_PORT": str(admin_port), **(env or {})}
+    if app is None:
+        cmd = paystream_argv("ingest", "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", str(workers))
+    else:
+        cmd = [sys.executable, "-m", "uvicorn", app, "--factory", "--host", "127.0.0.1",
+               "--port", str(port), "--workers", str(workers), "--no-access-log",
+               "--log-level", "warning"]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(cmd, env=full_env, stdout=log_file,
                                    stderr=subprocess.STDOUT)
@@ -160,7 +168,8 @@ def ingest_server(env: Mapping[str, str] | None = None, *, workers: int = 1,
                 raise RuntimeError("ingest server did not start: "
                                    + log_path.read_text()[-2000:])
             time.sleep(0.1)
-        yield RunningServer(url, process, log_path)
+        admin_url = f"http://127.0.0.1:{full_env['PAYSTREAM_INGEST_ADMIN_PORT']}"
+        yield RunningServer(url, process, log_path, admin_url if app is None else "", port)
     finally:
         process.terminate()
         try:
