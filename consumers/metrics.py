@@ -9,6 +9,8 @@ import json
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from paystream.env import env_str
+
 # Records fetched but not yet read, per partition, as librdkafka reports it in its
 # statistics; only partitions whose fetch_state is "active" (others report stale -1s).
 CONSUMER_LAG = Gauge(
@@ -62,9 +64,11 @@ COMMIT_FAILURES = Counter(
 
 
 def serve(port: int) -> None:
-    """Expose /metrics on `port` (0 disables: tests run many consumers side by side)."""
+    """Expose /metrics on `port` (0 disables: tests run many consumers side by side),
+    on loopback unless PAYSTREAM_METRICS_HOST names another address (a scraper on
+    another machine): metrics name users' groups and lag, not for the internet."""
     if port:
-        start_http_server(port)
+        start_http_server(port, addr=env_str("PAYSTREAM_METRICS_HOST", "127.0.0.1"))
 
 
 def record_statistics(group: str, stats_json: str) -> None:

@@ -1,5 +1,6 @@
 """Every finality metric, declared once. Label `network` is the provider's network name
-(ETH_MAINNET, ...). Served from the finality consumer's metrics port like the others."""
+(ETH_MAINNET, ...). Served from the finality consumer's metrics port like the others
+(consumers/metrics.serve: loopback unless PAYSTREAM_METRICS_HOST says otherwise)."""
 
 from __future__ import annotations
 

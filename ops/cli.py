@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from paystream.env import env_str
 from paystream.operator_cli import (
     EXIT_CANNOT_RUN,
     EXIT_OK,
@@ -62,7 +63,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     health.add_argument("--json", action="store_true", help="print JSON instead of a table")
     health.add_argument("--serve-metrics", type=int, metavar="PORT",
                         help="serve the checks as Prometheus gauges on PORT (until SIGTERM)")
-    health.add_argument("--bind", default="0.0.0.0", help="address for --serve-metrics")
+    health.add_argument("--bind", default=env_str("PAYSTREAM_METRICS_HOST", "127.0.0.1"),
+                        help="address for --serve-metrics (loopback unless told otherwise)")
     health.add_argument("--reconcile-every", type=float, default=0.0, metavar="SECONDS",
                         help="with --serve-metrics: also run a full reconciliation this "
                              "often (0: never; it reads the whole journal)")

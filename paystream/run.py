@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from paystream.env import env_int
+from paystream.env import env_int, env_str
 from paystream.launch import paystream_argv
 from paystream.stack.settings import StackSettings
 
@@ -45,9 +45,12 @@ class Service:
 
 
 def services(ingest_port: int) -> list[Service]:
+    admin_host = env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1")
+    admin_port = env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001)
     candidates = [
         Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
-                f"http://127.0.0.1:{ingest_port} (/docs, /metrics)"),
+                f"http://127.0.0.1:{ingest_port} (/webhooks/*, /healthz); admin "
+                f"http://{admin_host}:{admin_port} (/docs, /metrics, /readyz)"),
         Service("ledger", "paystream.consume",
                 ["consume", "ledger", "--metrics-port", "9401"],
                 "metrics http://127.0.0.1:9401/metrics"),
