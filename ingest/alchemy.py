@@ -36,6 +36,7 @@ from paystream.schema.events import (
     EVENT_ID_PATTERN,
     MAX_BLOCK_NUMBER,
     MAX_LOG_INDEX,
+    MAX_RAW_VALUE,
     EventType,
     PaymentEvent,
 )
@@ -372,7 +373,7 @@ def _transfer(network: str, i: int, a: Any) -> ChainTransfer:
         trace_address=trace if category == "internal" else None,
         token_contract=contract if fungible else None,
         raw_value=_hex_int(raw_contract.get("rawValue"), f"{where}.rawContract.rawValue",
-                           required=False),
+                           required=False, maximum=MAX_RAW_VALUE),
         decimals=_decimals(raw_contract.get("decimals"), f"{where}.rawContract.decimals"),
         removed=removed, nft=_is_nft(a, category), activity=a,
     )

@@ -34,6 +34,8 @@ ASSET_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 # columns, log indexes in INTEGER ones. A value past these is refused where it enters.
 MAX_BLOCK_NUMBER = 2**63 - 1
 MAX_LOG_INDEX = 2**31 - 1
+# A transfer's raw value is an EVM uint256; chain_deposits.raw_value is NUMERIC(78,0).
+MAX_RAW_VALUE = 2**256 - 1
 
 
 class EventType(StrEnum):

@@ -252,6 +252,20 @@ def test_numbers_past_the_column_limits_are_out_of_range_notices(
     assert field in notice.detail["defect"] and notice.detail["user_id"] == "alice"
 
 
+def test_a_raw_value_past_uint256_is_out_of_range() -> None:
+    # chain_deposits.raw_value is NUMERIC(78,0): 10^80 base units with 70 decimals is a
+    # fine amount (10^10) that the ledger could not have stored.
+    usdc = erc20_activity(ALICE, 10**80, decimals=70)
+    result = alchemy.classify(_delivery([usdc]), {ALICE: "alice"})
+    assert result.events == ()
+    assert [n.reason for n in result.notices] == ["out_of_range"]
+    assert "rawValue" in result.notices[0].detail["defect"]
+    within = erc20_activity(ALICE, 10**77, decimals=70)  # 10^77 < 2^256
+    (event,) = alchemy.classify(_delivery([within]), {ALICE: "alice"}).events
+    assert event.amount == Decimal(10**7)
+    assert event.chain is not None and int(event.chain["raw_value"], 16) == 10**77
+
+
 def test_json_integers_are_bounded_like_hex_quantities() -> None:
     usdc = erc20_activity(ALICE, 5)
     usdc["blockNum"] = 2**63
