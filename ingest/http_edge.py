@@ -15,10 +15,12 @@ EdgeProtocol adds, per connection and with nothing added to a request's ASGI pat
     huge header is refused before it is buffered whole) or `max_headers` headers;
   - 408 (or a plain close if nothing arrived) when a head is not complete within
     `header_timeout_s` of the connection opening or the previous answer;
+  - a body not complete within `body_timeout_s` of its head: the request's scope is
+    marked and the app woken; the webhook reader (ingest/request_body.py) answers 408
+    and the connection is closed;
   - past `max_connections` open public connections (per worker), the request is
     answered 503 with Retry-After and the connection closed.
-The body deadline is the webhook reader's (ingest/request_body.py: 408). Admin
-connections (the loopback admin port) are exempt from the connection cap.
+Admin connections (the loopback admin port) are exempt from the connection cap.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import structlog
@@ -34,6 +36,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from paystream.ingest.request_body import BODY_LATE_SCOPE_KEY
 from paystream.ingest.settings import IngestSettings
 
 log = structlog.get_logger("ingest")
@@ -57,13 +60,20 @@ class EdgeProtocol(HttpToolsProtocol):
                  _loop: asyncio.AbstractEventLoop | None = None,
                  settings: IngestSettings | None = None) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.edge = settings or _settings()
+        self.edge = edge = settings or _settings()
+        self._max_head_bytes = edge.max_header_bytes  # read per header: kept at hand
+        self._max_headers = edge.max_headers
         self._public = True
         self._in_head = True
         self._head_bytes = 0  # bytes of chunks received while the head was incomplete
         self._head_size = 0  # URL and headers parsed so far
         self._header_count = 0
-        self._head_timer: asyncio.TimerHandle | None = None
+        # When the head being awaited began to be awaited, and when the body being
+        # awaited did (None when none is). One timer per connection checks both, instead
+        # of a timer armed and cancelled for every request of a keep-alive connection.
+        self._head_since: float | None = None
+        self._body_since: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -73,23 +83,31 @@ class EdgeProtocol(HttpToolsProtocol):
             EdgeProtocol.open_public += 1
             if EdgeProtocol.open_public > self.edge.max_connections:
                 self.app = _over_capacity(self.edge.retry_after_s)  # this connection only
-        self._arm_head_timer()
+        self._head_since = self.loop.time()
+        self._timer = self.loop.call_later(self.edge.header_timeout_s, self._check_deadlines)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._public:
             EdgeProtocol.open_public -= 1
             self._public = False  # counted once
-        self._cancel_head_timer()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
             self._head_bytes += len(data)
         super().data_received(data)
-        if self._in_head and self._head_bytes > self.edge.max_header_bytes \
-                and not self.transport.is_closing():
-            self._refuse(431, "headers_too_large",
-                         f"the request head exceeds {self.edge.max_header_bytes} bytes")
+        if self._in_head:
+            if self._head_bytes > self._max_head_bytes and not self.transport.is_closing():
+                self._refuse(431, "headers_too_large",
+                             f"the request head exceeds {self._max_head_bytes} bytes")
+        elif self._body_since is not None:  # a body still to come: check it in time
+            due = self._body_since + self.edge.body_timeout_s
+            if self._timer is not None and self._timer.when() > due:
+                self._timer.cancel()
+                self._timer = self.loop.call_at(due, self._check_deadlines)
 
     def on_url(self, url: bytes) -> None:
         self._head_size += len(url)
@@ -98,8 +116,8 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         self._head_size += len(name) + len(value) + 4  # ": " and CRLF
-        if self._header_count > self.edge.max_headers or \
-                self._head_size > self.edge.max_header_bytes:
+        if self._header_count > self._max_headers or \
+                self._head_size > self._max_head_bytes:
             raise _HeadTooLargeError  # uvicorn answers a parser error with send_400_response
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
@@ -108,18 +126,19 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._cancel_head_timer()
+        self._head_since = None
+        self._body_since = self.loop.time()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._body_since = None
         self._in_head = True  # what follows is the next request's head
         self._head_bytes = self._head_size = self._header_count = 0
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm_head_timer()  # the next head has the same deadline as the first
+        self._head_since = self.loop.time()  # the next head has the deadline of the first
 
     def send_400_response(self, msg: str) -> None:
         if self._header_count > self.edge.max_headers:
@@ -131,24 +150,33 @@ class EdgeProtocol(HttpToolsProtocol):
         else:
             super().send_400_response(msg)
 
-    def _arm_head_timer(self) -> None:
-        self._cancel_head_timer()
-        self._head_timer = self.loop.call_later(self.edge.header_timeout_s, self._head_late)
-
-    def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_late(self) -> None:
-        self._head_timer = None
-        if self.transport.is_closing() or not self._in_head:
+    def _check_deadlines(self) -> None:
+        """The connection's timer: refuse a late head, tell the app its body is late, or
+        look again when the awaited head or body would be late."""
+        self._timer = None
+        if self.transport.is_closing():
             return
-        if self._head_bytes:
-            self._refuse(408, "header_timeout", f"the request head did not arrive within "
-                                                f"{self.edge.header_timeout_s:g} s")
-        else:
-            self.transport.close()  # an idle connection: nothing to answer
+        edge, now = self.edge, self.loop.time()
+        if self._head_since is not None:
+            due = self._head_since + edge.header_timeout_s
+            if now >= due:
+                if self._head_bytes:
+                    self._refuse(408, "header_timeout", f"the request head did not arrive "
+                                                        f"within {edge.header_timeout_s:g} s")
+                else:
+                    self.transport.close()  # an idle connection: nothing to answer
+                return
+        elif self._body_since is not None:
+            due = self._body_since + edge.body_timeout_s
+            if now >= due:
+                # The webhook reader wakes up, sees the mark and answers 408 (closing the
+                # connection); a route that reads no body never looks.
+                cast(dict[str, Any], self.scope)[BODY_LATE_SCOPE_KEY] = True
+                self.cycle.message_event.set()
+                return
+        else:  # the request is being answered: the next head's clock has not started
+            due = now + edge.header_timeout_s
+        self._timer = self.loop.call_at(due, self._check_deadlines)
 
     def _refuse(self, status: int, code: str, reason: str) -> None:
         """Answer from the connection itself (no request reached the app) and close."""

@@ -7,12 +7,11 @@ signature has been checked on the raw bytes.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from typing import Any
 
-from starlette.types import Receive
+from starlette.types import Receive, Scope
 
 from paystream.ingest.errors import (
     BodyTimeoutError,
@@ -22,6 +21,8 @@ from paystream.ingest.errors import (
 )
 
 JSON_MEDIA_TYPE = "application/json"
+# Set in a request's scope by the connection when its body is late (ingest/http_edge.py).
+BODY_LATE_SCOPE_KEY = "paystream.body_late"
 # Real payloads nest 6 levels at most. The C JSON scanner recurses once per level and
 # can overflow the C stack (a segfault, not an exception) long before a 1 MiB body ends.
 MAX_NESTING = 64
@@ -40,11 +41,11 @@ def require_json(content_type: str | None) -> None:
                              f"got {media_type or 'nothing'!r}")
 
 
-async def read_bounded(receive: Receive, content_length: str | None, limit: int,
-                       timeout_s: float) -> bytes:
+async def read_bounded(scope: Scope, receive: Receive, content_length: str | None,
+                       limit: int) -> bytes:
     """The raw body, or BodyTooLargeError as soon as more than `limit` bytes arrive, or
-    BodyTimeoutError when it is not complete `timeout_s` after the read began (a sender
-    trickling a body must not hold a connection and a task for as long as it likes).
+    BodyTimeoutError once the connection marked the body late (ingest/http_edge.py: a
+    sender trickling a body must not hold a connection and a task as long as it likes).
 
     Reads the ASGI messages itself (what starlette's Request.stream does) so the webhook
     routes need no Request object.
@@ -55,14 +56,6 @@ async def read_bounded(receive: Receive, content_length: str | None, limit: int,
         if int(content_length) > limit:
             raise BodyTooLargeError(f"body of {content_length} bytes exceeds the "
                                     f"{limit} byte limit")
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await _read(receive, limit)
-    except TimeoutError:
-        raise BodyTimeoutError(f"the body did not arrive within {timeout_s:g} s") from None
-
-
-async def _read(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -77,6 +70,8 @@ async def _read(receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if BODY_LATE_SCOPE_KEY in scope:
+            raise BodyTimeoutError("the body did not arrive within the deadline")
 
 
 # A JSON \u0000 escape: an odd run of backslashes before u0000 (an even run is a

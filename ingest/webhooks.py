@@ -139,9 +139,8 @@ class Webhooks:
         failures.require(source)  # a source that keeps failing: refused before any work
         try:
             require_json(headers.get("content-type"))
-            body = await read_bounded(receive, headers.get("content-length"),
-                                      self._settings.max_body_bytes,
-                                      self._settings.body_timeout_s)
+            body = await read_bounded(scope, receive, headers.get("content-length"),
+                                      self._settings.max_body_bytes)
             verify(body)
         except IngestError:
             failures.spend(source)

@@ -120,12 +120,19 @@ def test_an_idle_connection_is_closed_at_the_head_deadline(server: RunningServer
     assert 0.9 < time.monotonic() - started < 3
 
 
-def test_a_body_that_does_not_arrive_is_408_and_the_connection_closed(
-        server: RunningServer) -> None:
+@pytest.mark.parametrize("trickle", [False, True])
+def test_a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed(
+        server: RunningServer, trickle: bool) -> None:
     sock = _connect(server)
     started = time.monotonic()
     sock.sendall(b"POST /webhooks/payments HTTP/1.1\r\nHost: x\r\n"
                  b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":")
+    for _ in range(8 if trickle else 0):  # a byte every 0.25 s does not extend it
+        time.sleep(0.25)
+        try:
+            sock.sendall(b" ")
+        except (BrokenPipeError, ConnectionResetError):
+            break
     answer = _read_all(sock)
     sock.close()
     assert _status(answer) == 408 and b'"code":"body_timeout"' in answer
