@@ -226,3 +226,24 @@ def test_forwarded_for_is_believed_from_a_configured_proxy_only() -> None:
             "x-forwarded-for": f"198.51.100.{n}"}).status_code for n in range(4)]
     assert via_proxy == [401] * 4
     assert direct == [401, 401, 429, 429]
+
+
+@pytest.mark.parametrize("same_as_public", [False, True])
+def test_an_admin_port_it_cannot_have_refuses_to_start(same_as_public: bool) -> None:
+    import os
+    import subprocess
+
+    from paystream.launch import free_port, paystream_argv
+    from tests.support.ingest import ingest_env
+
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        admin_port = port if same_as_public else taken.getsockname()[1]
+        env = {**os.environ, **ingest_env(), "PAYSTREAM_INGEST_ADMIN_PORT": str(admin_port)}
+        done = subprocess.run(paystream_argv("ingest", "--port", str(port)), env=env,
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr[-500:]
+    assert ("is the public port" if same_as_public
+            else f"cannot listen on the admin address 127.0.0.1:{admin_port}") in done.stderr

@@ -76,3 +76,26 @@ def test_group_commit_settings_have_safe_defaults_and_bounds() -> None:
                                  ("PAYSTREAM_INGEST_COMMIT_LINGER_MS", "5000", "0..1000")):
         with pytest.raises(SettingsError, match=message):
             IngestSettings.from_env(_env(**{name: value}))
+
+
+def test_the_http_edge_is_closed_by_default() -> None:
+    settings = IngestSettings.from_env(_env())
+    assert settings.trusted_proxies == ()  # X-Forwarded-For believed from no one
+    assert (settings.admin_host, settings.admin_port) == ("127.0.0.1", 8001)
+    assert (settings.max_header_bytes, settings.max_headers) == (16 * 1024, 100)
+    assert settings.body_timeout_s == settings.header_timeout_s == 10.0
+    proxies = IngestSettings.from_env(_env(PAYSTREAM_INGEST_TRUSTED_PROXIES=
+                                           "10.0.0.1, 10.1.0.0/16"))
+    assert proxies.trusted_proxies == ("10.0.0.1", "10.1.0.0/16")
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("PAYSTREAM_INGEST_BODY_TIMEOUT_S", "0", "body_timeout_s must be positive"),
+    ("PAYSTREAM_INGEST_HEADER_TIMEOUT_S", "-1", "header_timeout_s must be positive"),
+    ("PAYSTREAM_INGEST_MAX_HEADERS", "2", "max_headers must be at least 8"),
+    ("PAYSTREAM_INGEST_MAX_CONNECTIONS", "0", "max_connections must be at least 1"),
+    ("PAYSTREAM_INGEST_ADMIN_PORT", "0", "admin_port must be at least 1"),
+])
+def test_edge_limits_out_of_range_refuse_to_start(name: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        IngestSettings.from_env(_env(**{name: value}))
