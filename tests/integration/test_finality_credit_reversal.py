@@ -13,18 +13,16 @@ import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 
-import httpx
 import pytest
 
 from paystream.consumers.ledger_reconcile import find_mismatches, reconcile
 from paystream.launch import paystream_argv
 from paystream.schema.db import connect
-from paystream.schema.events import PAYMENTS_TOPIC
+from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.idempotency import idempotency_key
-from paystream.schema.outbox import emit
+from paystream.schema.outbox import WriteOutcome, emit, write_event
 from tests.support.chain.node import AnvilUnavailableError, Chain
 from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
-from tests.support.ingest import payment_body, payment_headers
 from tests.support.topics import TopicReader, headers_of
 
 PORT = 18650
@@ -65,13 +63,20 @@ def _mismatches(user: str) -> list:
 
 
 def _payment(pipe: Pipeline, user: str, event_type: str, amount: str) -> str:
-    """A gateway deposit / withdrawal in the chain asset, through the real ingest."""
+    """A deposit / withdrawal in the chain asset, written through the outbox as the ingest
+    writes an event (schema.outbox.write_event). Not through the gateway endpoint: a
+    gateway may not move chain assets (PAYMENTS_ASSETS refuses them); this stands for the
+    platform's own chain withdrawal, which reaches the ledger by the same outbox."""
     event_id = f"{event_type}-{uuid.uuid4().hex[:10]}"
-    body = payment_body(event_id, user, amount, event_type=event_type,
-                        asset=f"{pipe.network}:native")
-    resp = httpx.post(pipe.ingest_url + "/webhooks/payments", content=body,
-                      headers=payment_headers(body), timeout=10)
-    assert resp.status_code == 200, resp.text
+    event = PaymentEvent(event_id=event_id, event_type=EventType(event_type), user_id=user,
+                         asset=f"{pipe.network}:native", amount=Decimal(amount),
+                         provider="payments")
+    conn = connect()
+    try:
+        with conn, conn.cursor() as cur:
+            assert write_event(cur, event, "trace-" + event_id) is WriteOutcome.ACCEPTED
+    finally:
+        conn.close()
     return event_id
 
 
