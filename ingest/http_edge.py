@@ -134,11 +134,14 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._body_since = None
         self._in_head = True  # what follows is the next request's head
+        if self.cycle.response_complete:  # answered before its body ended: clock starts
+            self._head_since = self.loop.time()
         self._head_bytes = self._head_size = self._header_count = 0
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._head_since = self.loop.time()  # the next head has the deadline of the first
+        if self._in_head:  # else the body's deadline still runs (the next head's later)
+            self._head_since = self.loop.time()  # the next head: the first one's deadline
 
     def send_400_response(self, msg: str) -> None:
         if self._header_count > self.edge.max_headers:
@@ -169,11 +172,15 @@ class EdgeProtocol(HttpToolsProtocol):
         elif self._body_since is not None:
             due = self._body_since + edge.body_timeout_s
             if now >= due:
+                scope = cast(dict[str, Any], self.scope)
+                if self.cycle.response_complete or BODY_LATE_SCOPE_KEY in scope:
+                    self.transport.close()  # answered without the body, or still late
+                    return
                 # The webhook reader wakes up, sees the mark and answers 408 (closing the
-                # connection); a route that reads no body never looks.
-                cast(dict[str, Any], self.scope)[BODY_LATE_SCOPE_KEY] = True
+                # connection); a route that reads no body never looks, so look again.
+                scope[BODY_LATE_SCOPE_KEY] = True
                 self.cycle.message_event.set()
-                return
+                due = now + edge.body_timeout_s
         else:  # the request is being answered: the next head's clock has not started
             due = now + edge.header_timeout_s
         self._timer = self.loop.call_at(due, self._check_deadlines)

@@ -140,6 +140,16 @@ def test_a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed(
     assert 0.9 < time.monotonic() - started < 3
 
 
+def test_a_body_nobody_reads_does_not_hold_the_connection(server: RunningServer) -> None:
+    sock = _connect(server)
+    started = time.monotonic()
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+    answer = _read_all(sock)  # answered at once, then closed at the body deadline
+    sock.close()
+    assert _status(answer) == 200 and answer.count(b"HTTP/1.1 ") == 1, answer
+    assert 0.9 < time.monotonic() - started < 3
+
+
 def test_past_the_connection_cap_a_request_is_503_with_retry_after(
         server: RunningServer) -> None:
     held = [_connect(server) for _ in range(3)]  # the cap of ENV
