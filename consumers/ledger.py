@@ -195,13 +195,7 @@ def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchR
             problem = stored_events.judge(c.event.event_id, content_hash, suspect[c.key])
             if problem is not None:
                 bad[id(c)] = problem
-    if not bad:
-        return candidates
-    for c in candidates:
-        if id(c) in bad:
-            reason, detail = bad[id(c)]
-            result.dead_letters.append(DeadLetter(c.record, reason, detail))
-    return [c for c in candidates if id(c) not in bad]
+    return _without_dead_letters(candidates, bad, result)
 
 
 def _known_users_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
@@ -247,13 +241,7 @@ def _check_settlements(candidates: list[Candidate], deposits: dict[str, HeldDepo
             if problem is not None:
                 bad[id(c)] = (problem, f"{event.event_id}: deposit {event.settles!r} is "
                               f"{deposit.state}{' (credited)' if deposit.credited else ''}")
-    if not bad:
-        return candidates
-    for c in candidates:
-        if id(c) in bad:
-            reason, detail = bad[id(c)]
-            result.dead_letters.append(DeadLetter(c.record, reason, detail))
-    return [c for c in candidates if id(c) not in bad]
+    return _without_dead_letters(candidates, bad, result)
 
 
 def settlement_conflict(event: PaymentEvent, state: str, credited: bool) -> str | None:
@@ -571,3 +559,16 @@ def _notify_rejections(cur: Cursor, rejected: Sequence[Candidate], plan: Plan) -
                  user_id=event.user_id, asset=event.asset, reason=reason,
                  amount=format_amount(event.amount),
                  balance_after_batch=format_amount(plan.closing.get(c.pair, Decimal(0))))
+
+
+def _without_dead_letters(candidates: list[Candidate], bad: dict[int, tuple[str, str]],
+                          result: BatchResult) -> list[Candidate]:
+    """Dead-letter (into `result`) the candidates `bad` names by id(), with its (reason,
+    detail); return the others, in order."""
+    if not bad:
+        return candidates
+    for c in candidates:
+        if id(c) in bad:
+            reason, detail = bad[id(c)]
+            result.dead_letters.append(DeadLetter(c.record, reason, detail))
+    return [c for c in candidates if id(c) not in bad]
