@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from paystream.chaos import alchemy
+from paystream.chaos.processes import bounce
 from paystream.stack import anvil
 from paystream.stack.settings import StackSettings
 
@@ -278,8 +279,13 @@ class ChainDriver:
                       ["transactions"]]
             raws = ([self.rpc("eth_getRawTransactionByHash", h) for h in hashes]
                     if remine else [])
+            fork = head - depth + 1
+            replaced = self.rpc("eth_getBlockByNumber", hex(fork), False)["hash"]
             # All re-mined transfers go into the last new block: another block, same tx.
             self.rpc("anvil_reorg", depth, [[raw, depth - 1] for raw in raws])
+            now = self.rpc("eth_getBlockByNumber", hex(fork), False)["hash"]
+        if now == replaced:  # the fault did not happen: the run must not count it
+            raise RuntimeError(f"anvil_reorg left block {fork} as it was ({now})")
         ours = {d.tx_hash: d for d in self.deposits}
         moved = [ours[h] for h in hashes if h in ours]
         for deposit in moved:
@@ -290,12 +296,13 @@ class ChainDriver:
         return (f"depth {depth}, {len(moved)} deposit(s) "
                 f"{'re-mined' if remine else 'dropped'}")
 
-    def restart_node(self, pause: float) -> None:
+    def restart_node(self, pause: float) -> str:
         with self.lock:
-            anvil.stop(self.s, self.cfg)
-            time.sleep(pause)
-            anvil.start(self.s, self.cfg)
+            done = bounce("anvil", self.cfg.port, lambda: anvil.pid(self.s, self.cfg),
+                          lambda: anvil.stop(self.s, self.cfg),
+                          lambda: anvil.start(self.s, self.cfg), pause)
             self.floor = self.head()
+        return done
 
     def settle(self) -> None:
         """Mine past finality and the reorg grace: every deposit can now be judged."""

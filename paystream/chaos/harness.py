@@ -7,6 +7,7 @@ import base64
 import os
 import random
 import secrets
+import signal
 import threading
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from paystream.chaos.chain import (
     ChainDeposit,
     ChainDriver,
 )
+from paystream.chaos.forgery import Forgery, forge
 from paystream.chaos.invariants import (
     InvariantReport,
     chain_pending_count,
@@ -29,12 +31,14 @@ from paystream.chaos.invariants import (
     pending_count,
 )
 from paystream.chaos.sender import Sender
-from paystream.chaos.traffic import MIX, Kind, TrafficPlan
+from paystream.chaos.traffic import ASSETS, MIX, Kind, TrafficPlan
 from paystream.ingest import admin
 from paystream.launch import free_port
 from paystream.schema.db import connect
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
-from paystream.stack import anvil, kafka
+from paystream.stack import anvil, kafka, postgres
+from paystream.stack import connect as kafka_connect
+from paystream.stack.process import read_pid
 from paystream.stack.settings import StackSettings
 
 # The fault cycle, as fractions of one cycle's length; each run jitters the points.
@@ -42,6 +46,7 @@ CYCLE = (
     (0.12, "consumer-sigkill"),
     (0.17, "chain-reorg"),
     (0.22, "consumer-crash-after-db-commit"),
+    (0.28, "forged-records"),
     (0.34, "connect-restart"),
     (0.41, "finality-sigkill"),
     (0.48, "broker-restart"),
@@ -49,6 +54,7 @@ CYCLE = (
     (0.62, "postgres-restart"),
     (0.69, "chain-reorg"),
     (0.76, "ingest-restart"),
+    (0.82, "forged-records"),
     (0.88, "consumer-sigkill"),
 )
 CYCLE_S = 100.0
@@ -81,12 +87,15 @@ class Chaos:
         self.admin_port = free_port()  # the ingest's /readyz and /metrics
         self.faults: Counter[str] = Counter()
         self.fault_errors: list[str] = []
+        self.unexplained_exits: list[str] = []
+        self.forged: list[Forgery] = []
         self.last_fault_at = 0.0
         self._last_progress = 0.0
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
                "ALCHEMY_SIGNING_KEY": self.alchemy_key,
                "PAYSTREAM_INGEST_ADMIN_PORT": str(self.admin_port),
+               "PAYMENTS_ASSETS": ",".join(ASSETS),
                # The run's badly signed requests come from the same address as its valid
                # ones (two sources in production): their bucket must not block those.
                "PAYSTREAM_INGEST_AUTH_FAILURE_RATE_PER_SECOND": "1000000",
@@ -138,6 +147,8 @@ class Chaos:
                 conn, net, address, user))
         finally:
             conn.close()
+        self.plan.network = self.network
+        self.plan.chain_addresses = list(self.chain.addresses.values())
         kafka.start_group_at_end(self.group, PAYMENTS_TOPIC, self.s.kafka_bootstrap)
         kafka.start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC,
                                  self.s.kafka_bootstrap)
@@ -160,22 +171,26 @@ class Chaos:
     def inject(self, kind: str) -> None:
         self.log(f"fault: {kind}")
         s = self.s
-        actions: dict[str, Callable[[], None]] = {
+        actions: dict[str, Callable[[], str]] = {
             "consumer-sigkill": self._consumer_sigkill,
             "consumer-crash-after-db-commit": self._consumer_crash_after_commit,
-            "connect-restart": lambda: self._restart(lambda: px.kill_connect(s),
-                                                     lambda: px.restart_connect(s)),
-            "broker-restart": lambda: self._restart(lambda: px.kill_broker(s),
-                                                    lambda: px.restart_broker(s)),
-            "postgres-restart": lambda: self._restart(lambda: px.kill_postgres(s),
-                                                      lambda: px.restart_postgres(s)),
+            "connect-restart": lambda: px.bounce(
+                "connect", s.connect_port, lambda: read_pid(kafka_connect.pid_file(s)),
+                lambda: px.kill_connect(s), lambda: px.restart_connect(s), self._pause()),
+            "broker-restart": lambda: px.bounce(
+                "kafka", s.kafka_port, lambda: read_pid(kafka.pid_file(s)),
+                lambda: px.kill_broker(s), lambda: px.restart_broker(s), self._pause()),
+            "postgres-restart": lambda: px.bounce(
+                "postgres", s.pg_port, lambda: postgres.pid(s),
+                lambda: px.kill_postgres(s), lambda: px.restart_postgres(s), self._pause()),
             "ingest-restart": self._ingest_restart,
-            "chain-reorg": lambda: self.log(f"  reorg: {self.chain.reorg()}"),
-            "anvil-restart": lambda: self.chain.restart_node(self.rng.uniform(1.0, 3.0)),
-            "finality-sigkill": self._finality_sigkill,
+            "chain-reorg": lambda: f"reorg: {self.chain.reorg()}",
+            "anvil-restart": lambda: self.chain.restart_node(self._pause()),
+            "finality-sigkill": lambda: self._sigkill(self.finality),
+            "forged-records": self._forge,
         }
         try:
-            actions[kind]()
+            self.log(f"  {actions[kind]()}")
         except Exception as exc:  # a fault that could not be injected is a failed run
             self.log(f"fault {kind} failed: {exc}")
             self.fault_errors.append(f"{kind}: {exc}")
@@ -183,18 +198,27 @@ class Chaos:
             self.faults[kind] += 1
         self.last_fault_at = time.monotonic()
 
-    def _restart(self, kill: Callable[[], None], start: Callable[[], None]) -> None:
-        kill()
-        time.sleep(self.rng.uniform(1.0, 3.0))
-        start()
+    def _pause(self) -> float:
+        return self.rng.uniform(1.0, 3.0)
 
-    def _consumer_sigkill(self) -> None:
-        victim = self.rng.choice(self.ledgers)
+    def _sigkill(self, victim: px.Managed) -> str:
+        """SIGKILL a paystream process and start another one; verified by pid."""
+        before = victim.proc
+        if before is None or before.poll() is not None:
+            raise RuntimeError(f"{victim.name} was not running before the fault")
         victim.kill()
+        if before.returncode != -signal.SIGKILL:
+            raise RuntimeError(f"{victim.name} ended {before.returncode}, not by SIGKILL")
         time.sleep(self.rng.uniform(0.5, 2.0))
         victim.start()
+        if victim.pid == before.pid or not victim.alive():
+            raise RuntimeError(f"{victim.name} did not come back as a new process")
+        return f"{victim.name} pid {before.pid} -> {victim.pid}"
 
-    def _consumer_crash_after_commit(self) -> None:
+    def _consumer_sigkill(self) -> str:
+        return self._sigkill(self.rng.choice(self.ledgers))
+
+    def _consumer_crash_after_commit(self) -> str:
         # A fresh consumer armed to SIGKILL itself right after a batch's DB commit,
         # before the offset commit: the window the commit protocol must survive.
         victim = self.rng.choice(self.ledgers)
@@ -207,24 +231,41 @@ class Chaos:
             victim.kill()
             victim.start()
             raise RuntimeError("the armed consumer did not reach its crash point in 60 s")
+        armed = victim.proc
         victim.start()
+        # The crash hook SIGKILLs its own process: any other end is not this fault.
+        if armed is None or armed.returncode != -signal.SIGKILL:
+            raise RuntimeError(f"the armed {victim.name} ended "
+                               f"{armed.returncode if armed else None}, not by its hook")
+        return f"{victim.name} killed itself after a DB commit; now pid {victim.pid}"
 
-    def _finality_sigkill(self) -> None:
-        self.finality.kill()
-        time.sleep(self.rng.uniform(0.5, 2.0))
-        self.finality.start()
+    def _ingest_restart(self) -> str:
+        def start() -> None:
+            self.ingest.start()
+            px.wait_http_ok(f"http://127.0.0.1:{self.port}/healthz", 60)
+        return px.bounce("ingest", self.port, lambda: self.ingest.pid, self.ingest.kill,
+                         start)
 
-    def _ingest_restart(self) -> None:
-        self.ingest.kill()
-        self.ingest.start()
-        px.wait_http_ok(f"http://127.0.0.1:{self.port}/healthz", 60)
+    def _forge(self) -> str:
+        conn = connect()
+        try:
+            with conn, conn.cursor() as cur:
+                batch = forge(cur, self.s.kafka_bootstrap, self.run_id, len(self.forged),
+                              self.plan.users, self.rng)
+        finally:
+            conn.close()
+        self.forged += batch
+        return "forged " + ", ".join(f"{f.kind} {f.event_id}" for f in batch)
 
     def _supervise(self) -> None:
-        """A consumer that died on its own is restarted, as a process manager would."""
-        for c in (*self.ledgers, self.mirror, self.finality, self.watchdog):
+        """A process that died with no fault to explain it is a violation (a crash the
+        chaos provoked by accident); it is restarted, as a process manager would."""
+        for c in (self.ingest, *self.ledgers, self.mirror, self.finality, self.watchdog):
             if not c.alive():
-                self.log(f"{c.name} exited ({c.proc.returncode if c.proc else None}); "
-                         "restarting")
+                code = c.proc.returncode if c.proc else None
+                self.log(f"{c.name} exited ({code}) with no fault to explain it; restarting")
+                self.unexplained_exits.append(f"{c.name} exited {code}; log "
+                                              f"{self.log_dir / (c.name + '.log')}")
                 c.start()
 
     # --- the run ---------------------------------------------------------------------
@@ -246,7 +287,8 @@ class Chaos:
 
     def _run(self) -> tuple[InvariantReport, dict[str, Any]]:
         self._last_progress = time.monotonic()
-        sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan)
+        sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan,
+                        self.alchemy_key)
         # A daemon: if the harness itself fails, the process must still exit.
         thread = threading.Thread(
             target=lambda: asyncio.run(sender.run(self.cfg.rate, self.cfg.duration_s)),
@@ -279,11 +321,12 @@ class Chaos:
         conn = connect()
         try:
             with conn, conn.cursor() as cur:
-                findings = check(cur, sender.sent, self.plan.users)
+                findings = check(cur, sender.sent, self.plan.users, self.forged)
                 check_chain(cur, findings, self.chain.deposits, self.chain.receipt)
         finally:
             conn.close()
         findings.violations += [f"fault not injected: {e}" for e in self.fault_errors]
+        findings.violations += [f"unexplained exit: {e}" for e in self.unexplained_exits]
         if self.chain.error:
             findings.violations.append(f"chain driver stopped early: {self.chain.error}")
         stats = {
@@ -334,6 +377,8 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         "faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(chaos.faults.items())),
         "final outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(findings.outcomes.items())),
         f"duplicates absorbed (identical redeliveries answered duplicate): {dup}",
+        f"forged records produced to {PAYMENTS_TOPIC}: {len(chaos.forged)}; processes "
+        f"that exited with no fault to explain it: {len(chaos.unexplained_exits)}",
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
         f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "

@@ -4,15 +4,17 @@ harness sent and the answer it got."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from paystream.chaos.chain import ChainDeposit
-from paystream.chaos.traffic import Kind, Request
+from paystream.chaos.forgery import Forgery
+from paystream.chaos.traffic import ASSETS, MONEY, NEW_EVENTS, Kind, Request
 from paystream.schema.db import Cursor, one_row
 from paystream.schema.idempotency import idempotency_key
+from paystream.schema.processed_events import Outcome
 
 FINAL_STATUSES = ("applied", "rejected", "dead_lettered")
 
@@ -45,9 +47,38 @@ def accepted_events(sent: list[Request]) -> dict[str, Request]:
     """Event id -> the first request that got it accepted (2xx), new events only."""
     out: dict[str, Request] = {}
     for req in sent:
-        if req.kind in (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.POISON) and ok(req):
+        if req.kind in NEW_EVENTS and ok(req):
             out.setdefault(req.event_id, req)
     return out
+
+
+@dataclass
+class ExpectedBooks:
+    """What the ledger must have done, recomputed from the sender's record alone."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)        # event id -> outcome
+    balances: dict[tuple[str, str], Decimal] = field(default_factory=dict)  # user, asset
+
+
+def expected_books(sent: list[Request]) -> ExpectedBooks:
+    """Replay each user's accepted events in the order their answers came back (the
+    order the ledger applies them in, see chaos.sender): a deposit always credits, a
+    debit applies iff the available balance covers it, else it is refused."""
+    books = ExpectedBooks()
+    moves = [r for r in accepted_events(sent).values() if r.kind in MONEY]
+    for req in sorted(moves, key=lambda r: r.answered_seq or 0):
+        key = (req.user_id, req.asset)
+        balance = books.balances.get(key, Decimal(0))
+        amount = Decimal(req.amount)
+        if req.event_type == "deposit":
+            books.balances[key] = balance + amount
+        elif balance >= amount:
+            books.balances[key] = balance - amount
+        else:
+            books.outcomes[req.event_id] = Outcome.INSUFFICIENT_FUNDS.value
+            continue
+        books.outcomes[req.event_id] = Outcome.APPLIED.value
+    return books
 
 
 def pending_count(cur: Cursor, sent: list[Request]) -> int:
@@ -63,7 +94,11 @@ def pending_count(cur: Cursor, sent: list[Request]) -> int:
     return (len(accepted) - final) + (len(poison) - mirrored)
 
 
-def check(cur: Cursor, sent: list[Request], users: list[str]) -> InvariantReport:
+JournalRow = tuple[str, str, Decimal]  # user, asset, delta
+
+
+def check(cur: Cursor, sent: list[Request], users: list[str],
+          forged: Sequence[Forgery] = ()) -> InvariantReport:
     v = InvariantReport()
     accepted = accepted_events(sent)
     ids = list(accepted)
@@ -73,44 +108,54 @@ def check(cur: Cursor, sent: list[Request], users: list[str]) -> InvariantReport
     cur.execute("SELECT idempotency_key, outcome FROM processed_events"
                 " WHERE event_id = ANY(%s)", (ids,))
     outcomes = dict(cur.fetchall())
-    cur.execute("SELECT source_event_id, event_type, delta FROM balance_events"
-                " WHERE source_event_id = ANY(%s)", (ids,))
-    journal: dict[str, list[Decimal]] = {}
-    for event_id, _type, delta in cur.fetchall():
-        journal.setdefault(event_id, []).append(delta)
-    cur.execute("SELECT DISTINCT event_id FROM dead_letter_queue WHERE event_id LIKE %s",
+    cur.execute("SELECT source_event_id, user_id, asset, delta FROM balance_events"
+                " WHERE source_event_id = ANY(%s)", (ids + [f.event_id for f in forged],))
+    journal: dict[str, list[JournalRow]] = {}
+    for event_id, user, asset, delta in cur.fetchall():
+        journal.setdefault(event_id, []).append((user, asset, delta))
+    cur.execute("SELECT event_id, error_reason FROM dead_letter_queue WHERE event_id LIKE %s",
                 (ids[0].rsplit("-e", 1)[0] + "-%" if ids else "-",))
-    dead = {r[0] for r in cur.fetchall()}
+    dead: dict[str, set[str]] = {}
+    for event_id, reason in cur.fetchall():
+        dead.setdefault(event_id, set()).add(reason)
+    books = expected_books(sent)
 
     for event_id, req in accepted.items():
         if event_id not in rows:
             v.lost.append(f"{event_id}: answered {req.status} but not in payment_events")
             continue
         status, amount = rows[event_id]
-        deltas = journal.get(event_id, [])
-        if len(deltas) > 1:
-            v.double_applied.append(f"{event_id}: {len(deltas)} journal rows")
+        entries = journal.get(event_id, [])
+        if len(entries) > 1:
+            v.double_applied.append(f"{event_id}: {len(entries)} journal rows")
         if req.kind is Kind.POISON:
             v.outcomes["dead_lettered"] += 1
-            if status != "dead_lettered" or event_id not in dead or deltas:
+            if status != "dead_lettered" or event_id not in dead or entries:
                 v.violations.append(f"{event_id}: poison ended {status}, in DLQ table: "
-                                    f"{event_id in dead}, journal rows {len(deltas)}")
+                                    f"{event_id in dead}, journal rows {len(entries)}")
             continue
         outcome = outcomes.get(idempotency_key(event_id, req.event_type))
         v.outcomes[outcome or "none"] += 1
         if outcome is None or status not in ("applied", "rejected"):
             v.lost.append(f"{event_id}: status {status}, outcome {outcome}")
             continue
-        expected = Decimal(req.amount) * (1 if req.event_type == "deposit" else -1)
-        if outcome == "applied" and deltas != [expected]:
-            v.violations.append(f"{event_id}: applied with journal {deltas}, want {expected}")
-        if outcome == "insufficient_funds" and (deltas or status != "rejected"):
-            v.violations.append(f"{event_id}: rejected but journal {deltas}, status {status}")
+        if outcome != books.outcomes[event_id]:
+            v.violations.append(f"{event_id}: {outcome}, but the sender's record in "
+                                f"{req.user_id}'s order says {books.outcomes[event_id]}")
+        sign = 1 if req.event_type == "deposit" else -1
+        expected = [(req.user_id, req.asset, sign * Decimal(req.amount))]
+        if outcome == "applied" and entries != expected:
+            v.violations.append(f"{event_id}: applied with journal {entries}, sent {expected}")
+        if outcome == "insufficient_funds" and (entries or status != "rejected"):
+            v.violations.append(f"{event_id}: rejected but journal {entries}, status {status}")
         if amount != Decimal(req.amount):
             v.violations.append(f"{event_id}: stored amount {amount} != sent {req.amount}")
 
     for req in sent:
-        if req.kind is Kind.INVALID:
+        if req.kind in NEW_EVENTS and not ok(req):
+            v.violations.append(f"{req.kind} {req.event_id} ({req.extra.get('flavour', '')})"
+                                f" answered {req.status} {req.answer}")
+        elif req.kind is Kind.INVALID:
             if req.status is None or not 400 <= req.status < 500:
                 v.violations.append(f"invalid request {req.event_id} answered {req.status}")
             if req.event_id in rows:
@@ -118,24 +163,76 @@ def check(cur: Cursor, sent: list[Request], users: list[str]) -> InvariantReport
         elif req.kind is Kind.CONFLICT:
             if req.status != 409:
                 v.violations.append(f"conflict {req.event_id} answered {req.status}")
+        elif req.kind is Kind.HOSTILE_CHAIN and req.status != 200:
+            v.violations.append(f"hostile Alchemy delivery ({req.extra['flavour']}) "
+                                f"answered {req.status} {req.answer}, want 200")
         elif req.kind is Kind.REDELIVERY and not (ok(req) and req.answer == "duplicate"):
             v.violations.append(f"redelivery {req.event_id} answered {req.status} "
                                 f"{req.answer}")
         elif req.status is None:
             v.violations.append(f"{req.kind} {req.event_id} never answered")
-    stray = dead - {e for e, r in accepted.items() if r.kind is Kind.POISON}
+
+    _check_forged(v, forged, dead, journal)
+    _check_never_credited(cur, v, [r for r in sent if r.kind is Kind.HOSTILE_CHAIN])
+    stray = set(dead) - {e for e, r in accepted.items() if r.kind is Kind.POISON} \
+        - {f.event_id for f in forged if f.kind != "replayed"}
     if stray:
         v.violations.append(f"{len(stray)} events dead-lettered that were not poisoned, "
                             f"e.g. {sorted(stray)[:3]}")
+    _check_balances(cur, v, users, books)
+    return v
 
+
+def _check_forged(v: InvariantReport, forged: Sequence[Forgery], dead: dict[str, set[str]],
+                  journal: dict[str, list[JournalRow]]) -> None:
+    """A forged record never moves money (the journal rows of real events are checked
+    against what was sent above); an unknown event is a dead letter saying so."""
+    for f in forged:
+        v.outcomes[f"forged_{f.kind}"] += 1
+        if f.kind == "unknown":
+            if journal.get(f.event_id):
+                v.violations.append(f"forged {f.event_id} was credited: {journal[f.event_id]}")
+            if dead.get(f.event_id) != {"unknown_event"}:
+                v.violations.append(f"forged {f.event_id}: dead letters "
+                                    f"{dead.get(f.event_id)}, want unknown_event")
+        elif f.kind == "altered" and dead.get(f.event_id) != {"content_mismatch"}:
+            v.violations.append(f"altered copy of {f.event_id}: dead letters "
+                                f"{dead.get(f.event_id)}, want content_mismatch")
+        elif f.kind == "replayed" and f.event_id in dead:
+            v.violations.append(f"replayed copy of {f.event_id} dead-lettered: "
+                                f"{dead[f.event_id]}")
+
+
+def _check_never_credited(cur: Cursor, v: InvariantReport, hostile: list[Request]) -> None:
+    """A hostile Alchemy delivery's transaction (its request's event id) is never held
+    as a deposit nor recorded as an event."""
+    txs = [r.event_id for r in hostile]
+    cur.execute("SELECT tx_hash FROM chain_deposits WHERE tx_hash = ANY(%s) UNION ALL"
+                " SELECT event_id FROM payment_events WHERE provider = 'alchemy'"
+                " AND split_part(event_id, ':', 2) = ANY(%s)", (txs, txs))
+    for (found,) in cur.fetchall():
+        v.violations.append(f"hostile Alchemy delivery was recorded: {found}")
+    v.outcomes["hostile_chain_ignored"] += len(txs)
+
+
+def _check_balances(cur: Cursor, v: InvariantReport, users: list[str],
+                    books: ExpectedBooks) -> None:
+    """Each (user, asset) balance equals both its journal and the sender's replay."""
     cur.execute(
         "SELECT b.user_id, b.asset, b.balance, coalesce(sum(j.delta), 0) FROM balances b"
         " LEFT JOIN balance_events j ON j.user_id = b.user_id AND j.asset = b.asset"
         " WHERE b.user_id = ANY(%s) GROUP BY b.user_id, b.asset, b.balance", (users,))
+    found = {}
     for user, asset, balance, total in cur.fetchall():
+        found[(user, asset)] = balance
         if balance != total or balance < 0:
             v.violations.append(f"balance {user}/{asset} = {balance}, journal sum {total}")
-    return v
+    for key in sorted(set(found) | set(books.balances)):
+        have, want = found.get(key, Decimal(0)), books.balances.get(key, Decimal(0))
+        # Chain assets are credited at finality: check_chain replays those.
+        if key[0] in users and key[1] in ASSETS and have != want:
+            v.violations.append(f"balance {key[0]}/{key[1]} = {have}, the sender's record "
+                                f"says {want}")
 
 
 # --- chain deposits -------------------------------------------------------------------
@@ -176,6 +273,7 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
     credits: dict[str, list[Decimal]] = {}
     for source, delta in cur.fetchall():
         credits.setdefault(sources[source], []).append(delta)
+    landed_sum: dict[tuple[str, str], Decimal] = {}
     for event_id, d in accepted.items():
         if event_id not in held:
             v.lost.append(f"chain {event_id}: answered {d.status}, never held as pending")
@@ -190,6 +288,8 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
         if len(got) > 1:
             v.double_applied.append(f"chain {event_id}: credited {len(got)} times")
         if landed and on_chain is not None:
+            key = (d.user_id, event_id.split(":", 1)[0] + ":native")
+            landed_sum[key] = landed_sum.get(key, Decimal(0)) + d.amount
             if state != "final" or status.get(event_id) != "applied" or got != [d.amount]:
                 v.lost.append(f"chain {event_id}: on chain but {state}/"
                               f"{status.get(event_id)}, credits {got}")
@@ -204,6 +304,15 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
         if d.accepted and bad:
             v.violations.append(f"chain {d.event_id}: redelivery answered {bad}")
     users = sorted({d.user_id for d in deposits})
+    # Available per user: exactly the deposits the chain holds now, from the chain's
+    # own receipts (not from what the pipeline recorded).
+    cur.execute("SELECT user_id, asset, balance FROM balances WHERE user_id = ANY(%s)"
+                " AND asset = ANY(%s)", (users, sorted({a for _u, a in landed_sum})))
+    found = {(u, a): b for u, a, b in cur.fetchall()}
+    for key in sorted(set(found) | set(landed_sum)):
+        if found.get(key, Decimal(0)) != landed_sum.get(key, Decimal(0)):
+            v.violations.append(f"balance {key[0]}/{key[1]} = {found.get(key)}, the chain "
+                                f"holds {landed_sum.get(key, Decimal(0))} for them")
     cur.execute(
         "SELECT b.user_id, b.asset, b.pending, coalesce(sum(j.delta), 0) FROM balances b"
         " LEFT JOIN pending_events j ON j.user_id = b.user_id AND j.asset = b.asset"

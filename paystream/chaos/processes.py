@@ -1,11 +1,15 @@
 """The paystream processes a chaos run owns (ingest, ledger consumers, DLQ mirror), and
-SIGKILL + restart of the stack's own processes (broker, Connect, Postgres)."""
+SIGKILL + restart of the stack's own processes (broker, Connect, Postgres).
+
+A fault is only counted once it is seen to have happened: the process gone and its
+port closed after the kill, then a new process (another pid) serving the port."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -40,6 +44,10 @@ class Managed:
             stdin=subprocess.DEVNULL)
         log.close()
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -67,6 +75,37 @@ def wait_http_ok(url: str, timeout: float) -> None:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def bounce(name: str, port: int, pid_of: Callable[[], int | None], kill: Callable[[], object],
+           start: Callable[[], object], pause: float = 0.0, timeout: float = 60) -> str:
+    """Kill a serving process and start it again, verifying each step took effect;
+    raise if one did not (a fault that did not happen must not count as survived)."""
+    before = pid_of()
+    if before is None or not port_open(port):
+        raise RuntimeError(f"{name} was not serving port {port} before the fault")
+    kill()
+    wait_until(name, f"port {port} closed after the kill", lambda: not port_open(port),
+               timeout=timeout, interval=0.05)
+    if pid_alive(before):
+        raise RuntimeError(f"{name} pid {before} survived the kill")
+    time.sleep(pause)
+    start()
+    wait_until(name, f"port {port} open after the restart", lambda: port_open(port),
+               timeout=timeout, interval=0.1)
+    after = pid_of()
+    if after is None or after == before:
+        raise RuntimeError(f"{name} serves port {port} but its pid is {after} "
+                           f"(was {before})")
+    return f"{name} pid {before} -> {after}, port {port} closed and reopened"
 
 
 def _sigkill(pid: int | None) -> None:

@@ -3,6 +3,11 @@
 A request answered 429, 5xx, or not answered at all (the ingest was killed, the
 connection refused) is sent again with the same webhook-id and body and a fresh
 timestamp and signature, until it gets a 2xx or 4xx answer or its retry budget ends.
+
+A user's requests are sent one at a time, each after the previous one's final answer:
+the order the answers came back in is then the order the ledger applies that user's
+events in (the outbox row commits before the answer, and one user's records share a
+partition), so the checker can recompute every balance from this record alone.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections import Counter
 
 import aiohttp
 
+from paystream.chaos import alchemy
 from paystream.chaos.traffic import Request, TrafficPlan
 from paystream.ingest import standard_webhooks
 
@@ -25,10 +31,13 @@ RETRIABLE = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class Sender:
-    def __init__(self, url: str, secret: bytes, plan: TrafficPlan) -> None:
-        self.url = url + "/webhooks/payments"
+    def __init__(self, url: str, secret: bytes, plan: TrafficPlan, alchemy_key: str) -> None:
+        self.base_url = url
         self.secret = secret
+        self.alchemy_key = alchemy_key
         self.plan = plan
+        self._users: dict[str, asyncio.Lock] = {}
+        self._answers = 0
         self.sent: list[Request] = []
         self.retries: Counter[str] = Counter()
         self.latencies_ms: list[float] = []
@@ -36,6 +45,9 @@ class Sender:
         self.answered = 0
 
     def _headers(self, req: Request) -> dict[str, str]:
+        if req.endpoint == "alchemy":
+            return {"content-type": "application/json",
+                    alchemy.SIGNATURE_HEADER: alchemy.sign(req.body, self.alchemy_key)}
         ts = int(time.time())
         secret = b"x" * 32 if req.bad_signature else self.secret
         return {"content-type": "application/json", "webhook-id": req.webhook_id,
@@ -46,7 +58,8 @@ class Sender:
     async def _send(self, client: aiohttp.ClientSession, req: Request) -> None:
         self.in_flight += 1
         try:
-            await self._send_until_answered(client, req)
+            async with self._users.setdefault(req.user_id, asyncio.Lock()):
+                await self._send_until_answered(client, req)
         finally:
             self.in_flight -= 1
 
@@ -56,7 +69,8 @@ class Sender:
             req.attempts += 1
             started = time.monotonic()
             try:
-                async with client.post(self.url, data=req.body,
+                async with client.post(f"{self.base_url}/webhooks/{req.endpoint}",
+                                       data=req.body,
                                        headers=self._headers(req)) as resp:
                     status = resp.status
                     text = await resp.text()
@@ -66,6 +80,8 @@ class Sender:
                 if status < 500 and status != 429:
                     self.latencies_ms.append((time.monotonic() - started) * 1000)
                     req.status = status
+                    self._answers += 1
+                    req.answered_seq = self._answers
                     try:
                         payload = json.loads(text)
                     except ValueError:

@@ -11,6 +11,9 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+from paystream.chaos import alchemy
+from paystream.finality.evidence import TRANSFER_TOPIC
+
 ASSETS = ("USD", "EUR", "BTC")
 
 
@@ -21,11 +24,20 @@ class Kind(StrEnum):
     CONFLICT = "conflict"            # an accepted event id with other content: 409
     INVALID = "invalid"              # bad signature or body: 4xx, nothing written
     POISON = "poison"                # accepted, but for an unknown user: dead-lettered
+    HOSTILE = "hostile"              # a valid deposit in an odd form: applied exactly
+    HOSTILE_CHAIN = "hostile_chain"  # a signed Alchemy delivery nothing may credit: 200
 
 
 # Shares of the mix; redeliveries ~10% as the issue asks.
-MIX = ((Kind.DEPOSIT, 0.52), (Kind.WITHDRAWAL, 0.27), (Kind.REDELIVERY, 0.10),
-       (Kind.CONFLICT, 0.03), (Kind.INVALID, 0.05), (Kind.POISON, 0.03))
+MIX = ((Kind.DEPOSIT, 0.47), (Kind.WITHDRAWAL, 0.27), (Kind.REDELIVERY, 0.10),
+       (Kind.CONFLICT, 0.03), (Kind.INVALID, 0.05), (Kind.POISON, 0.03),
+       (Kind.HOSTILE, 0.04), (Kind.HOSTILE_CHAIN, 0.01))
+# Kinds that record a new event when accepted (and so must be accepted: 2xx).
+NEW_EVENTS = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.POISON, Kind.HOSTILE)
+# Kinds whose accepted events move the sender's users' money, in the order answered.
+MONEY = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE)
+HOSTILE_FLAVOURS = ("tiny", "precision", "exponent", "escaped", "decorated")
+HOSTILE_CHAIN_FLAVOURS = ("block-beyond-int64", "nft", "stranger", "removed-log")
 
 
 @dataclass
@@ -41,10 +53,12 @@ class Request:
     webhook_id: str
     bad_signature: bool = False
     original: Request | None = None  # what a redelivery or conflict repeats
+    endpoint: str = "payments"       # the webhook path: payments or alchemy
     # Filled in by the sender:
     status: int | None = None
     answer: str | None = None  # the body's "status" (accepted / duplicate) or error
     attempts: int = 0
+    answered_seq: int | None = None  # the order answers came back in, run-wide
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -55,6 +69,9 @@ class TrafficPlan:
         self.users = [f"chaos-{run_id}-u{i}" for i in range(users)]
         self.seq = 0
         self.answered_ok: list[Request] = []  # accepted originals, for redeliveries
+        # Set once the chain driver has registered them (hostile Alchemy deliveries).
+        self.network = "ETH_MAINNET"
+        self.chain_addresses: list[str] = []
 
     def _event_id(self) -> str:
         self.seq += 1
@@ -82,6 +99,10 @@ class TrafficPlan:
         if kind is Kind.WITHDRAWAL:
             event_type = self.rng.choice(("withdrawal", "withdrawal", "withdrawal_fee"))
             return self._build(kind, event_type, user, asset, self._amount(1, 400))
+        if kind is Kind.HOSTILE:
+            return self._hostile(user, asset)
+        if kind is Kind.HOSTILE_CHAIN:
+            return self._hostile_chain()
         if kind is Kind.POISON:
             return self._build(kind, "deposit", f"chaos-{self.run_id}-ghost{self.seq}", asset,
                                self._amount(1, 100))
@@ -110,7 +131,89 @@ class TrafficPlan:
                        "msg_" + uuid.UUID(int=self.rng.getrandbits(128)).hex,
                        original=original)
 
+    def _hostile(self, user: str, asset: str) -> Request:
+        """A deposit the gateway may send and the ingest must accept, in a form that
+        tests its parsing and the path to the ledger: the journal must hold exactly the
+        amount meant."""
+        flavour = self.rng.choice(HOSTILE_FLAVOURS)
+        if flavour == "tiny":
+            meant, wire = "0.000000000000000001", "0.000000000000000001"
+        elif flavour == "precision":  # all 18 decimals
+            meant = f"{self.rng.randint(0, 99)}.{self.rng.randint(1, 10**18 - 1):018d}"
+            wire = meant
+        elif flavour == "exponent":  # an exponent the amount rules allow
+            mantissa = self.rng.randint(1, 99_999)
+            meant, wire = str(Decimal(mantissa).scaleb(-3)), f"{mantissa}E-3"
+        else:
+            meant = wire = self._amount(1, 100)
+        req = self._build(Kind.HOSTILE, "deposit", user, asset, meant)
+        body: dict[str, Any] = {"event_id": req.event_id, "event_type": "deposit",
+                                "user_id": user, "amount": wire, "asset": asset}
+        if flavour == "escaped":  # every character of the text fields as \uXXXX
+            req.body = ("{" + ",".join(f'"{k}":"{_escaped(v)}"' for k, v in body.items())
+                        + "}").encode()
+        elif flavour == "decorated":  # fields the gateway adds that paystream ignores
+            body = {**body, "metadata": {
+                "note": "💸 ünïcødé \u2028 " * 500, "empty": [], "nothing": {},
+                "big": 2**64 + 5, "huge": 10**60, "tiny": 1e-300, "nested": _nested(40),
+                "mixed": [1, "one", 1.5, None, True]}}
+            req.body = json.dumps(body, ensure_ascii=False).encode()
+        else:
+            req.body = json.dumps(body).encode()
+        req.extra["flavour"] = flavour
+        return req
+
+    def _hostile_chain(self) -> Request:
+        """An Alchemy delivery, correctly signed, that can never credit anyone."""
+        flavour = self.rng.choice(HOSTILE_CHAIN_FLAVOURS)
+        tx = "0x" + uuid.UUID(int=self.rng.getrandbits(128)).hex * 2
+        to = (self.rng.choice(self.chain_addresses) if self.chain_addresses
+              else _address(self.rng))
+        activity: dict[str, Any] = {
+            "fromAddress": _address(self.rng), "toAddress": to, "blockNum": hex(1000),
+            "hash": tx, "value": 0.5, "erc721TokenId": None, "erc1155Metadata": None,
+            "asset": "ETH", "category": "external",
+            "rawContract": {"rawValue": hex(5 * 10**17), "decimals": 18}}
+        if flavour == "block-beyond-int64":
+            activity["blockNum"] = hex(2**64 + 5)
+        elif flavour == "nft":  # Alchemy's documented ERC-721 form: no hash, no blockNum
+            activity.update(category="token", erc721TokenId="0x1", asset=None,
+                            rawContract={"rawValue": "0x", "address": _address(self.rng)})
+            del activity["blockNum"], activity["hash"]
+        elif flavour == "stranger":  # an address nobody registered
+            activity.update(toAddress=_address(self.rng), value=1e308)
+        else:  # a token log the node has since removed
+            contract = _address(self.rng)
+            activity.update(category="token", asset="USDC", rawContract={
+                "rawValue": hex(10**6), "address": contract, "decimals": 6}, log={
+                "address": contract, "data": hex(10**6), "blockNumber": hex(1000),
+                "transactionHash": tx, "transactionIndex": "0x0", "logIndex": "0x0",
+                "blockHash": "0x" + "ab" * 32, "removed": True,
+                "topics": [TRANSFER_TOPIC, "0x" + "0" * 24 + activity["fromAddress"][2:],
+                           "0x" + "0" * 24 + to[2:]]})
+        body = json.dumps(alchemy.payload([activity], network=self.network),
+                          separators=(",", ":")).encode()
+        req = Request(Kind.HOSTILE_CHAIN, tx, "deposit", "", "ETH", "0", body, "",
+                      endpoint="alchemy")
+        req.extra["flavour"] = flavour
+        return req
+
     def note_answer(self, req: Request) -> None:
         if req.kind in (Kind.DEPOSIT, Kind.WITHDRAWAL) and req.status is not None \
                 and 200 <= req.status < 300:
             self.answered_ok.append(req)
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = {}
+    for level in range(depth - 1):
+        value = [value] if level % 2 == 0 else {"k": value}
+    return value
+
+
+def _address(rng: random.Random) -> str:
+    return "0x" + f"{rng.getrandbits(160):040x}"

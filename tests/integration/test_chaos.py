@@ -1,6 +1,7 @@
 """The chaos suite's short form on the real stack: faults of every kind under load, then
 lost = 0 and double-applied = 0 (issue 5's must-show), chain deposits on the stack's
-anvil included (issue 6): reorgs, a node restart and a watcher kill among the faults."""
+anvil included (issue 6): reorgs, a node restart and a watcher kill among the faults;
+hostile-but-valid deliveries and forged topic records in the traffic (issue 12)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,9 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     chain = re.search(r"chain deposits: .* (\d+) re-mined and (\d+) dropped", out)
     assert chain and int(chain.group(1)) > 0 and int(chain.group(2)) > 0, out
     assert re.search(r"redelivery=\d+", out) and re.search(r"poison=\d+", out)
+    for kind in ("hostile", "hostile_chain"):
+        assert re.search(rf"\b{kind}:200=\d+", out), kind
+    assert faults["forged-records"] >= 2
+    for kind in ("forged_unknown", "forged_altered", "forged_replayed"):
+        assert int(outcomes.get(kind, 0)) >= 1, kind
+    assert "with no fault to explain it: 0\n" in out

@@ -6,15 +6,37 @@ from __future__ import annotations
 import uuid
 
 from paystream.chaos.chain import ChainDeposit
+from paystream.chaos.forgery import FORGED_AMOUNT, Forgery
 from paystream.chaos.invariants import InvariantReport, check, check_chain
 from paystream.chaos.traffic import Kind, Request
+from paystream.schema.idempotency import idempotency_key
 from tests.support.ids import unique
 
 
 def _request(kind: Kind, event_id: str, user: str, amount: str = "5", status: int = 200,
              answer: str = "accepted") -> Request:
     return Request(kind, event_id, "deposit", user, "USD", amount, b"{}", "msg_x",
-                   status=status, answer=answer)
+                   status=status, answer=answer, answered_seq=1)
+
+
+def _applied_deposit(cur, event_id: str, user: str, amount: str, *, journal_user: str,
+                     journal_asset: str = "USD") -> None:
+    """A deposit stored and applied, its journal row written under `journal_user`."""
+    cur.execute("INSERT INTO users (user_id) VALUES (%s), (%s) ON CONFLICT DO NOTHING",
+                (user, journal_user))
+    cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
+                " amount, status, content_hash, trace_id, payload) VALUES (%s, 'payments',"
+                " 'deposit', %s, 'USD', %s, 'applied', 'h', 't', '{}')",
+                (event_id, user, amount))
+    cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
+                " outcome) VALUES (%s, %s, 'deposit', 'applied')",
+                (idempotency_key(event_id, "deposit"), event_id))
+    cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, %s, %s)"
+                " ON CONFLICT (user_id, asset) DO UPDATE SET balance ="
+                " balances.balance + EXCLUDED.balance", (journal_user, journal_asset, amount))
+    cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
+                " delta) VALUES (%s, 'deposit', %s, %s, %s)",
+                (event_id, journal_user, journal_asset, amount))
 
 
 def test_an_accepted_event_missing_from_the_database_is_reported_lost(db):
@@ -49,6 +71,45 @@ def test_a_written_invalid_request_and_a_non_duplicate_redelivery_are_violations
     assert any(v.startswith("redelivery") for v in verdict.violations)
 
 
+def test_a_deposit_the_ingest_refused_is_a_violation(db):
+    with db.cursor() as cur:
+        verdict = check(cur, [_request(Kind.DEPOSIT, unique("chaos-t-e"), unique("u"),
+                                       status=400, answer="unsupported_asset")], [])
+    assert any("answered 400 unsupported_asset" in v for v in verdict.violations)
+
+
+def test_an_applied_deposit_journaled_under_another_user_is_a_violation(db):
+    """The journal row sums right (balance = journal) but is someone else's money."""
+    user, other, event_id = unique("u"), unique("u"), unique("chaos-t-e")
+    with db.cursor() as cur:
+        _applied_deposit(cur, event_id, user, "5", journal_user=other)
+        verdict = check(cur, [_request(Kind.DEPOSIT, event_id, user)], [user, other])
+    assert any(f"{event_id}: applied with journal" in v for v in verdict.violations)
+    # Both balances also disagree with the sender's record: 0 vs 5 and 5 vs 0.
+    assert any(f"balance {user}/USD = 0, the sender's record says 5" in v
+               for v in verdict.violations)
+    assert any(f"balance {other}/USD = 5" in v for v in verdict.violations)
+
+
+def test_a_correct_applied_deposit_passes(db):
+    user, event_id = unique("u"), unique("chaos-t-e")
+    with db.cursor() as cur:
+        _applied_deposit(cur, event_id, user, "5", journal_user=user)
+        verdict = check(cur, [_request(Kind.DEPOSIT, event_id, user)], [user])
+    assert verdict.passed, verdict
+
+
+def test_a_forged_record_that_was_credited_is_a_violation(db):
+    user, forged_id = unique("u"), unique("chaos-t-forged")
+    with db.cursor() as cur:
+        _applied_deposit(cur, forged_id, user, str(FORGED_AMOUNT), journal_user=user)
+        verdict = check(cur, [], [user], [Forgery("unknown", forged_id, user,
+                                                  FORGED_AMOUNT)])
+    assert any(f"forged {forged_id} was credited" in v for v in verdict.violations)
+    assert any(f"forged {forged_id}: dead letters None" in v for v in verdict.violations)
+    assert any(f"balance {user}/USD = {FORGED_AMOUNT}" in v for v in verdict.violations)
+
+
 # --- chain deposits: the chain's answer is the checker's input, the books are real ----
 
 BLOCK_HASH = "0x" + "ab" * 32
@@ -60,20 +121,21 @@ def _chain_deposit(cur, *, state: str, status: str, credits: list[str]) -> Chain
     event_id = f"CHAOS_T:{tx}:external"
     d = ChainDeposit(tx, user, "0x" + "11" * 20, 10**17, 7, event_id=event_id, status=200)
     cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
-    cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'ETH', %s)",
+    cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'CHAOS_T:native', %s)",
                 (user, d.amount * len(credits)))
     cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
                 " amount, status, content_hash, trace_id, payload) VALUES"
-                " (%s, 'alchemy', 'deposit', %s, 'ETH', %s, %s, 'h', 't', '{}')",
+                " (%s, 'alchemy', 'deposit', %s, 'CHAOS_T:native', %s, %s, 'h', 't', '{}')",
                 (event_id, user, d.amount, status))
     cur.execute("INSERT INTO chain_deposits (event_id, network, tx_hash, block_number,"
                 " recipient, raw_value, chain, user_id, asset, amount, trace_id, state,"
-                " final_block_hash) VALUES (%s, 'CHAOS_T', %s, 7, %s, %s, '{}', %s, 'ETH', %s,"
-                " 't', %s, %s)", (event_id, tx, d.address, d.wei, user, d.amount, state,
-                                  BLOCK_HASH if state == "final" else None))
+                " final_block_hash) VALUES (%s, 'CHAOS_T', %s, 7, %s, %s, '{}', %s,"
+                " 'CHAOS_T:native', %s, 't', %s, %s)",
+                (event_id, tx, d.address, d.wei, user, d.amount, state,
+                 BLOCK_HASH if state == "final" else None))
     for source in credits:
         cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
-                    " delta) VALUES (%s, 'deposit_finalized', %s, 'ETH', %s)",
+                    " delta) VALUES (%s, 'deposit_finalized', %s, 'CHAOS_T:native', %s)",
                     (source.format(event_id), user, d.amount))
     return d
 
