@@ -56,6 +56,17 @@ def _exchange(server: RunningServer, data: bytes) -> bytes:
         sock.close()
 
 
+def _trickle(sock: socket.socket, byte: bytes, times: int) -> None:
+    """A byte every 0.25 s (a slow-loris client), until sent `times` times or the
+    server closes the connection."""
+    for _ in range(times):
+        time.sleep(0.25)
+        try:
+            sock.sendall(byte)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
 def _status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
 
@@ -100,12 +111,7 @@ def test_a_trickled_head_is_408_at_the_deadline(server: RunningServer) -> None:
     sock = _connect(server)
     started = time.monotonic()
     sock.sendall(b"POST /webhooks/payments HTTP/1.1\r\n")
-    for _ in range(8):  # a byte every 0.25 s must not keep the head alive
-        time.sleep(0.25)
-        try:
-            sock.sendall(b"X")
-        except (BrokenPipeError, ConnectionResetError):
-            break
+    _trickle(sock, b"X", 8)  # must not keep the head alive
     answer = _read_all(sock)
     sock.close()
     assert _status(answer) == 408 and b'"code":"header_timeout"' in answer
@@ -127,12 +133,7 @@ def test_a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closed(
     started = time.monotonic()
     sock.sendall(b"POST /webhooks/payments HTTP/1.1\r\nHost: x\r\n"
                  b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":")
-    for _ in range(8 if trickle else 0):  # a byte every 0.25 s does not extend it
-        time.sleep(0.25)
-        try:
-            sock.sendall(b" ")
-        except (BrokenPipeError, ConnectionResetError):
-            break
+    _trickle(sock, b" ", 8 if trickle else 0)  # does not extend the deadline
     answer = _read_all(sock)
     sock.close()
     assert _status(answer) == 408 and b'"code":"body_timeout"' in answer
