@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                               "9404 finality)")
     consume.add_argument("--batch-size", type=int, default=1000)
     consume.add_argument("--batch-timeout", type=float, default=0.5,
-                         help="seconds to wait filling a batch")
+                         help="the longest wait for a batch's first record (a batch is "
+                              "handed over as soon as a record is in hand)")
     consume.add_argument("--dlq-limit", type=int,
                          help="max dead letters per window before stopping")
     consume.add_argument("--dlq-window", type=float, default=60.0, help="seconds")
