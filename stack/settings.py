@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from paystream import credentials
 from paystream.connectors import endpoint
 from paystream.env import env_int, env_str
 from paystream.schema import db
@@ -35,8 +36,7 @@ class StackSettings:
     def from_env(cls) -> StackSettings:
         pg = db.PostgresAddress.from_env()
         return cls(
-            state_dir=Path(env_str("PAYSTREAM_STATE_DIR", str(PROJECT_ROOT / ".stack"))
-                           ).resolve(),
+            state_dir=credentials.state_dir(),
             pg_port=pg.port,
             pg_user=pg.user,
             pg_password=pg.password,
