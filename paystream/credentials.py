@@ -22,7 +22,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
-class MissingSecret(SettingsError):
+class MissingSecretError(SettingsError):
     """A secret file that is not there: the stack was not brought up here, or the
     process looks in the wrong state dir."""
 
@@ -71,8 +71,8 @@ def read_secret(name: str, directory: Path | None = None) -> str:
     try:
         value = path.read_text().strip()
     except FileNotFoundError:
-        raise MissingSecret(f"secret {path} does not exist: run `paystream stack up` "
+        raise MissingSecretError(f"secret {path} does not exist: run `paystream stack up` "
                             "for this state dir (PAYSTREAM_STATE_DIR) first") from None
     if not value:
-        raise MissingSecret(f"secret {path} is empty")
+        raise MissingSecretError(f"secret {path} is empty")
     return value

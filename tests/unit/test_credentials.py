@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from paystream.credentials import MissingSecret, ensure_secret, read_secret, write_private
+from paystream.credentials import MissingSecretError, ensure_secret, read_secret, write_private
 
 
 def _mode(path: Path) -> int:
@@ -45,7 +45,7 @@ def test_a_rewrite_is_private_too(tmp_path: Path) -> None:
 
 
 def test_a_missing_secret_says_what_to_run(tmp_path: Path) -> None:
-    with pytest.raises(MissingSecret, match="paystream stack up"):
+    with pytest.raises(MissingSecretError, match="paystream stack up"):
         read_secret("db-ops", tmp_path)
 
 
