@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from wrk_load import run_wrk  # noqa: E402  (bench/, on sys.path as the script's folder)
 
-from paystream.schema.db import database_url  # noqa: E402
+from paystream.schema.db import database_url, where  # noqa: E402
 from paystream.schema.events import PAYMENTS_TOPIC  # noqa: E402
 from tests.support.ingest import ingest_server, payment_body, payment_headers  # noqa: E402
 
@@ -100,7 +100,7 @@ def committed_transactions() -> int:
     import psycopg2
 
     time.sleep(STATS_FLUSH_S)
-    with psycopg2.connect(database_url()) as conn, conn.cursor() as cur:
+    with psycopg2.connect(database_url("owner")) as conn, conn.cursor() as cur:
         cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
         count = int(cur.fetchone()[0])
     conn.close()
@@ -300,7 +300,7 @@ def main() -> int:
     args = parser.parse_args()
     CLIENT["saturation"] = args.client
 
-    env = {"PAYSTREAM_DATABASE_URL": database_url(),
+    env = {  # the server finds its own role's DSN (paystream_ingest), as in production
            # The benchmark measures the pipeline, not the limiter.
            "PAYSTREAM_INGEST_RATE_PER_SECOND": "1000000",
            "PAYSTREAM_INGEST_RATE_BURST": "1000000"}
@@ -312,7 +312,7 @@ def main() -> int:
           f" {args.workers} uvicorn worker(s), {args.generators} load generator"
           f" process(es), {args.duration:.0f} s per phase, {args.rounds} round(s),"
           f" saturation load from {args.client}")
-    print(f"database: {database_url().split('@')[-1]} (Kafka and Connect of the stack "
+    print(f"database: {where(database_url('ingest'))} (Kafka and Connect of the stack "
           "run on the same machine)")
     # Both servers run for the whole benchmark and their phases alternate, so a change
     # in the machine's other load (it is shared) hits both sides alike.

@@ -10,7 +10,7 @@ import contextlib
 
 import psycopg2
 
-from paystream.schema.db import Connection, connect, database_url
+from paystream.schema.db import Connection, DbRole, connect, database_url
 
 LOCK_TIMEOUT_MS = 10_000  # 55P03 after this: transient, the batch is retried
 STATEMENT_TIMEOUT_MS = 30_000  # 57014 after this: transient, the batch is retried
@@ -18,8 +18,10 @@ STATEMENT_TIMEOUT_MS = 30_000  # 57014 after this: transient, the batch is retri
 
 class Database:
     def __init__(self, dsn: str | None = None,
-                 application_name: str = "paystream-consumer") -> None:
-        self._dsn = dsn or database_url()
+                 application_name: str = "paystream-consumer", *,
+                 role: DbRole = "ledger") -> None:
+        """`dsn`, else `role`'s (the consumer group's: `ledger` or `mirror`)."""
+        self._dsn = dsn or database_url(role)
         self._application_name = application_name
         self._conn: Connection | None = None
 

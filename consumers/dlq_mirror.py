@@ -21,7 +21,7 @@ from paystream.consumers import dlq
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record, printable
 from paystream.schema import stored_events
-from paystream.schema.db import Connection, Cursor
+from paystream.schema.db import Connection, Cursor, DbRole
 from paystream.schema.events import EventError, parse_wire
 from paystream.schema.status import EventStatus, transition
 
@@ -47,6 +47,7 @@ class MirrorRow(TypedDict):
 
 class DlqMirrorHandler:
     name = "dlq-mirror"
+    db_role: DbRole = "mirror"
 
     def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         result = BatchResult()

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from paystream.consumers.dlq import DeadLetter
 from paystream.consumers.records import Record
-from paystream.schema.db import Connection, Cursor
+from paystream.schema.db import Connection, Cursor, DbRole
 
 
 @dataclass
@@ -35,6 +35,8 @@ class BatchResult:
 class BatchHandler(Protocol):
     # The consumer group's role, for logs (`ledger`, `dlq-mirror`).
     name: str
+    # The database role it connects as (schema.db.ROLE_NAMES): `ledger`, `mirror`.
+    db_role: DbRole
 
     def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         """Apply `records` (in offset order per partition) with `cur`; never commit.

@@ -88,7 +88,7 @@ from paystream.schema import chain_deposits, processed_events, stored_events
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey
 from paystream.schema.chain_deposits import DepositState, HeldDeposit
-from paystream.schema.db import Connection, Cursor
+from paystream.schema.db import Connection, Cursor, DbRole
 from paystream.schema.events import (
     NOTIFICATIONS_AGGREGATE,
     EventType,
@@ -114,6 +114,7 @@ _PROCESSED_STATUSES = sorted(s.value for s in stored_events.PROCESSED_STATUSES)
 
 class LedgerHandler:
     name = "ledger"
+    db_role: DbRole = "ledger"
 
     def __init__(self, reconciler: HotPathReconciler | None = None) -> None:
         self.reconciler = reconciler if reconciler is not None else HotPathReconciler.from_env()

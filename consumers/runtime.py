@@ -61,7 +61,8 @@ class BatchConsumer:
                  db: Database | None = None, hooks: CrashHooks | None = None) -> None:
         self.settings = settings
         self.handler = handler
-        self._db = db or Database(application_name=f"paystream-{settings.group}")
+        self._db = db or Database(application_name=f"paystream-{settings.group}",
+                                  role=handler.db_role)
         self._hooks = hooks or CrashHooks.from_env()
         self._backoff = Backoff(settings.backoff_initial_s, settings.backoff_max_s)
         self._stopping = False

@@ -37,7 +37,7 @@ from paystream.schema import chain_deposits
 from paystream.schema.amounts import format_amount
 from paystream.schema.chain import DepositKind, ExpectedDeposit
 from paystream.schema.chain_deposits import DepositState
-from paystream.schema.db import Connection, Cursor, connect
+from paystream.schema.db import Connection, Cursor, connect, database_url
 from paystream.schema.events import PAYMENTS_AGGREGATE
 from paystream.schema.outbox import emit
 
@@ -78,7 +78,8 @@ class ChainDepositStore:
     """
 
     def __init__(self, connect_fn: Callable[[], Connection] | None = None) -> None:
-        self._connect = connect_fn or (lambda: connect(application_name="paystream-finality"))
+        self._connect = connect_fn or (lambda: connect(database_url("finality"),
+                                                           application_name="paystream-finality"))
         self._conn: Connection | None = None
 
     # --- connection -------------------------------------------------------------------

@@ -131,7 +131,7 @@ class IngestSettings:
             ),
             payments_default_asset=env_str("PAYMENTS_DEFAULT_ASSET", "USD", env),
             payments_assets=tuple(_split(env_str("PAYMENTS_ASSETS", "USD", env))),
-            database_url=env_str("PAYSTREAM_DATABASE_URL", None, env) or database_url(),
+            database_url=database_url("ingest", env),
             max_body_bytes=env_int("PAYSTREAM_INGEST_MAX_BODY_BYTES", 1024 * 1024, env),
             timestamp_tolerance_s=env_int("PAYSTREAM_INGEST_TIMESTAMP_TOLERANCE_S", 300, env),
             rate_per_second=env_float("PAYSTREAM_INGEST_RATE_PER_SECOND", 1000.0, env),

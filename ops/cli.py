@@ -123,7 +123,7 @@ def _check_names() -> str:
 def _migrate(args: argparse.Namespace) -> int:
     from paystream.schema.migrate import apply_pending
 
-    with database("paystream-migrate", autocommit=True) as conn:
+    with database("paystream-migrate", autocommit=True, role="owner") as conn:
         applied = apply_pending(conn)
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
     return EXIT_OK

@@ -154,7 +154,7 @@ class HealthSettings:
     deposit_wait_unhealthy_s: float = 7200.0
     groups: tuple[tuple[str, str], ...] = DEFAULT_GROUPS
     timeout_s: float = 5.0
-    dsn: str = field(default_factory=database_url)
+    dsn: str = field(default_factory=lambda: database_url("ops"))
     bootstrap: str = field(default_factory=kafka_bootstrap)
     connect_url: str = field(default_factory=endpoint.connect_url)
     connector_name: str = field(default_factory=endpoint.connector_name)

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # psycopg2 is imported on use: `paystream --help` stays light
-    from paystream.schema.db import Connection, Cursor
+    from paystream.schema.db import Connection, Cursor, DbRole
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -29,14 +29,16 @@ class CannotRunError(Exception):
 
 
 @contextlib.contextmanager
-def database(application_name: str, *, autocommit: bool = False) -> Iterator[Connection]:
-    """A fresh connection to the configured database, closed at the end of the block.
+def database(application_name: str, *, autocommit: bool = False,
+             role: DbRole = "ops") -> Iterator[Connection]:
+    """A fresh connection to the configured database as `role` (the operator's, `ops`,
+    unless the command migrates: `owner`), closed at the end of the block.
     CannotRunError when Postgres does not answer."""
     import psycopg2
 
     from paystream.schema.db import connect, database_url
 
-    url = database_url()
+    url = database_url(role)
     try:
         conn = connect(url, application_name=application_name)
     except psycopg2.OperationalError as exc:
@@ -59,15 +61,10 @@ def transaction(application_name: str) -> Iterator[Cursor]:
 
 
 def _where(url: str) -> str:
-    """host:port/db of a DSN, without the password it may carry."""
-    from psycopg2.extensions import parse_dsn
+    """user@host:port/db of a DSN, without the password it may carry."""
+    from paystream.schema.db import where
 
-    try:
-        parts = parse_dsn(url)
-    except Exception:  # a DSN libpq cannot parse fails again, with its reason, in connect
-        return "the configured database"
-    return f"{parts.get('host', 'localhost')}:{parts.get('port', '5432')}/" \
-           f"{parts.get('dbname', '')}"
+    return where(url)
 
 
 def format_table(header: Sequence[str], rows: Iterable[Sequence[str]], *,

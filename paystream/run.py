@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from paystream.credentials import write_private
 from paystream.env import env_int, env_str
 from paystream.launch import paystream_argv
 from paystream.stack.settings import StackSettings
@@ -84,9 +85,8 @@ def dev_secrets(state_dir: Path) -> dict[str, str]:
             "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(
                 secrets.token_bytes(32)).decode(),
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"{k}={v}\n" for k, v in stored.items()))
-        path.chmod(0o600)
+        # 0600 from its first byte (a write then a chmod leaves a moment it is readable).
+        write_private(path, "".join(f"{k}={v}\n" for k, v in stored.items()))
     return {k: os.environ.get(k) or v for k, v in stored.items()}
 
 

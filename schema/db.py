@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
 
 import psycopg2
 import psycopg2.extensions
 
+from paystream import credentials
 from paystream.env import env_int, env_str
 
 # The one spelling of a database handle for every signature in paystream.
@@ -30,34 +33,101 @@ def one_row(cur: Cursor) -> tuple[Any, ...]:
     return row
 
 
+# The database roles (issue 13). The owner (`paystream`, the name every existing stack
+# already has) owns the database and every table and only runs the migrations (`paystream
+# stack up`, `paystream migrate`); every long-running process logs in as its own role,
+# granted exactly what its SQL does (schema/migrations/0007_roles.sql).
+DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc"]
+ROLE_NAMES: dict[DbRole, str] = {
+    "owner": "paystream",
+    "ingest": "paystream_ingest",
+    "ledger": "paystream_ledger",
+    "mirror": "paystream_mirror",  # the dlq-mirror consumer
+    "finality": "paystream_finality",
+    "ops": "paystream_ops",  # the operator commands
+    "cdc": "paystream_cdc",  # Kafka Connect's Debezium connector (REPLICATION)
+}
+# An explicit DSN per role, for a Postgres run elsewhere (names spelled in full: the
+# docs test finds them). Kafka Connect's role has none: Connect reads its credentials
+# from PAYSTREAM_PG_USER / PAYSTREAM_PG_PASSWORD (connectors/config).
+ROLE_URL_VARIABLES: dict[DbRole, str] = {
+    "owner": "PAYSTREAM_OWNER_DATABASE_URL",
+    "ingest": "PAYSTREAM_INGEST_DATABASE_URL",
+    "ledger": "PAYSTREAM_LEDGER_DATABASE_URL",
+    "mirror": "PAYSTREAM_MIRROR_DATABASE_URL",
+    "finality": "PAYSTREAM_FINALITY_DATABASE_URL",
+    "ops": "PAYSTREAM_OPS_DATABASE_URL",
+}
+
+
+def secret_name(role: DbRole) -> str:
+    """The credentials secret that holds `role`'s password (`db-ingest`, ...)."""
+    return f"db-{role}"
+
+
+def pgpass_path() -> Path:
+    """The libpq password file `paystream stack up` writes (0600): every DSN of the
+    local stack names it as `passfile`, so no DSN carries a password."""
+    return credentials.secrets_dir() / "pgpass"
+
+
+def _pgpass_field(value: str) -> str:
+    return value.replace("\\", "\\\\").replace(":", "\\:")
+
+
+def pgpass_text(passwords: Mapping[str, str]) -> str:
+    """pgpass lines (any host, port and database) for {role name: password}."""
+    return "".join(f"*:*:*:{_pgpass_field(user)}:{_pgpass_field(pw)}\n"
+                   for user, pw in sorted(passwords.items()))
+
+
 @dataclass(frozen=True)
 class PostgresAddress:
     """The local stack's Postgres, from the PAYSTREAM_PG_* variables: what `paystream
-    stack up` starts and what every process connects to unless PAYSTREAM_DATABASE_URL
-    says otherwise. The one reader of these variables."""
+    stack up` starts and what every process connects to unless a DSN variable says
+    otherwise. The one reader of these variables (PAYSTREAM_PG_USER and
+    PAYSTREAM_PG_PASSWORD are Kafka Connect's alone: paystream processes never read a
+    password from the environment)."""
 
     host: str
     port: int
-    user: str
-    password: str
     db: str
 
     @classmethod
-    def from_env(cls) -> PostgresAddress:
-        return cls(host=env_str("PAYSTREAM_PG_HOST", "127.0.0.1"),
-                   port=env_int("PAYSTREAM_PG_PORT", 5433),
-                   user=env_str("PAYSTREAM_PG_USER", "paystream"),
-                   password=env_str("PAYSTREAM_PG_PASSWORD", "paystream"),
-                   db=env_str("PAYSTREAM_PG_DB", "paystream"))
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
+        return cls(host=env_str("PAYSTREAM_PG_HOST", "127.0.0.1", env),
+                   port=env_int("PAYSTREAM_PG_PORT", 5433, env),
+                   db=env_str("PAYSTREAM_PG_DB", "paystream", env))
 
-    def dsn(self) -> str:
-        return f"postgresql://{self.user}:{self.password}@{self.host}:{self.port}/{self.db}"
+    def dsn(self, role: DbRole, passfile: Path | None = None) -> str:
+        """`role`'s DSN, its password in the passfile (never in the DSN)."""
+        where = passfile or pgpass_path()
+        return (f"postgresql://{ROLE_NAMES[role]}@{self.host}:{self.port}/{self.db}"
+                f"?passfile={quote(str(where), safe='/')}")
 
 
-def database_url() -> str:
-    """PAYSTREAM_DATABASE_URL, else a DSN built from the PAYSTREAM_PG_* variables."""
-    explicit = os.environ.get("PAYSTREAM_DATABASE_URL")
-    return explicit if explicit else PostgresAddress.from_env().dsn()
+def database_url(role: DbRole, env: Mapping[str, str] | None = None) -> str:
+    """The DSN `role` connects with: its own variable (PAYSTREAM_INGEST_DATABASE_URL, ...),
+    else PAYSTREAM_DATABASE_URL (one DSN for every role: a deployment without role
+    separation), else the local stack's address (PAYSTREAM_PG_*) as `role`, its password
+    in the stack's passfile. `env`: where to look for the two explicit variables
+    (default: the process environment)."""
+    source = os.environ if env is None else env
+    for name in (ROLE_URL_VARIABLES.get(role), "PAYSTREAM_DATABASE_URL"):
+        explicit = source.get(name) if name else None
+        if explicit:
+            return explicit
+    return PostgresAddress.from_env().dsn(role)
+
+
+def where(dsn: str) -> str:
+    """host:port/db of a DSN, never the password it may carry: what a message may show."""
+    try:
+        parts = psycopg2.extensions.parse_dsn(dsn)
+    except Exception:  # a DSN libpq cannot parse fails again, with its reason, in connect
+        return "the configured database"
+    return (f"{parts.get('user', '?')}@{parts.get('host', 'localhost')}:"
+            f"{parts.get('port', '5432')}/{parts.get('dbname', '')}")
 
 
 def kafka_port() -> int:
@@ -70,11 +140,12 @@ def kafka_bootstrap() -> str:
     return env_str("PAYSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{kafka_port()}")
 
 
-def connect(dsn: str | None = None, *, connect_timeout: int = 5,
+def connect(dsn: str, *, connect_timeout: int = 5,
             application_name: str = "paystream") -> Connection:
-    """Open a connection with a bounded connect timeout (a dead DB must fail fast)."""
+    """Open a connection with a bounded connect timeout (a dead DB must fail fast).
+    `dsn`: database_url(role) for the role the caller runs as."""
     return psycopg2.connect(
-        dsn or database_url(),
+        dsn,
         connect_timeout=connect_timeout,
         application_name=application_name,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from paystream.schema.db import Connection, connect
+from paystream.schema.db import Connection, connect, database_url
 
 AUTOCOMMIT_MARKER = "-- migrate: autocommit"
 _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file twice
@@ -25,8 +25,9 @@ def migration_files() -> list[tuple[str, str]]:
 
 
 def apply_migrations(dsn: str | None = None) -> list[str]:
-    """Apply the pending migrations on a connection of its own; return the names applied."""
-    conn = connect(dsn, application_name="paystream-migrate")
+    """Apply the pending migrations on a connection of its own (the owner's unless `dsn`
+    says otherwise); return the names applied."""
+    conn = connect(dsn or database_url("owner"), application_name="paystream-migrate")
     try:
         return apply_pending(conn)
     finally:

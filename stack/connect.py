@@ -52,7 +52,7 @@ def start(s: StackSettings) -> bool:
                    "org.apache.kafka.connect.cli.ConnectDistributed", str(props))
     # The connector JSON reads the database address from these (EnvVarConfigProvider).
     start_detached(cmd, pid_file=pid_file(s), out_file=s.logs_dir / "connect.out",
-                   env=s.service_env())
+                   env=s.connect_env())
     # The REST API answers /connectors only once the worker has joined its group.
     wait_until(COMPONENT, "serving its REST API", lambda: healthy(s), timeout=180,
                log=log_file(s), pid_file=pid_file(s))

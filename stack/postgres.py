@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 import pwd
 import stat
@@ -10,6 +13,8 @@ from pathlib import Path
 
 import psycopg2
 
+from paystream import credentials
+from paystream.schema import db
 from paystream.stack.packages import postgres_bin_dir
 from paystream.stack.process import StackError, pid_alive, run, wait_until
 from paystream.stack.settings import StackSettings
@@ -42,9 +47,10 @@ def log_file(s: StackSettings) -> Path:
     return s.logs_dir / "postgres.log"
 
 
-def _as_postgres(args: list[str], s: StackSettings, timeout: float = 120) -> str:
+def _as_postgres(args: list[str], s: StackSettings, timeout: float = 120,
+                 stdin: str | None = None) -> str:
     return run(["runuser", "-u", OS_USER, "--", *args], COMPONENT, timeout=timeout,
-               log=log_file(s))
+               log=log_file(s), stdin=stdin)
 
 
 def _make_traversable(path: Path) -> None:
@@ -136,26 +142,93 @@ def stop(s: StackSettings) -> bool:
     return True
 
 
-def _psql(s: StackSettings, sql: str) -> str:
-    return _as_postgres([_bin("psql"), "-h", "/tmp", "-p", str(s.pg_port), "-U", OS_USER,
-                         "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-tAc", sql], s)
+def _psql(s: StackSettings, sql: str, database: str = "postgres") -> str:
+    """Run `sql` as the cluster's superuser (peer authentication on the socket). The SQL
+    goes on stdin, never on the command line: it may carry a password verifier."""
+    return _as_postgres([_bin("psql"), "-X", "-q", "-h", "/tmp", "-p", str(s.pg_port),
+                         "-U", OS_USER, "-d", database, "-v", "ON_ERROR_STOP=1", "-tA"],
+                        s, stdin=sql)
 
 
 def _superuser_ping(s: StackSettings) -> bool:
     return _psql(s, "SELECT 1").strip() == "1"
 
 
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def scram_verifier(password: str, *, salt: bytes | None = None,
+                   iterations: int = 4096) -> str:
+    """The SCRAM-SHA-256 verifier Postgres stores for `password` (RFC 5802/7677, the
+    format of pg_authid.rolpassword). Sent instead of the password itself, so not even
+    the server's log of a failed statement can show the password."""
+    salt = salt or os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    b64 = base64.b64encode
+    return (f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}"
+            f"${b64(stored_key).decode()}:{b64(server_key).decode()}")
+
+
+# The attributes of each role: only Debezium's replicates; none is superuser or may
+# create databases or roles. The owner owns the database and runs the migrations.
+ROLE_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE INHERIT"
+
+
+def role_passwords() -> dict[db.DbRole, str]:
+    """Each role's password, generated at the first `stack up` (never a default)."""
+    return {role: credentials.ensure_secret(db.secret_name(role)) for role in db.ROLE_NAMES}
+
+
+def write_pgpass(passwords: dict[db.DbRole, str]) -> Path:
+    """The libpq passfile every local DSN names (0600 from its first byte)."""
+    path = db.pgpass_path()
+    credentials.write_private(path, db.pgpass_text(
+        {db.ROLE_NAMES[role]: pw for role, pw in passwords.items()}))
+    return path
+
+
+def roles_sql(passwords: dict[db.DbRole, str]) -> str:
+    """CREATE or ALTER every role with its attributes and password (verifier): run on
+    every `stack up`, so an existing stack whose owner still had the old default
+    password `paystream` (and REPLICATION) gets the generated one and loses it."""
+    statements = []
+    for role, name in db.ROLE_NAMES.items():
+        replication = "REPLICATION" if role == "cdc" else "NOREPLICATION"
+        verifier = _literal(scram_verifier(passwords[role]))
+        attrs = f"{ROLE_ATTRIBUTES} {replication} PASSWORD {verifier}"
+        statements.append(
+            f"SELECT 'CREATE ROLE \"{name}\"' WHERE NOT EXISTS"
+            f" (SELECT 1 FROM pg_roles WHERE rolname = {_literal(name)}) \\gexec\n"
+            f'ALTER ROLE "{name}" WITH {attrs};\n')
+    return "".join(statements)
+
+
+# The slot is created by the superuser, not by a migration run as the owner: the owner
+# may not replicate. Same statement as migration 0002 (which then finds the slot).
+SLOT_SQL = ("SELECT pg_create_logical_replication_slot('paystream_outbox', 'pgoutput')"
+            " WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots"
+            " WHERE slot_name = 'paystream_outbox');\n")
+
+
 def ensure_role_and_database(s: StackSettings) -> bool:
-    """The application role owns its database and may replicate (Debezium's slot)."""
-    user, password, db = s.pg_user, s.pg_password, s.pg_db
-    exists = _psql(s, f"SELECT 1 FROM pg_roles WHERE rolname = '{user}'").strip()
-    verb = "ALTER" if exists == "1" else "CREATE"
-    quoted = password.replace("'", "''")
-    _psql(s, f'{verb} ROLE "{user}" WITH LOGIN REPLICATION PASSWORD \'{quoted}\'')
-    if _psql(s, f"SELECT 1 FROM pg_database WHERE datname = '{db}'").strip() == "1":
-        return False
-    _psql(s, f'CREATE DATABASE "{db}" OWNER "{user}"')
-    return True
+    """The roles (generated passwords, the passfile), the database owned by the owner
+    role, and the replication slot Debezium reads; return True if the database was
+    created now."""
+    passwords = role_passwords()
+    write_pgpass(passwords)
+    _psql(s, roles_sql(passwords))
+    owner = db.ROLE_NAMES["owner"]
+    created = False
+    if _psql(s, f"SELECT 1 FROM pg_database WHERE datname = {_literal(s.pg_db)}").strip() \
+            != "1":
+        _psql(s, f'CREATE DATABASE "{s.pg_db}" OWNER "{owner}"')
+        created = True
+    _psql(s, SLOT_SQL, database=s.pg_db)
+    return created
 
 
 def version(s: StackSettings) -> str:

@@ -121,11 +121,13 @@ def wait_until(component: str, what: str, check: Callable[[], bool], *, timeout:
 
 
 def run(cmd: list[str], component: str, *, env: dict[str, str] | None = None,
-        timeout: float = 600, log: Path | None = None) -> str:
-    """Run a command to completion; raise StackError with its output when it fails."""
+        timeout: float = 600, log: Path | None = None, stdin: str | None = None) -> str:
+    """Run a command to completion; raise StackError with its output when it fails.
+    `stdin`: text fed to it (how a secret reaches a command: never on its argv)."""
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+                              env={**os.environ, **(env or {})}, input=stdin,
+                              stdin=subprocess.DEVNULL if stdin is None else None)
     except subprocess.TimeoutExpired as exc:
         raise StackError(component, f"timed out after {timeout:.0f} s: {' '.join(cmd)}",
                          log) from exc

@@ -20,9 +20,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class StackSettings:
     state_dir: Path
+    pg_host: str
     pg_port: int
-    pg_user: str
-    pg_password: str
     pg_db: str
     kafka_port: int
     controller_port: int
@@ -37,9 +36,8 @@ class StackSettings:
         pg = db.PostgresAddress.from_env()
         return cls(
             state_dir=credentials.state_dir(),
+            pg_host=pg.host,
             pg_port=pg.port,
-            pg_user=pg.user,
-            pg_password=pg.password,
             pg_db=pg.db,
             kafka_port=db.kafka_port(),
             controller_port=env_int("PAYSTREAM_CONTROLLER_PORT", 9093),
@@ -83,18 +81,29 @@ class StackSettings:
 
     @property
     def database_url(self) -> str:
-        return env_str("PAYSTREAM_DATABASE_URL",
-                       f"postgresql://{self.pg_user}:{self.pg_password}@127.0.0.1:"
-                       f"{self.pg_port}/{self.pg_db}")
+        """The owner's DSN (migrations, status): no password in it (the passfile)."""
+        return db.database_url("owner")
 
     def service_env(self) -> dict[str, str]:
-        """Variables that point paystream processes (and Connect) at this stack."""
+        """Variables that point paystream processes at this stack. No DSN and no
+        password: each process builds its own role's DSN (schema.db.database_url) and
+        finds the password in the stack's passfile under PAYSTREAM_STATE_DIR."""
         return {
-            "PAYSTREAM_DATABASE_URL": self.database_url,
+            "PAYSTREAM_STATE_DIR": str(self.state_dir),
             "PAYSTREAM_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
-            "PAYSTREAM_PG_HOST": "127.0.0.1",
+            "PAYSTREAM_PG_HOST": self.pg_host,
             "PAYSTREAM_PG_PORT": str(self.pg_port),
-            "PAYSTREAM_PG_USER": self.pg_user,
-            "PAYSTREAM_PG_PASSWORD": self.pg_password,
+            "PAYSTREAM_PG_DB": self.pg_db,
+        }
+
+    def connect_env(self) -> dict[str, str]:
+        """Kafka Connect's variables: what the Debezium connector reads
+        (connectors/config/outbox-connector.json, EnvVarConfigProvider), logging in as
+        the CDC role (REPLICATION, the outbox, its heartbeat; nothing else)."""
+        return {
+            "PAYSTREAM_PG_HOST": self.pg_host,
+            "PAYSTREAM_PG_PORT": str(self.pg_port),
+            "PAYSTREAM_PG_USER": db.ROLE_NAMES["cdc"],
+            "PAYSTREAM_PG_PASSWORD": credentials.read_secret(db.secret_name("cdc")),
             "PAYSTREAM_PG_DB": self.pg_db,
         }

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from paystream.operator_cli import format_table
+from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import anvil, connect, kafka, postgres
 from paystream.stack.packages import ensure_packages
@@ -51,6 +52,7 @@ def up(s: StackSettings) -> int:
         _step("jars (maven)", lambda: kafka.resolve_jars(s))
         _step("kafka storage format", lambda: kafka.format_storage(s))
         _step(f"kafka start :{s.kafka_port}", lambda: kafka.start(s))
+        _step("connect as the cdc role", lambda: _stop_stale_connect(s))
         _step(f"connect start :{s.connect_port}", lambda: connect.start(s))
         _step("anvil (npm)", lambda: anvil.ensure_installed(s))
         _step(f"anvil start :{anvil.AnvilConfig.from_env().port}", lambda: anvil.start(s))
@@ -60,6 +62,23 @@ def up(s: StackSettings) -> int:
         return 1
     print(f"stack up in {time.monotonic() - started:.1f} s")
     return 0
+
+
+def _stop_stale_connect(s: StackSettings) -> bool:
+    """A Connect worker started with other database credentials (before the roles: as
+    the owner, with the old default password) is stopped, so the next step starts it
+    with the CDC role's. True if it was stopped."""
+    pid = read_pid(connect.pid_file(s))
+    if pid is None:
+        return False
+    try:
+        environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+    except OSError:
+        return False
+    wanted = {f"{k}={v}".encode() for k, v in s.connect_env().items()}
+    if wanted <= environ:
+        return False
+    return connect.stop(s)
 
 
 def _configure(s: StackSettings) -> None:
@@ -81,7 +100,7 @@ def _always(action: Callable[[], None]) -> Callable[[], bool]:
 
 def setup(s: StackSettings) -> int:
     """Configure services someone else runs (docker-compose's one-shot setup service)."""
-    print(f"paystream stack setup (db {s.database_url.rsplit('@', 1)[-1]}, "
+    print(f"paystream stack setup (db {where(s.database_url)}, "
           f"kafka {s.kafka_bootstrap}, connect {s.connect_url})")
     try:
         wait_until("postgres", "reachable", lambda: postgres.healthy(s), timeout=120)

@@ -34,7 +34,7 @@ from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import ASSETS, MIX, Kind, TrafficPlan
 from paystream.ingest import admin
 from paystream.launch import free_port
-from paystream.schema.db import connect
+from paystream.schema.db import connect, database_url
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka, postgres
 from paystream.stack import connect as kafka_connect
@@ -138,7 +138,7 @@ class Chaos:
 
     # --- set-up -------------------------------------------------------------------
     def prepare(self) -> None:
-        conn = connect()
+        conn = connect(database_url("owner"))
         try:
             with conn, conn.cursor() as cur:
                 cur.executemany("INSERT INTO users (user_id) VALUES (%s)"
@@ -247,7 +247,7 @@ class Chaos:
                          start)
 
     def _forge(self) -> str:
-        conn = connect()
+        conn = connect(database_url("owner"))
         try:
             with conn, conn.cursor() as cur:
                 batch = forge(cur, self.s.kafka_bootstrap, self.run_id, len(self.forged),
@@ -318,7 +318,7 @@ class Chaos:
         self.log(f"traffic done: {len(sender.sent)} requests, "
                  f"{len(self.chain.deposits)} chain deposits; draining")
         drained_at = self._drain(sender)
-        conn = connect()
+        conn = connect(database_url("owner"))
         try:
             with conn, conn.cursor() as cur:
                 findings = check(cur, sender.sent, self.plan.users, self.forged)
@@ -342,7 +342,7 @@ class Chaos:
         while time.monotonic() < deadline:
             self._supervise()
             try:
-                conn = connect()
+                conn = connect(database_url("owner"))
                 with conn, conn.cursor() as cur:
                     left = (pending_count(cur, sender.sent)
                             + chain_pending_count(cur, self.chain.deposits))
