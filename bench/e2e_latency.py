@@ -33,7 +33,7 @@ import httpx
 from paystream.chaos import processes as px
 from paystream.ingest import standard_webhooks
 from paystream.launch import free_port
-from paystream.schema.db import connect
+from paystream.schema.db import connect, database_url
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack import kafka
 from paystream.stack.settings import StackSettings
@@ -105,7 +105,7 @@ class Watcher:
             return
         try:
             if self.conn is None or self.conn.closed:
-                self.conn = connect()
+                self.conn = connect(database_url("owner"))
                 self.conn.autocommit = True
             with self.conn.cursor() as cur:
                 cur.execute("SELECT event_id FROM payment_events WHERE event_id = ANY(%s)"
@@ -141,7 +141,7 @@ def one_at_a_time(url: str, secret: bytes, user: str, prefix: str, count: int,
     """Send a webhook, wait until it is applied (2 ms poll), then the next one: the
     latency a lone event sees. Returns the latencies and how many were never applied."""
     latencies: list[float] = []
-    conn = connect()
+    conn = connect(database_url("owner"))
     conn.autocommit = True
     try:
         with httpx.Client(timeout=10) as client, conn.cursor() as cur:
@@ -193,7 +193,7 @@ def main() -> None:
            "PAYSTREAM_INGEST_RATE_PER_SECOND": "100000", "PAYSTREAM_INGEST_RATE_BURST": "100000",
            "PAYSTREAM_INGEST_ADMIN_PORT": str(admin_port)}
     users = [f"e2e-{run_id}-u{i}" for i in range(200)]
-    conn = connect()
+    conn = connect(database_url("owner"))
     with conn, conn.cursor() as cur:
         cur.executemany("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING",
                         [(u,) for u in users])

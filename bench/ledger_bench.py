@@ -23,7 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from paystream.schema import processed_events
-from paystream.schema.db import connect
+from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent, parse_wire
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
@@ -154,7 +154,7 @@ def main() -> int:
     topic = f"{run}.payments"
     create_topic(topic)
     events = make_stream(run, args.users, args.events)
-    conn = connect()
+    conn = connect(database_url("owner"))
     conn.autocommit = True
     t = time.perf_counter()
     with conn.cursor() as cur:
@@ -184,7 +184,7 @@ def main() -> int:
     print(f"per-event baseline measured on the first {len(subset):,} of the same events "
           "(own ids and users, one transaction each), rate extrapolated")
 
-    conn = connect()
+    conn = connect(database_url("owner"))
     with conn.cursor() as cur:
         cur.execute("SELECT outcome, count(*) FROM processed_events WHERE event_id LIKE %s"
                     " AND event_id NOT LIKE %s GROUP BY 1", (f"{run}-e%", "%.b"))

@@ -106,18 +106,20 @@ class PostgresAddress:
                 f"?passfile={quote(str(where), safe='/')}")
 
 
-def database_url(role: DbRole, env: Mapping[str, str] | None = None) -> str:
+def database_url(role: DbRole, env: Mapping[str, str] | None = None, *,
+                 address: PostgresAddress | None = None) -> str:
     """The DSN `role` connects with: its own variable (PAYSTREAM_INGEST_DATABASE_URL, ...),
     else PAYSTREAM_DATABASE_URL (one DSN for every role: a deployment without role
     separation), else the local stack's address (PAYSTREAM_PG_*) as `role`, its password
     in the stack's passfile. `env`: where to look for the two explicit variables
-    (default: the process environment)."""
+    (default: the process environment); `address`: the stack's, if not the PAYSTREAM_PG_*
+    one."""
     source = os.environ if env is None else env
     for name in (ROLE_URL_VARIABLES.get(role), "PAYSTREAM_DATABASE_URL"):
         explicit = source.get(name) if name else None
         if explicit:
             return explicit
-    return PostgresAddress.from_env().dsn(role)
+    return (address or PostgresAddress.from_env()).dsn(role)
 
 
 def where(dsn: str) -> str:

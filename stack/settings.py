@@ -82,7 +82,12 @@ class StackSettings:
     @property
     def database_url(self) -> str:
         """The owner's DSN (migrations, status): no password in it (the passfile)."""
-        return db.database_url("owner")
+        return self.role_url("owner")
+
+    def role_url(self, role: db.DbRole) -> str:
+        """`role`'s DSN on this stack's Postgres (or its explicit variable)."""
+        return db.database_url(role, address=db.PostgresAddress(self.pg_host, self.pg_port,
+                                                                 self.pg_db))
 
     def service_env(self) -> dict[str, str]:
         """Variables that point paystream processes at this stack. No DSN and no

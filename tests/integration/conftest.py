@@ -14,7 +14,7 @@ import psycopg2
 import pytest
 
 from paystream.consumers.connection import Database
-from paystream.schema.db import Connection, connect, database_url
+from paystream.schema.db import Connection, connect, database_url, where
 from tests.support.consumers import ProcessPool
 from tests.support.topics import TopicReader
 
@@ -34,9 +34,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def db() -> Iterator[Connection]:
     """An autocommit connection to the stack's Postgres; fails if it is not running."""
     try:
-        conn = connect(database_url())
+        conn = connect(database_url("owner"))
     except psycopg2.OperationalError as exc:
-        pytest.fail(f"Postgres is not reachable at {database_url()} ({exc}); "
+        pytest.fail(f"Postgres is not reachable at {where(database_url('owner'))} ({exc}); "
                     "run `paystream stack up` (make test does)")
     conn.autocommit = True
     try:

@@ -23,7 +23,6 @@ import httpx
 
 from paystream.connectors.status import read_status
 from paystream.ingest.request_body import MAX_NESTING
-from paystream.schema.db import database_url
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.schema.outbox import emit
 from paystream.stack.kafka import start_group_at_end
@@ -275,8 +274,7 @@ def test_hostile_deliveries_then_an_ordinary_deposit_is_applied_within_10s(db, p
     deliveries = _hostile_deliveries(address, owner, rich, stranger)
     accepted: list[str] = []
     wrong: list[str] = []
-    with TaskWatch() as watch, ingest_server({"PAYSTREAM_DATABASE_URL": database_url(),
-                                              "PAYMENTS_ASSETS": "USD"}) as srv:
+    with TaskWatch() as watch, ingest_server({"PAYMENTS_ASSETS": "USD"}) as srv:
         for i, (endpoint, body, expected) in enumerate(deliveries):
             answer = _post(srv.url, endpoint, body)
             if answer.status_code != expected:

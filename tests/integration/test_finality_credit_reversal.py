@@ -17,7 +17,7 @@ import pytest
 
 from paystream.consumers.ledger_reconcile import find_mismatches, reconcile
 from paystream.launch import paystream_argv
-from paystream.schema.db import connect
+from paystream.schema.db import connect, database_url
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import WriteOutcome, emit, write_event
@@ -54,7 +54,7 @@ def payments() -> Iterator[TopicReader]:
 
 
 def _mismatches(user: str) -> list:
-    conn = connect()
+    conn = connect(database_url("owner"))
     try:
         with conn, conn.cursor() as cur:
             return find_mismatches(cur, users=[user])[1]
@@ -71,7 +71,7 @@ def _payment(pipe: Pipeline, user: str, event_type: str, amount: str) -> str:
     event = PaymentEvent(event_id=event_id, event_type=EventType(event_type), user_id=user,
                          asset=f"{pipe.network}:native", amount=Decimal(amount),
                          provider="payments")
-    conn = connect()
+    conn = connect(database_url("owner"))
     try:
         with conn, conn.cursor() as cur:
             assert write_event(cur, event, "trace-" + event_id) is WriteOutcome.ACCEPTED
@@ -179,7 +179,7 @@ def test_reorg_after_the_credit_debits_it_once_and_replays_are_no_ops(
     wire = json.loads(message.value())
 
     def replay(label: str) -> None:
-        conn = connect()
+        conn = connect(database_url("owner"))
         try:
             with conn, conn.cursor() as cur:
                 emit(cur, aggregatetype="payments", aggregateid=user,
@@ -232,7 +232,7 @@ def test_reorg_after_the_user_withdrew_records_a_shortfall_and_flags_the_account
     assert _outcome(pipe, reversal_id, "deposit_reversed") == "shortfall"
     # The journal holds exactly what moved: reconcile is clean, and names the flag.
     assert _mismatches(user) == []
-    conn = connect()
+    conn = connect(database_url("owner"))
     try:
         report = reconcile(conn, users=[user])
     finally:

@@ -15,7 +15,7 @@ import pytest
 from web3 import Web3
 
 from paystream.consumers.ledger_reconcile import find_mismatches
-from paystream.schema.db import connect
+from paystream.schema.db import connect, database_url
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC
 from paystream.stack import anvil
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token
@@ -54,7 +54,7 @@ def dlq() -> Iterator[TopicReader]:
 
 
 def _reconciled(pipe: Pipeline, user: str) -> None:
-    conn = connect()
+    conn = connect(database_url("owner"))
     try:
         with conn, conn.cursor() as cur:
             _, mismatches = find_mismatches(cur, users=[user])

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paystream.schema.amounts import AMOUNT_PATTERN, AmountError, format_amount, parse_amount
-from paystream.schema.db import connect, database_url
+from paystream.schema.db import connect, database_url, where
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event, write_events
 from tests.support.ids import unique
@@ -23,9 +23,9 @@ FIXTURE_OK = settings(max_examples=300, deadline=None,
 @pytest.fixture(scope="module")
 def conn() -> Iterator[psycopg2.extensions.connection]:
     try:
-        connection = connect(database_url())
+        connection = connect(database_url("owner"))
     except psycopg2.OperationalError as exc:
-        pytest.fail(f"Postgres is not reachable at {database_url()} ({exc}); "
+        pytest.fail(f"Postgres is not reachable at {where(database_url('owner'))} ({exc}); "
                     "run `paystream stack up`")
     try:
         yield connection

@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 
 from paystream.ingest.app import create_app
 from paystream.ingest.settings import IngestSettings
-from paystream.schema.db import database_url
 from tests.support.ids import unique
 from tests.support.ingest import (
     ALCHEMY_KEY,
@@ -31,7 +30,7 @@ from tests.support.ingest import (
     random_address,
 )
 
-SETTINGS = IngestSettings.from_env({**ingest_env(), "PAYSTREAM_DATABASE_URL": database_url()})
+SETTINGS = IngestSettings.from_env(ingest_env())  # as paystream_ingest
 # A request to this origin arrives as if on the admin listener (scope["server"] port).
 ADMIN = f"http://testserver:{SETTINGS.admin_port}"
 

@@ -11,15 +11,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from paystream.schema.db import database_url
 from tests.support.ids import unique
 from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[RunningServer]:
-    with ingest_server({"PAYSTREAM_DATABASE_URL": database_url(),
-                        "PAYMENTS_ASSETS": "USD,EUR"}) as srv:
+    with ingest_server({"PAYMENTS_ASSETS": "USD,EUR"}) as srv:
         yield srv
 
 

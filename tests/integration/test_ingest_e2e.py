@@ -11,7 +11,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from paystream.schema.db import database_url, kafka_bootstrap
+from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC
 from tests.support.ids import unique
 from tests.support.ingest import (
@@ -79,7 +79,7 @@ def test_a_signed_deposit_reaches_kafka_keyed_by_user_with_its_trace(db) -> None
     body = alchemy_body([activity])
     consumer = _consumer_at_end()
     try:
-        with ingest_server({"PAYSTREAM_DATABASE_URL": database_url()}) as srv:
+        with ingest_server() as srv:
             answer = httpx.post(srv.url + "/webhooks/alchemy", content=body,
                                 headers=alchemy_headers(body) | {"x-request-id": trace_id})
             assert answer.status_code == 200, answer.text
@@ -104,7 +104,7 @@ def test_a_duplicate_delivery_is_not_published_twice(db) -> None:
     body = payment_body(event_id, user, "3.3")
     consumer = _consumer_at_end()
     try:
-        with ingest_server({"PAYSTREAM_DATABASE_URL": database_url()}) as srv:
+        with ingest_server() as srv:
             url = srv.url + "/webhooks/payments"
             statuses = [httpx.post(url, content=body, headers=payment_headers(body)).json()
                         ["status"] for _ in range(3)]

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from paystream.schema.db import database_url
 from tests.support.ids import unique
 from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
 
-ENV = {"PAYSTREAM_DATABASE_URL": database_url(), "PAYSTREAM_INGEST_HEADER_TIMEOUT_S": "1",
+ENV = {"PAYSTREAM_INGEST_HEADER_TIMEOUT_S": "1",
        "PAYSTREAM_INGEST_BODY_TIMEOUT_S": "1", "PAYSTREAM_INGEST_MAX_CONNECTIONS": "3"}
 
 

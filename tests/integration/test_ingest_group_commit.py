@@ -30,7 +30,7 @@ from tests.support.ingest import alchemy_body, erc20_activity, eth_activity, ran
 
 @pytest.fixture
 def store() -> Iterator[EventStore]:
-    events = EventStore(database_url(), connect_timeout_s=2, statement_timeout_ms=2000,
+    events = EventStore(database_url("ingest"), connect_timeout_s=2, statement_timeout_ms=2000,
                         retry_after_s=7)
     yield events
     events.close()
@@ -162,7 +162,7 @@ class _WatchedStore(EventStore):
     """Records, per group, whether COMMIT had returned: for the answer-after-commit rule."""
 
     def __init__(self) -> None:
-        super().__init__(database_url(), connect_timeout_s=2, statement_timeout_ms=2000,
+        super().__init__(database_url("ingest"), connect_timeout_s=2, statement_timeout_ms=2000,
                          retry_after_s=5)
         self.committed: set[int] = set()
         self.groups: list[int] = []

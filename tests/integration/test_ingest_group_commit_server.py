@@ -10,7 +10,6 @@ from decimal import Decimal
 
 import httpx
 
-from paystream.schema.db import database_url
 from tests.support.ids import unique
 from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
 
@@ -43,7 +42,7 @@ def _post_together(url: str, bodies: list[bytes]) -> list[tuple[int, str]]:
 
 def test_concurrent_deliveries_share_one_commit_and_keep_their_own_answers(db) -> None:
     # One writer that waits up to 500 ms for more: the five requests form one group.
-    env = {"PAYSTREAM_DATABASE_URL": database_url(), "PAYSTREAM_INGEST_DB_WRITERS": "1",
+    env = {"PAYSTREAM_INGEST_DB_WRITERS": "1",
            "PAYSTREAM_INGEST_COMMIT_LINGER_MS": "500"}
     user, known, twice = unique("user"), unique("ev"), unique("ev")
     good_a, good_b = unique("ev"), unique("ev")
@@ -69,7 +68,7 @@ def test_concurrent_deliveries_share_one_commit_and_keep_their_own_answers(db) -
 
 def test_sigkill_under_load_loses_no_answered_delivery(db) -> None:
     """Every delivery answered 2xx before a SIGKILL is in payment_events afterwards."""
-    env = {"PAYSTREAM_DATABASE_URL": database_url(), "PAYSTREAM_INGEST_COMMIT_LINGER_MS": "2"}
+    env = {"PAYSTREAM_INGEST_COMMIT_LINGER_MS": "2"}
     run = unique("kill")
     answered: list[str] = []
     refused: list[str] = []

@@ -20,7 +20,6 @@ from schemathesis import GenerationMode
 
 from paystream.ingest import alchemy_signature, standard_webhooks
 from paystream.launch import free_port, paystream_argv
-from paystream.schema.db import database_url
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import postgres
 from paystream.stack.settings import StackSettings
@@ -39,7 +38,7 @@ CONCURRENCY = 20
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[RunningServer]:
-    with ingest_server({"PAYSTREAM_DATABASE_URL": database_url()}) as running:
+    with ingest_server() as running:
         yield running
 
 
@@ -119,7 +118,8 @@ def private_postgres(tmp_path: Path) -> Iterator[StackSettings]:
 def test_postgres_down_is_503_with_retry_after_and_nothing_is_lost(
         private_postgres: StackSettings) -> None:
     stack = private_postgres
-    env = {"PAYSTREAM_DATABASE_URL": stack.database_url, "PAYSTREAM_INGEST_RETRY_AFTER_S": "3"}
+    # The ingest logs in as its own role on the private cluster.
+    env = {"PAYSTREAM_PG_PORT": str(stack.pg_port), "PAYSTREAM_INGEST_RETRY_AFTER_S": "3"}
     user = unique("user")
     before, during = unique("ev-before"), unique("ev-during")
     with ingest_server(env) as srv:

@@ -10,6 +10,7 @@ import httpx
 
 from paystream.launch import free_port
 from paystream.schema.db import connect as db_connect
+from paystream.schema.db import database_url
 from paystream.stack import connect, postgres
 from paystream.stack.settings import StackSettings
 from tests.support.consumers import (
@@ -114,7 +115,7 @@ def test_postgres_outage_under_load(db, pool) -> None:
     assert not proc.events("dead_lettered")
     assert sum(end_offsets(dlq).values()) == 0
     assert proc.terminate() == 0, proc.tail()
-    conn = db_connect()
+    conn = db_connect(database_url("owner"))
     try:
         with conn.cursor() as cur:
             assert_applied_exactly_once(cur, events)

@@ -53,8 +53,8 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
     done = threading.Event()
 
     def watch() -> None:  # the floor, observed while both processes write
-        from paystream.schema.db import connect
-        conn = connect()
+        from paystream.schema.db import connect, database_url
+        conn = connect(database_url("owner"))
         conn.autocommit = True
         with conn.cursor() as cur:
             while not done.is_set():

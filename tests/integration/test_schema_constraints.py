@@ -11,7 +11,7 @@ from tests.support.ids import unique
 
 
 def test_rerunning_migrations_applies_nothing(db):
-    assert apply_migrations(database_url()) == []
+    assert apply_migrations(database_url("owner")) == []
     with db.cursor() as cur:
         cur.execute("SELECT name FROM schema_migrations ORDER BY name")
         assert [r[0] for r in cur.fetchall()] == [name for name, _ in migration_files()]

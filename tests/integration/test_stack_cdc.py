@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from paystream.launch import paystream_argv
 from paystream.schema.db import connect as db_connect
-from paystream.schema.db import kafka_bootstrap
+from paystream.schema.db import database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
 from paystream.stack import connect, postgres
@@ -111,7 +111,7 @@ def test_stack_down_and_up_keeps_data_and_unsent_events(db, topic_reader):
     subprocess.run(paystream_argv("stack", "down"), check=True, timeout=180)
     try:
         postgres.start(settings)  # only the database: the broker and Connect stay down
-        conn = db_connect()
+        conn = db_connect(database_url("owner"))
         conn.autocommit = True
         try:
             during = _write(conn, unique("user"), "5", unique("t"))

@@ -29,5 +29,6 @@ def test_unreachable_database_exits_2_with_the_address_and_no_password(
                        "postgresql://paystream:s3cret-pw@127.0.0.1:1/paystream")
     assert main(["balances"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("paystream balances: cannot reach Postgres at 127.0.0.1:1/paystream")
+    assert err.startswith("paystream balances: cannot reach Postgres at "
+                          "paystream@127.0.0.1:1/paystream")
     assert "s3cret-pw" not in err

@@ -31,7 +31,7 @@ import psycopg2
 
 from paystream.ingest import admin
 from paystream.launch import free_port, paystream_argv
-from paystream.schema.db import connect, database_url, kafka_bootstrap
+from paystream.schema.db import connect, database_url, kafka_bootstrap, where
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka
 from paystream.stack.settings import StackSettings
@@ -98,9 +98,10 @@ class Pipeline:
 
     def __enter__(self) -> Pipeline:
         try:
-            connect(database_url()).close()
+            connect(database_url("owner")).close()
         except psycopg2.OperationalError as exc:
-            raise AssertionError(f"Postgres is not reachable at {database_url()} ({exc}); "
+            raise AssertionError(f"Postgres is not reachable at "
+                                 f"{where(database_url('owner'))} ({exc}); "
                                  "run `paystream stack up` (make test does)") from exc
         try:
             kafka.start_group_at_end(self.group, PAYMENTS_TOPIC)
@@ -157,7 +158,7 @@ class Pipeline:
         """A user with a fresh deposit address on this pipeline's network."""
         user = "e2e-" + uuid.uuid4().hex[:12]
         address = self.chain.new_address()
-        conn = connect()
+        conn = connect(database_url("owner"))
         try:
             admin.add_user(conn, user)
             admin.add_address(conn, self.network, address, user)
@@ -185,7 +186,7 @@ class Pipeline:
     # --- observing the ledger ---------------------------------------------------------
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        conn = connect()
+        conn = connect(database_url("owner"))
         try:
             conn.autocommit = True
             with conn.cursor() as cur:

@@ -1,0 +1,283 @@
+"""The database roles (issue 13): the grants as the database itself reports them, and
+real connections as each role refused what it must not do.
+
+The matrix below is the whole truth for every login role: each (table, privilege) a role
+holds, by column where a grant is column-level. Every other combination must be denied,
+so a grant added in a migration without this table fails here, and so does one lost.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import psycopg2
+import psycopg2.errors
+import pytest
+
+from paystream.launch import paystream_argv
+from paystream.schema.db import ROLE_NAMES, Connection, DbRole, connect, database_url
+from tests.support.consumers import create_topic, produce
+from tests.support.ingest import ingest_server
+
+ALL = "*"  # every column
+LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc")
+TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
+          "processed_events", "balance_events", "pending_events", "dead_letter_queue",
+          "debezium_heartbeat", "ingest_notices", "chain_deposits", "account_shortfalls",
+          "schema_migrations")
+COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
+TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+
+# role -> table -> privilege -> columns (ALL, or the column names of a column grant)
+Grants = dict[str, dict[str, object]]
+EXPECTED: dict[DbRole, Grants] = {
+    "ingest": {
+        "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        "ingest_notices": {"SELECT": ALL, "INSERT": ALL},
+        "deposit_addresses": {"SELECT": ALL},
+        "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+    },
+    "ledger": {
+        "users": {"SELECT": ALL},
+        "balances": {"SELECT": ALL, "INSERT": {"user_id", "asset"},
+                     "UPDATE": {"balance", "pending", "updated_at"}},
+        "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
+        "balance_events": {"SELECT": ALL, "INSERT": ALL},
+        "pending_events": {"SELECT": ALL, "INSERT": ALL},
+        "processed_events": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"outcome"}},
+        "chain_deposits": {"SELECT": ALL, "INSERT": ALL,
+                           "UPDATE": {"state", "credited_at", "settled_at",
+                                      "final_block_number", "final_block_hash",
+                                      "final_log_index", "verdict_reason"}},
+        "account_shortfalls": {"SELECT": ALL, "INSERT": ALL},
+        "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+    },
+    "mirror": {
+        "dead_letter_queue": {"SELECT": ALL, "INSERT": ALL,
+                              "UPDATE": {"attempts", "error_reason", "error_detail",
+                                         "last_seen_at"}},
+        "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
+    },
+    "finality": {
+        "chain_deposits": {"SELECT": ALL,
+                           "UPDATE": {"state", "decided_at", "transfer_key", "verdict_reason",
+                                      "final_block_number", "final_block_hash",
+                                      "final_log_index", "missing_since_block",
+                                      "suspect_reason"}},
+        "ingest_notices": {"SELECT": ALL},
+        "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+    },
+    "ops": {
+        **{t: {"SELECT": ALL} for t in TABLES},
+        "users": {"SELECT": ALL, "INSERT": ALL},
+        "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
+        "processed_events": {"SELECT": ALL, "DELETE": ALL},
+        "dead_letter_queue": {"SELECT": ALL, "UPDATE": {"status", "last_seen_at"}},
+        "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
+        "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+        "account_shortfalls": {"SELECT": ALL, "UPDATE": {"resolved_at", "resolution"}},
+    },
+    "cdc": {
+        "outbox": {"SELECT": ALL},
+        "debezium_heartbeat": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"last_beat"}},
+    },
+}
+SEQUENCES = ("balance_events_id_seq", "pending_events_id_seq", "dead_letter_queue_id_seq",
+             "account_shortfalls_id_seq")
+EXPECTED_SEQUENCES: dict[DbRole, set[str]] = {
+    "ledger": {"balance_events_id_seq", "pending_events_id_seq", "account_shortfalls_id_seq"},
+    "mirror": {"dead_letter_queue_id_seq"},
+}
+
+
+def _columns(db: Connection, table: str) -> list[str]:
+    with db.cursor() as cur:
+        cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass"
+                    " AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (table,))
+        return [row[0] for row in cur.fetchall()]
+
+
+def _expected(role: DbRole, table: str, privilege: str, column: str | None) -> bool:
+    held = EXPECTED.get(role, {}).get(table, {})
+    assert isinstance(held, dict)
+    columns = held.get(privilege)
+    if columns is None:
+        return False
+    return columns == ALL or (column is not None and column in columns)  # type: ignore
+
+
+def test_every_login_role_holds_exactly_its_grants(db: Connection) -> None:
+    wrong: list[str] = []
+    with db.cursor() as cur:
+        for role in LOGIN_ROLES:
+            name = ROLE_NAMES[role]
+            for table in TABLES:
+                for column in _columns(db, table):
+                    for privilege in COLUMN_PRIVILEGES:
+                        cur.execute("SELECT has_column_privilege(%s, %s, %s, %s)",
+                                    (name, table, column, privilege))
+                        actual = cur.fetchone()[0]
+                        if actual != _expected(role, table, privilege, column):
+                            wrong.append(f"{name} {privilege} {table}.{column}: {actual}")
+                for privilege in TABLE_PRIVILEGES:
+                    cur.execute("SELECT has_table_privilege(%s, %s, %s)",
+                                (name, table, privilege))
+                    actual = cur.fetchone()[0]
+                    if actual != _expected(role, table, privilege, None):
+                        wrong.append(f"{name} {privilege} {table}: {actual}")
+            for sequence in SEQUENCES:
+                cur.execute("SELECT has_sequence_privilege(%s, %s, 'USAGE'),"
+                            " has_sequence_privilege(%s, %s, 'UPDATE')",
+                            (name, sequence, name, sequence))
+                usage, update = cur.fetchone()
+                if usage != (sequence in EXPECTED_SEQUENCES.get(role, set())) or update:
+                    wrong.append(f"{name} sequence {sequence}: usage {usage} update {update}")
+            cur.execute("SELECT has_database_privilege(%s, current_database(), 'CONNECT'),"
+                        " has_database_privilege(%s, current_database(), 'TEMPORARY'),"
+                        " has_database_privilege(%s, current_database(), 'CREATE'),"
+                        " has_schema_privilege(%s, 'public', 'CREATE')",
+                        (name, name, name, name))
+            can_connect, temporary, create, create_in_public = cur.fetchone()
+            if not can_connect or temporary != (role == "ledger") or create or create_in_public:
+                wrong.append(f"{name} database: connect {can_connect} temporary {temporary}"
+                             f" create {create} create in public {create_in_public}")
+    assert not wrong, "grants differ from the matrix:\n" + "\n".join(wrong)
+
+
+def test_role_attributes_only_cdc_replicates_and_none_is_superuser(db: Connection) -> None:
+    with db.cursor() as cur:
+        cur.execute("SELECT rolname, rolsuper, rolcreatedb, rolcreaterole, rolreplication,"
+                    " rolcanlogin, rolbypassrls FROM pg_roles WHERE rolname = ANY(%s)",
+                    (list(ROLE_NAMES.values()),))
+        roles = {row[0]: row[1:] for row in cur.fetchall()}
+        assert set(roles) == set(ROLE_NAMES.values())
+        for role, name in ROLE_NAMES.items():
+            assert roles[name] == (False, False, False, role == "cdc", True, False), name
+        # Nobody else with a login may replicate or is superuser, but the cluster's own.
+        cur.execute("SELECT rolname FROM pg_roles WHERE rolcanlogin"
+                    " AND (rolsuper OR rolreplication) AND rolname <> 'postgres'")
+        assert [row[0] for row in cur.fetchall()] == [ROLE_NAMES["cdc"]]
+        # The owner owns the database and every table.
+        cur.execute("SELECT pg_get_userbyid(datdba) FROM pg_database"
+                    " WHERE datname = current_database()")
+        assert cur.fetchone()[0] == ROLE_NAMES["owner"]
+        cur.execute("SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'public'")
+        assert [row[0] for row in cur.fetchall()] == [ROLE_NAMES["owner"]]
+
+
+@pytest.fixture
+def as_role() -> Iterator[object]:
+    opened: list[Connection] = []
+
+    def open_as(role: DbRole) -> Connection:
+        conn = connect(database_url(role), application_name=f"paystream-test-{role}")
+        opened.append(conn)
+        return conn
+
+    yield open_as
+    for conn in opened:
+        conn.close()
+
+
+REFUSED = [
+    ("ingest", "UPDATE balances SET balance = balance + 1"),
+    ("ingest", "SELECT pg_drop_replication_slot('paystream_no_such_slot')"),
+    ("ingest", "SELECT * FROM balances"),
+    ("ingest", "UPDATE payment_events SET status = 'applied' WHERE false"),
+    ("cdc", "SELECT * FROM balances"),
+    ("cdc", "SELECT * FROM payment_events"),
+    ("cdc", "INSERT INTO outbox (id, aggregatetype, aggregateid, type, event_id, payload,"
+            " trace_id) VALUES (gen_random_uuid(), 'a', 'a', 'a', 'a', '{}', 'a')"),
+    ("ops", "INSERT INTO balance_events (source_event_id, event_type, user_id, asset, delta)"
+            " VALUES ('x', 'deposit', 'nobody', 'USD', 1)"),
+    ("ops", "UPDATE balances SET balance = 0 WHERE false"),
+    ("ops", "DELETE FROM dead_letter_queue WHERE false"),
+    ("mirror", "UPDATE balances SET balance = 0 WHERE false"),
+    ("finality", "INSERT INTO chain_deposits (event_id) VALUES ('x')"),
+    ("finality", "UPDATE chain_deposits SET amount = 1 WHERE false"),
+    ("ledger", "DELETE FROM processed_events WHERE false"),
+    ("ledger", "DELETE FROM balance_events WHERE false"),
+    ("ledger", "TRUNCATE dead_letter_queue"),
+    ("ledger", "CREATE TABLE paystream_test_not_allowed (x int)"),
+    ("ledger", "DROP TABLE balances"),
+]
+
+
+@pytest.mark.parametrize(("role", "sql"), REFUSED)
+def test_a_role_is_refused_what_it_was_not_granted(as_role, role: DbRole, sql: str) -> None:
+    conn = as_role(role)
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_user")
+        assert cur.fetchone()[0] == ROLE_NAMES[role]
+        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            cur.execute(sql)
+    conn.rollback()
+
+
+def test_the_ledger_may_stage_in_a_temporary_table_and_others_may_not(as_role) -> None:
+    for role, allowed in (("ledger", True), ("ingest", False), ("ops", False)):
+        conn = as_role(role)
+        with conn.cursor() as cur:
+            if allowed:
+                cur.execute("CREATE TEMPORARY TABLE paystream_test_staging (x int)")
+            else:
+                with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+                    cur.execute("CREATE TEMPORARY TABLE paystream_test_staging (x int)")
+        conn.rollback()
+
+
+def test_dsns_carry_no_password_and_each_role_logs_in_with_the_passfile() -> None:
+    for role in (*LOGIN_ROLES, "owner"):
+        dsn = database_url(role)
+        assert "passfile=" in dsn and ":" not in dsn.split("//", 1)[1].split("@", 1)[0]
+        conn = connect(dsn)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_user")
+                assert cur.fetchone()[0] == ROLE_NAMES[role]
+        finally:
+            conn.close()
+
+
+def _users_of(db: Connection, application_name: str) -> set[str]:
+    with db.cursor() as cur:
+        cur.execute("SELECT DISTINCT usename FROM pg_stat_activity"
+                    " WHERE application_name = %s", (application_name,))
+        return {row[0] for row in cur.fetchall()}
+
+
+def test_components_started_as_in_production_log_in_as_their_own_roles(db, tmp_path) -> None:
+    with ingest_server() as srv:
+        import httpx
+        assert httpx.get(srv.admin_url + "/readyz").status_code == 200
+        assert _users_of(db, "paystream-ingest") == {"paystream_ingest"}
+    for kind, role in (("ledger", "paystream_ledger"), ("dlq-mirror", "paystream_mirror")):
+        # Fresh topics with one record that is not an event: the ledger dead-letters it,
+        # the mirror stores it; either way the consumer opens its database connection.
+        run = f"roles-test-{kind}-{time.monotonic_ns()}"
+        topic, dlq_topic = run, run + ".dlq"
+        create_topic(topic, partitions=1)
+        create_topic(dlq_topic, partitions=1)
+        produce(topic, [(b"k", b"not an event", [])])
+        log_path = tmp_path / f"{kind}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(paystream_argv(
+                "consume", kind, "--group", run, "--topic", topic, "--dlq-topic", dlq_topic,
+                "--metrics-port", "0"), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while not _users_of(db, f"paystream-{run}") and time.monotonic() < deadline:
+                assert proc.poll() is None, log_path.read_text()
+                time.sleep(0.5)
+            assert _users_of(db, f"paystream-{run}") == {role}, log_path.read_text()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    with db.cursor() as cur:
+        # Debezium reads the slot as the CDC role (the walsender holding the slot).
+        cur.execute("SELECT a.usename FROM pg_replication_slots s"
+                    " JOIN pg_stat_activity a ON a.pid = s.active_pid"
+                    " WHERE s.slot_name = 'paystream_outbox'")
+        assert [row[0] for row in cur.fetchall()] == ["paystream_cdc"]
