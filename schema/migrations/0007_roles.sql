@@ -90,6 +90,9 @@ GRANT SELECT ON users, balances, deposit_addresses, payment_events, outbox,
     TO paystream_ops;
 GRANT INSERT ON users, deposit_addresses TO paystream_ops;
 GRANT DELETE ON processed_events TO paystream_ops;
+-- Only for the row lock of housekeeping's purge (SELECT ... FOR UPDATE SKIP LOCKED: a row
+-- lock needs UPDATE on some column); it adds nothing to what DELETE already allows.
+GRANT UPDATE (processed_at) ON processed_events TO paystream_ops;
 GRANT UPDATE (status, last_seen_at) ON dead_letter_queue TO paystream_ops;
 GRANT UPDATE (status, status_changed_at) ON payment_events TO paystream_ops;
 GRANT INSERT, DELETE ON outbox TO paystream_ops;

@@ -73,7 +73,7 @@ EXPECTED: dict[DbRole, Grants] = {
         **{t: {"SELECT": ALL} for t in TABLES},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
-        "processed_events": {"SELECT": ALL, "DELETE": ALL},
+        "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
         "dead_letter_queue": {"SELECT": ALL, "UPDATE": {"status", "last_seen_at"}},
         "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},

@@ -21,7 +21,7 @@ from paystream.ingest.payments import PaymentWrite
 from paystream.ingest.recording import Recorded, record_payment
 from paystream.ingest.store import Cursor, EventStore
 from paystream.ingest.writer import GroupCommitWriter
-from paystream.schema.db import database_url
+from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome
 from tests.support.ids import unique
@@ -292,7 +292,10 @@ def test_grouped_payments_reach_the_wal_as_outbox_inserts_in_order(store: EventS
     user = unique("user")
     events = [_payment(unique("ev"), user, str(n + 1)) for n in range(5)]
     slot = unique("test_outbox").replace("-", "_")
-    with db.cursor() as cur:
+    # Only Debezium's role may replicate (the owner may not): the slot is read as it.
+    cdc = connect(database_url("cdc"), application_name="paystream-test-wal")
+    cdc.autocommit = True
+    with cdc, cdc.cursor() as cur:
         cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding', true)",
                     (slot,))  # temporary: dropped with this session
         store.commit_group([PaymentWrite(e, "t") for e in events[:2]]
@@ -302,6 +305,7 @@ def test_grouped_payments_reach_the_wal_as_outbox_inserts_in_order(store: EventS
                     " WHERE data LIKE 'table public.outbox: INSERT:%%'"
                     " AND data LIKE %s", (slot, f"%{user}%"))
         inserts = [row[0] for row in cur.fetchall()]
+    cdc.close()
     order = [next(e.event_id for e in events if f"'{e.event_id}'" in i) for i in inserts]
     assert order == [e.event_id for e in events]
     with db.cursor() as cur:
