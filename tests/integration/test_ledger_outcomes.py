@@ -20,7 +20,7 @@ from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger import LedgerHandler
 from paystream.consumers.records import Origin, Record
 from paystream.schema import processed_events
-from paystream.schema.db import Connection
+from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
 from tests.support.consumers import store_records
@@ -41,10 +41,13 @@ def record(user: str, event_id: str, event_type: str, amount: str, offset: int =
 
 
 @pytest.fixture
-def wal(db: Connection) -> Iterator[Any]:
+def wal() -> Iterator[Any]:
     """A function returning the changes to `table` whose text holds `marker`, since the
-    fixture started, as test_decoding lines, read from a temporary logical slot."""
+    fixture started, as test_decoding lines, read from a temporary logical slot (as the
+    CDC role: the only one that may replicate)."""
     slot = unique("test_outcomes").replace("-", "_")
+    db = connect(database_url("cdc"), application_name="paystream-test-wal")
+    db.autocommit = True
     with db.cursor() as cur:
         cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding', true)",
                     (slot,))  # temporary: dropped with this session
@@ -59,6 +62,7 @@ def wal(db: Connection) -> Iterator[Any]:
                 if line.startswith(f"table public.{table}:") and marker in line]
 
     yield changes
+    db.close()
 
 
 def outcome_changes(lines: list[str]) -> list[tuple[str, str, str]]:
@@ -153,9 +157,12 @@ def _wait_for_lock_wait(db: Connection, pid: int, timeout_s: float = 10.0) -> No
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with db.cursor() as cur:
-            cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+            # pg_locks, not pg_stat_activity: the owner may not see another role's
+            # wait events (the ledger's connection is paystream_ledger's).
+            cur.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s"
+                        " AND NOT granted)", (pid,))
             row = cur.fetchone()
-        if row is not None and row[0] == "Lock":
+        if row is not None and row[0]:
             return
         time.sleep(0.02)
     pytest.fail(f"backend {pid} never waited on a lock")
