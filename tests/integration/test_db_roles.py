@@ -281,3 +281,25 @@ def test_components_started_as_in_production_log_in_as_their_own_roles(db, tmp_p
                     " JOIN pg_stat_activity a ON a.pid = s.active_pid"
                     " WHERE s.slot_name = 'paystream_outbox'")
         assert [row[0] for row in cur.fetchall()] == ["paystream_cdc"]
+
+
+def test_the_operator_commands_make_their_writes_as_the_ops_role(db: Connection) -> None:
+    """users add / addresses add / balances run as paystream_ops (INSERT users and
+    deposit addresses, read balances), the writes it was granted."""
+    user = f"roles-ops-{time.monotonic_ns()}"
+    address = "0x" + f"{time.monotonic_ns():040x}"[-40:]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(paystream_argv(*args), capture_output=True, text=True,
+                              timeout=60)
+
+    added = cli("users", "add", user)
+    assert added.returncode == 0 and "created" in added.stdout, added.stderr
+    assigned = cli("addresses", "add", "--network", "ETH_MAINNET", "--address", address,
+                   "--user", user)
+    assert assigned.returncode == 0 and "added" in assigned.stdout, assigned.stderr
+    assert cli("balances", "--user", user).returncode == 0
+    with db.cursor() as cur:
+        cur.execute("SELECT user_id FROM deposit_addresses WHERE network = 'ETH_MAINNET'"
+                    " AND address = %s", (address,))
+        assert cur.fetchall() == [(user,)]

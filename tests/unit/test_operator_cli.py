@@ -32,3 +32,20 @@ def test_unreachable_database_exits_2_with_the_address_and_no_password(
     assert err.startswith("paystream balances: cannot reach Postgres at "
                           "paystream@127.0.0.1:1/paystream")
     assert "s3cret-pw" not in err
+
+
+@pytest.mark.parametrize(("argv", "user"), [
+    (["balances"], "paystream_ops"), (["users", "add", "u1"], "paystream_ops"),
+    (["dlq", "list"], "paystream_ops"), (["shortfalls"], "paystream_ops"),
+    (["housekeeping", "--dry-run"], "paystream_ops"), (["migrate"], "paystream"),
+])
+def test_each_operator_command_logs_in_as_its_role(
+        argv: list[str], user: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    for name in ("PAYSTREAM_DATABASE_URL", "PAYSTREAM_OPS_DATABASE_URL",
+                 "PAYSTREAM_OWNER_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PAYSTREAM_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("PAYSTREAM_PG_PORT", "1")  # refused at once: the message names it
+    assert main(argv) == 2
+    assert f"cannot reach Postgres at {user}@127.0.0.1:1/paystream" in capsys.readouterr().err
