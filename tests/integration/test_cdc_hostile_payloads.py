@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from paystream.connectors.endpoint import rest_client
 from paystream.connectors.status import read_status
 from paystream.ingest.request_body import MAX_NESTING
 from paystream.schema.db import database_url
@@ -61,7 +62,7 @@ class TaskWatch:
 
     def _run(self) -> None:
         endpoint = StackSettings.from_env()
-        with httpx.Client(timeout=5) as client:
+        with rest_client(timeout=5) as client:
             while not self._stop.is_set():
                 try:
                     status = read_status(endpoint, client=client)

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from paystream.launch import free_port, paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
 from paystream.schema.db import kafka_bootstrap
+from tests.support.consumers import admin_security
 from tests.support.ids import unique
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,14 +152,14 @@ def test_full_health_run_reports_every_check() -> None:
 @pytest.fixture
 def lag_topic():
     """A one-partition topic with five messages, deleted afterwards."""
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap()})
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(), **admin_security()})
     topic = unique("ops-lag")
     try:
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
     except KafkaException as exc:
         pytest.fail(f"Kafka is not reachable at {kafka_bootstrap()} ({exc}); "
                     "run `paystream stack up`")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap()})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap(), **admin_security()})
     for i in range(5):
         producer.produce(topic, key=b"k", value=str(i).encode())
     assert producer.flush(15) == 0
@@ -169,8 +170,8 @@ def lag_topic():
 def test_consumer_lag_is_computed_from_committed_offsets(lag_topic) -> None:
     group = unique("ops-lag-group")
     never = unique("ops-lag-never")
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": group,
-                         "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), **admin_security(),
+                         "group.id": group, "enable.auto.commit": False})
     try:
         consumer.commit(offsets=[TopicPartition(lag_topic, 0, 2)], asynchronous=False)
     finally:
