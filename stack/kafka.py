@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialUpsertion,
 )
 
@@ -261,7 +262,7 @@ def ensure_users(s: StackSettings) -> str:
     """Create or update the SCRAM user of every component but the admin, each with its
     current password (an upsert: running it again changes nothing a client sees)."""
     client = admin(s)
-    upserts = [UserScramCredentialUpsertion(
+    upserts: list[UserScramCredentialAlteration] = [UserScramCredentialUpsertion(
         kafka_security.username(role),
         ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
         credentials.read_secret(kafka_security.secret_name(role)).encode())
