@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from confluent_kafka import Consumer, TopicPartition
 
+from paystream import kafka_security
 from paystream.schema.db import connect as db_connect
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
@@ -33,7 +34,8 @@ def main() -> None:
     args = parser.parse_args()
 
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": "bench-cdc",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10,
+                         **kafka_security.client_config(kafka_security.ADMIN)})
     md = consumer.list_topics(PAYMENTS_TOPIC, timeout=10).topics[PAYMENTS_TOPIC]
     parts = []
     for p in md.partitions:

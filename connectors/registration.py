@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from paystream.connectors.endpoint import ConnectorEndpoint
+from paystream.connectors.endpoint import ConnectorEndpoint, rest_auth
 
 CONNECTOR_FILE = Path(__file__).resolve().parent / "config" / "outbox-connector.json"
 
@@ -29,7 +29,7 @@ def connector_config() -> dict[str, str]:
 def register(endpoint: ConnectorEndpoint, *, timeout: float = 60.0) -> None:
     """PUT the connector config: creates it, or updates it in place (idempotent)."""
     resp = httpx.put(f"{endpoint.connect_url}/connectors/{endpoint.connector_name}/config",
-                     json=connector_config(), timeout=timeout)
+                     json=connector_config(), timeout=timeout, auth=rest_auth())
     if resp.status_code not in (200, 201):
         raise RegistrationError(f"registering {endpoint.connector_name} failed: "
                                 f"{resp.status_code} {resp.text[:2000]}")

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from paystream.connectors.endpoint import ConnectorEndpoint
+from paystream.connectors.endpoint import ConnectorEndpoint, rest_auth
 
 RUNNING = "RUNNING"
 FAILED = "FAILED"
@@ -93,9 +93,12 @@ def _task(doc: dict[str, Any]) -> TaskStatus:
 def read_status(endpoint: ConnectorEndpoint, *, client: httpx.Client | None = None,
                 timeout: float = 5.0) -> ConnectorStatus:
     """GET the connector's status. Raises httpx.HTTPError when Connect does not answer:
-    each caller says what that means for it (wait, log, or report unhealthy)."""
+    each caller says what that means for it (wait, log, or report unhealthy). A `client`
+    brings its own credentials (endpoint.rest_client()); without one, rest_auth() is
+    sent."""
     url = f"{endpoint.connect_url}/connectors/{endpoint.connector_name}/status"
-    resp = client.get(url) if client is not None else httpx.get(url, timeout=timeout)
+    resp = (client.get(url) if client is not None
+            else httpx.get(url, timeout=timeout, auth=rest_auth()))
     try:
         body = resp.json() if resp.content else None
     except ValueError:  # not JSON: an HTML error page from a proxy, say

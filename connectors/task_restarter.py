@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import httpx
 import structlog
 
-from paystream.connectors.endpoint import ConnectorEndpoint
+from paystream.connectors.endpoint import ConnectorEndpoint, rest_client
 from paystream.connectors.status import read_status
 
 log = structlog.get_logger("paystream.connectors.task_restarter")
@@ -37,7 +37,8 @@ class Check:
 
 
 def check_once(endpoint: ConnectorEndpoint, client: httpx.Client) -> Check:
-    """One status check, and a restart of the failed parts if there are any."""
+    """One status check, and a restart of the failed parts if there are any. `client`
+    carries the REST credentials (endpoint.rest_client())."""
     name = endpoint.connector_name
     try:
         status = read_status(endpoint, client=client)
@@ -73,7 +74,7 @@ def run(endpoint: ConnectorEndpoint, stop: threading.Event,
         interval: float = DEFAULT_INTERVAL_S) -> None:
     log.info("task_restarter_started", connector=endpoint.connector_name,
              connect_url=endpoint.connect_url, interval_s=interval)
-    with httpx.Client(timeout=10) as client:
+    with rest_client(timeout=10) as client:
         while not stop.is_set():
             check_once(endpoint, client)
             stop.wait(interval)

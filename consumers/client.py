@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 
+from paystream import kafka_security
 from paystream.consumers.settings import ConfigError, ConsumerSettings
 
 # Properties whose value is fixed by the commit protocol.
@@ -30,9 +31,11 @@ def _is_true(value: object) -> bool:
 def consumer_config(settings: ConsumerSettings, *,
                     stats_cb: Callable[[str], None] | None = None,
                     error_cb: Callable[[KafkaError], None] | None = None) -> KafkaConfig:
-    """The consumer configuration; raise ConfigError if it breaks the commit protocol."""
+    """The consumer configuration; raise ConfigError if it breaks the commit protocol.
+    It authenticates as the group's principal (kafka_security.role_for_group)."""
     conf: KafkaConfig = {
         "bootstrap.servers": settings.bootstrap,
+        **kafka_security.client_config(kafka_security.role_for_group(settings.group)),
         "group.id": settings.group,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -77,9 +80,11 @@ def make_consumer(conf: KafkaConfig) -> Consumer:
 
 
 def dlq_producer_config(settings: ConsumerSettings) -> KafkaConfig:
-    """An idempotent producer acknowledged by all in-sync replicas."""
+    """An idempotent producer acknowledged by all in-sync replicas, authenticated as the
+    group's principal (the same as its consumer's)."""
     return {
         "bootstrap.servers": settings.bootstrap,
+        **kafka_security.client_config(kafka_security.role_for_group(settings.group)),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,

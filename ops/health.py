@@ -41,7 +41,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from paystream import operator_cli
+from paystream import kafka_security, operator_cli
 from paystream.connectors import endpoint
 from paystream.connectors.status import read_status
 from paystream.env import env_float
@@ -347,7 +347,9 @@ class HealthChecker:
             ms = int(self.settings.timeout_s * 1000)
             # log_level 2: a broker that is down is reported by the check, not by librdkafka.
             self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap,
-                                       "socket.timeout.ms": ms, "log_level": 2})
+                                       "socket.timeout.ms": ms, "log_level": 2,
+                                       **kafka_security.client_config(
+                                           kafka_security.HEALTH)})
         return self._admin
 
     def _lag_checks(self) -> list[CheckResult]:

@@ -1,19 +1,82 @@
 """The local stack's Kafka Connect worker (distributed mode): start, stop, health, and
-the outbox connector registered and running on it (connectors/ holds the connector)."""
+the outbox connector registered and running on it (connectors/ holds the connector).
+
+Locked down: the REST API (loopback only) takes HTTP basic auth, checked by Connect's
+BasicAuthSecurityRestExtension against a users file; the worker's Kafka clients are
+the connect principal; the worker runs with a minimal environment (CONNECTOR_ENV and
+what the JVM needs), and its env config provider hands out CONNECTOR_ENV only. Every
+file holding a password is written 0600 under the secrets dir."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import httpx
 
-from paystream.connectors import registration
+from paystream import credentials, kafka_security
+from paystream.connectors import endpoint, registration
 from paystream.connectors.status import FAILED, ConnectorStatus, read_status
 from paystream.stack.kafka import CONFIG_DIR, java_cmd, render
 from paystream.stack.process import StackError, read_pid, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
 
 COMPONENT = "connect"
+
+# The variables the connector's JSON reads (`${env:...}`): the only ones Connect is
+# given besides JAVA_RUNTIME_ENV, and the only ones its env config provider hands out.
+CONNECTOR_ENV = ("PAYSTREAM_PG_HOST", "PAYSTREAM_PG_PORT", "PAYSTREAM_PG_USER",
+                 "PAYSTREAM_PG_PASSWORD", "PAYSTREAM_PG_DB")
+# What the JVM needs from the parent's environment (java on PATH, the locale, a home).
+JAVA_RUNTIME_ENV = ("PATH", "LANG", "LC_ALL", "HOME", "JAVA_HOME", "TZ")
+REST_JAAS = "connect-rest.jaas"
+REST_USERS = "connect-rest-users.properties"
+
+
+def env_allowlist() -> str:
+    """The EnvVarConfigProvider's allowlist.pattern: exactly the CONNECTOR_ENV names."""
+    return "^(" + "|".join(re.escape(n) for n in CONNECTOR_ENV) + ")$"
+
+
+def worker_env(s: StackSettings) -> dict[str, str]:
+    """Connect's whole environment: the connector's variables, and the few the JVM
+    needs from ours; nothing else of the parent's (no other secret, no DSN)."""
+    connector = s.connect_env()
+    env = {k: v for k, v in os.environ.items() if k in JAVA_RUNTIME_ENV}
+    env.update({k: connector[k] for k in CONNECTOR_ENV})
+    return env
+
+
+def write_rest_auth_files() -> Path:
+    """The users file (one `user=password` line) and the JAAS file that points the
+    extension's PropertyFileLoginModule at it; returns the JAAS file."""
+    secrets = credentials.secrets_dir()
+    password = credentials.ensure_secret(endpoint.REST_SECRET)
+    users = secrets / REST_USERS
+    credentials.write_private(users, f"{endpoint.rest_user()}={password}\n")
+    jaas = secrets / REST_JAAS
+    credentials.write_private(jaas, (
+        "KafkaConnect {\n"
+        "  org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule "
+        f'required\n  file="{users}";\n}};\n'))
+    return jaas
+
+
+def worker_properties(s: StackSettings) -> Path:
+    sec = kafka_security.client_config(kafka_security.CONNECT)
+    protocol = sec["security.protocol"]
+    if protocol.startswith("SASL"):
+        jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{sec["sasl.username"]}" password="{sec["sasl.password"]}";')
+        mechanism = sec["sasl.mechanism"]
+    else:  # a broker elsewhere without SASL: the settings below are then ignored
+        jaas, mechanism = "", "GSSAPI"
+    return render(CONFIG_DIR / "connect-distributed.properties",
+                  credentials.secrets_dir() / "connect-distributed.properties",
+                  private=True, bootstrap=s.kafka_bootstrap, connect_port=s.connect_port,
+                  security_protocol=protocol, sasl_mechanism=mechanism, jaas=jaas,
+                  env_allowlist=env_allowlist())
 
 
 def pid_file(s: StackSettings) -> Path:
@@ -25,7 +88,7 @@ def log_file(s: StackSettings) -> Path:
 
 
 def _get(s: StackSettings, path: str) -> httpx.Response:
-    return httpx.get(s.connect_url + path, timeout=5)
+    return httpx.get(s.connect_url + path, timeout=5, auth=endpoint.rest_auth())
 
 
 def version(s: StackSettings) -> str:
@@ -45,14 +108,14 @@ def healthy(s: StackSettings) -> bool:
 def start(s: StackSettings) -> bool:
     if read_pid(pid_file(s)) is not None:
         return False
-    props = render(CONFIG_DIR / "connect-distributed.properties",
-                   s.run_dir / "connect-distributed.properties",
-                   kafka_port=s.kafka_port, connect_port=s.connect_port)
+    props = worker_properties(s)
+    jaas = write_rest_auth_files()
     cmd = java_cmd(s, s.connect_heap, "connect",
-                   "org.apache.kafka.connect.cli.ConnectDistributed", str(props))
+                   "org.apache.kafka.connect.cli.ConnectDistributed", str(props),
+                   jvm_opts=(f"-Djava.security.auth.login.config={jaas}",))
     # The connector JSON reads the database address from these (EnvVarConfigProvider).
     start_detached(cmd, pid_file=pid_file(s), out_file=s.logs_dir / "connect.out",
-                   env=s.connect_env())
+                   env=worker_env(s), inherit_env=False)
     # The REST API answers /connectors only once the worker has joined its group.
     wait_until(COMPONENT, "serving its REST API", lambda: healthy(s), timeout=180,
                log=log_file(s), pid_file=pid_file(s))

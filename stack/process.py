@@ -62,14 +62,17 @@ def pid_alive(pid: int) -> bool:
 
 
 def start_detached(cmd: list[str], *, pid_file: Path, out_file: Path,
-                   env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
-    """Start `cmd` in its own session, stdout+stderr appended to out_file; return its pid."""
+                   env: dict[str, str] | None = None, cwd: Path | None = None,
+                   inherit_env: bool = True) -> int:
+    """Start `cmd` in its own session, stdout+stderr appended to out_file; return its pid.
+    Its environment is ours updated with `env`, or, with inherit_env=False, `env` alone."""
     out_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     with out_file.open("ab") as out:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+            env={**os.environ, **(env or {})} if inherit_env else dict(env or {}),
+            cwd=cwd, start_new_session=True,
         )
     pid_file.write_text(f"{proc.pid}\n")
     return proc.pid

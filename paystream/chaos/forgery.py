@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from confluent_kafka import Producer
 
+from paystream import kafka_security
 from paystream.schema.db import Cursor
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 
@@ -67,8 +68,11 @@ def forge(cur: Cursor, bootstrap: str, run_id: str, n: int, users: list[str],
                       PaymentEvent(event_id, EventType.DEPOSIT, owner, asset, claimed,
                                    "payments")))
     errors: list[str] = []
+    # The attacker here holds the admin's credentials on purpose: the test is that the
+    # ledger refuses forged records that did reach the topic (no ACL stops a super user).
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True, "message.timeout.ms": 30_000})
+                         "enable.idempotence": True, "message.timeout.ms": 30_000,
+                         **kafka_security.client_config(kafka_security.ADMIN)})
     for _forgery, event in batch:
         key, value, headers = _record(event)
         producer.produce(PAYMENTS_TOPIC, key=key, value=value, headers=headers,

@@ -20,7 +20,17 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
 
+from paystream import kafka_security
+from paystream.connectors.endpoint import rest_client
 from paystream.connectors.status import read_status
 from paystream.ingest.request_body import MAX_NESTING
 from paystream.schema.events import PAYMENTS_TOPIC
@@ -60,7 +70,7 @@ class TaskWatch:
 
     def _run(self) -> None:
         endpoint = StackSettings.from_env()
-        with httpx.Client(timeout=5) as client:
+        with rest_client(timeout=5) as client:
             while not self._stop.is_set():
                 try:
                     status = read_status(endpoint, client=client)
@@ -92,10 +102,20 @@ def _probe_topic() -> Iterator[str]:
     aggregate = unique("cdc-probe")
     topic = f"paystream.{aggregate}"
     create_topic(topic, partitions=1)
+    # Connect may write only the topics the stack grants it (stack/kafka.py ACLS): a new
+    # aggregate type needs its topic and a Write ACL, like this one.
+    client = admin()
+    grant = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                       f"User:{kafka_security.username(kafka_security.CONNECT)}", "*",
+                       AclOperation.WRITE, AclPermissionType.ALLOW)
+    client.create_acls([grant])[grant].result(timeout=30)
+    grant_filter = AclBindingFilter(grant.restype, grant.name, grant.resource_pattern_type,
+                                    grant.principal, grant.host, grant.operation,
+                                    grant.permission_type)
     try:
         yield aggregate
     finally:
-        client = admin()
+        client.delete_acls([grant_filter])[grant_filter].result(timeout=30)
         client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
 
 

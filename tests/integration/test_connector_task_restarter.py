@@ -13,6 +13,7 @@ import time
 import httpx
 
 from paystream.connectors import task_restarter
+from paystream.connectors.endpoint import rest_auth, rest_client
 from paystream.launch import paystream_argv
 from paystream.stack import connect
 from paystream.stack.settings import StackSettings
@@ -21,7 +22,7 @@ from paystream.stack.settings import StackSettings
 def test_a_running_connector_is_left_alone():
     s = StackSettings.from_env()
     connect.wait_running(s, timeout=120)
-    with httpx.Client(timeout=10) as client:
+    with rest_client(timeout=10) as client:
         assert task_restarter.check_once(s, client) == task_restarter.Check(
             "RUNNING", (), False)
 
@@ -31,6 +32,7 @@ def test_connect_accepts_the_restart_the_watchdog_sends():
     Connect: accepted, and with nothing failed it restarts nothing."""
     s = StackSettings.from_env()
     resp = httpx.post(f"{s.connect_url}/connectors/{s.connector_name}/restart",
+                      auth=rest_auth(),
                       params=task_restarter.RESTART_PARAMS, timeout=30)
     assert resp.status_code in (202, 204), resp.text
     connect.wait_running(s, timeout=120)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from decimal import Decimal
@@ -11,6 +12,8 @@ from paystream.consumers import dlq
 from paystream.launch import paystream_argv
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent
+from paystream.stack.kafka import kcat_config_file, kcat_env
+from paystream.stack.settings import StackSettings
 from tests.support.consumers import (
     create_topic,
     create_users,
@@ -27,9 +30,11 @@ from tests.support.ids import unique
 def _kcat_produce(topic: str, partition: int, key: str, payload_file) -> None:
     kcat = shutil.which("kcat")
     assert kcat, "kcat is not installed (Debian package kcat; `paystream stack up` installs it)"
-    subprocess.run([kcat, "-P", "-b", kafka_bootstrap(), "-t", topic, "-p", str(partition),
+    subprocess.run([kcat, "-F", str(kcat_config_file()), "-P", "-b", kafka_bootstrap(),
+                    "-t", topic, "-p", str(partition),
                     "-k", key, "-H", "event_id=garbage", "-H", "event_type=deposit",
-                    str(payload_file)], check=True, timeout=30)
+                    str(payload_file)], check=True, timeout=30,
+                   env={**os.environ, **kcat_env(StackSettings.from_env())})
 
 
 def test_poison_messages_are_dead_lettered_and_the_partition_continues(

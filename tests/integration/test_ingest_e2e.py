@@ -11,6 +11,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from paystream import kafka_security
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC
 from tests.support.ids import unique
@@ -31,6 +32,7 @@ def _consumer_at_end() -> Consumer:
     """A consumer of its own group, positioned at the current end of every partition,
     so it sees exactly what is produced after this call."""
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap(),
+                         **kafka_security.client_config(kafka_security.ADMIN),
                          "group.id": unique("ingest-e2e"), "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
     try:

@@ -8,6 +8,7 @@ import time
 
 import httpx
 
+from paystream.connectors.endpoint import rest_auth
 from paystream.launch import free_port
 from paystream.schema.db import connect as db_connect
 from paystream.schema.db import database_url
@@ -49,7 +50,7 @@ def _restore(stack: StackSettings) -> None:
     st = connect.status(stack)
     if st is not None and any(t.state == "FAILED" for t in st.tasks):
         httpx.post(f"{stack.connect_url}/connectors/{stack.connector_name}/restart"
-                   "?includeTasks=true&onlyFailed=true", timeout=30)
+                   "?includeTasks=true&onlyFailed=true", timeout=30, auth=rest_auth())
     connect.wait_running(stack, timeout=60)
 
 

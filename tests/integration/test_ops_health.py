@@ -8,6 +8,7 @@ was received ten years ago and the threshold is ~9.5 years, so no other test's e
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -18,22 +19,26 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
+from paystream import credentials
 from paystream.launch import free_port, paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
 from paystream.schema.db import kafka_bootstrap
+from tests.support.consumers import admin_security
 from tests.support.ids import unique
 
 ROOT = Path(__file__).resolve().parents[2]
 STUCK_AFTER = str(300_000_000)  # seconds, ~9.5 years
 
 
-def paystream(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(paystream_argv(*args), cwd=ROOT,
+def paystream(*args: str, timeout: float = 120, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess:
+    return subprocess.run(paystream_argv(*args), cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
-def health_json(*args: str) -> tuple[int, dict[str, list[dict]]]:
-    done = paystream("health", "--json", *args)
+def health_json(*args: str, env: dict[str, str] | None = None
+                ) -> tuple[int, dict[str, list[dict]]]:
+    done = paystream("health", "--json", *args, env=env)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     by_check: dict[str, list[dict]] = {}
     for row in json.loads(done.stdout):
@@ -151,14 +156,14 @@ def test_full_health_run_reports_every_check() -> None:
 @pytest.fixture
 def lag_topic():
     """A one-partition topic with five messages, deleted afterwards."""
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap()})
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(), **admin_security()})
     topic = unique("ops-lag")
     try:
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
     except KafkaException as exc:
         pytest.fail(f"Kafka is not reachable at {kafka_bootstrap()} ({exc}); "
                     "run `paystream stack up`")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap()})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap(), **admin_security()})
     for i in range(5):
         producer.produce(topic, key=b"k", value=str(i).encode())
     assert producer.flush(15) == 0
@@ -166,17 +171,28 @@ def lag_topic():
     admin.delete_topics([topic])[topic].result(15)
 
 
+def test_the_health_principal_may_not_describe_other_groups(lag_topic) -> None:
+    code, rows = health_json("--check", "consumer_lag", "--group", f"{unique('g')}={lag_topic}")
+    [row] = rows["consumer_lag"]
+    assert "TOPIC_AUTHORIZATION_FAILED" in row["value"] and row["verdict"] == "unhealthy"
+    assert code == 1
+
+
 def test_consumer_lag_is_computed_from_committed_offsets(lag_topic) -> None:
     group = unique("ops-lag-group")
     never = unique("ops-lag-never")
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": group,
-                         "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap(), **admin_security(),
+                         "group.id": group, "enable.auto.commit": False})
     try:
         consumer.commit(offsets=[TopicPartition(lag_topic, 0, 2)], asynchronous=False)
     finally:
         consumer.close()
+    # The health principal may describe the production groups only: checking a test's
+    # groups takes a principal allowed to, given the way a deployment would give it.
+    as_admin = {**os.environ, "PAYSTREAM_KAFKA_USER": "paystream-admin",
+                "PAYSTREAM_KAFKA_PASSWORD_FILE": str(credentials.secrets_dir() / "kafka-admin")}
     code, rows = health_json("--check", "consumer_lag", "--group", f"{group}={lag_topic}",
-                             "--group", f"{never}={lag_topic}")
+                             "--group", f"{never}={lag_topic}", env=as_admin)
     lags = {r["what"]: (r["value"], r["verdict"]) for r in rows["consumer_lag"]}
     # Three messages after the committed offset 2; nobody consumes: unhealthy.
     assert lags[f"group {group} lag on {lag_topic}"] == ("3 (0 members)", "unhealthy")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from decimal import Decimal
@@ -13,6 +14,7 @@ from paystream.schema.db import database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
 from paystream.stack import connect, postgres
+from paystream.stack.kafka import kcat_config_file, kcat_env
 from paystream.stack.settings import StackSettings
 from tests.support.ids import unique
 from tests.support.topics import headers_of
@@ -76,10 +78,11 @@ def test_kcat_shows_key_headers_and_payload(db, topic_reader):
     kcat = shutil.which("kcat")
     assert kcat, "kcat is not installed (paystream stack up installs it)"
     out = subprocess.run(
-        [kcat, "-b", kafka_bootstrap(), "-C", "-t", msg.topic(), "-p",
-         str(msg.partition()), "-o", str(msg.offset()), "-c", "1", "-e",
+        [kcat, "-F", str(kcat_config_file()), "-b", kafka_bootstrap(), "-C",
+         "-t", msg.topic(), "-p", str(msg.partition()), "-o", str(msg.offset()), "-c", "1", "-e",
          "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n"],
         capture_output=True, text=True, timeout=30, check=True,
+        env={**os.environ, **kcat_env(StackSettings.from_env())},
     ).stdout
     assert f"key={user}\n" in out
     assert f"event_id={event.event_id}" in out

@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from paystream import kafka_security
 from paystream.consumers.ledger_plan import decide, signed_amount
 from paystream.consumers.records import Record
 from paystream.launch import paystream_argv
@@ -31,8 +32,13 @@ from tests.support.waiting import wait_until
 Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]  # key, value, headers
 
 
+def admin_security() -> dict[str, str]:
+    """The tests' Kafka clients are the admin (topics of their own, any group)."""
+    return kafka_security.client_config(kafka_security.ADMIN)
+
+
 def admin() -> AdminClient:
-    return AdminClient({"bootstrap.servers": kafka_bootstrap()})
+    return AdminClient({"bootstrap.servers": kafka_bootstrap(), **admin_security()})
 
 
 def create_topic(name: str, partitions: int = 12) -> None:
@@ -98,7 +104,8 @@ def store_records(cur: Any, records: Iterable[Record]) -> int:
 
 
 def producer() -> Producer:
-    return Producer({"bootstrap.servers": kafka_bootstrap(), "linger.ms": 20,
+    return Producer({"bootstrap.servers": kafka_bootstrap(), **admin_security(),
+                     "linger.ms": 20,
                      "enable.idempotence": True, "acks": "all",
                      "batch.num.messages": 10000, "queue.buffering.max.messages": 500000})
 
@@ -132,8 +139,9 @@ def produce(topic: str, messages: Iterable[Message], partition: int | None = Non
 
 
 def _probe(group: str = "paystream-harness-probe") -> Consumer:
-    return Consumer({"bootstrap.servers": kafka_bootstrap(), "group.id": group,
-                     "enable.auto.commit": False, "enable.auto.offset.store": False})
+    return Consumer({"bootstrap.servers": kafka_bootstrap(), **admin_security(),
+                     "group.id": group, "enable.auto.commit": False,
+                     "enable.auto.offset.store": False})
 
 
 def end_offsets(topic: str) -> dict[int, int]:

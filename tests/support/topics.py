@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from paystream import kafka_security
 from paystream.schema.db import kafka_bootstrap
 from tests.support.ids import unique
 
@@ -21,6 +22,7 @@ class TopicReader:
         self.topic = topic
         self.consumer = Consumer({
             "bootstrap.servers": kafka_bootstrap(),
+            **kafka_security.client_config(kafka_security.ADMIN),
             "group.id": unique("test-reader"),
             "enable.auto.commit": False,
             "log_level": 2,

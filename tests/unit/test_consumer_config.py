@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from paystream.consumers.client import consumer_config
+from paystream import credentials, kafka_security
+from paystream.consumers.client import consumer_config, dlq_producer_config
 from paystream.consumers.commit import first_offsets, next_offsets
 from paystream.consumers.records import Origin, Record, header_text
 from paystream.consumers.settings import ConfigError, ConsumerSettings
+
+
+@pytest.fixture(autouse=True)
+def _secrets(tmp_path, monkeypatch) -> None:
+    """A secrets dir of this test's own (the consumer reads its Kafka password)."""
+    monkeypatch.setenv("PAYSTREAM_SECRETS_DIR", str(tmp_path / "secrets"))
+    for role in kafka_security.ROLES:
+        credentials.ensure_secret(kafka_security.secret_name(role))
 
 
 def _settings(**kw) -> ConsumerSettings:
@@ -20,6 +29,19 @@ def test_safe_defaults() -> None:
     assert conf["enable.auto.commit"] is False
     assert conf["enable.auto.offset.store"] is False
     assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+
+
+def test_each_group_authenticates_as_its_own_principal() -> None:
+    ledger = ConsumerSettings(group="ledger", topics=("t",), dlq_topic="t.dlq")
+    for conf in (consumer_config(ledger), dlq_producer_config(ledger)):
+        assert conf["security.protocol"] == "SASL_PLAINTEXT"
+        assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
+        assert conf["sasl.username"] == "paystream-ledger"
+        assert conf["sasl.password"] == credentials.read_secret("kafka-ledger")
+    mirror = ConsumerSettings(group="dlq-mirror", topics=("t",), dlq_topic="t.dlq")
+    assert consumer_config(mirror)["sasl.username"] == "paystream-dlq-mirror"
+    # A group of a test, benchmark or chaos run has no ACLs of its own: the admin.
+    assert consumer_config(_settings())["sasl.username"] == "paystream-admin"
 
 
 def test_kip848_protocol() -> None:
