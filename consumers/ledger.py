@@ -71,6 +71,7 @@ what the ledger credited, so it means a bug or a forged event, for review.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
@@ -104,6 +105,16 @@ from paystream.schema.status import EventStatus, transition
 from paystream.schema.stored_events import STATUS_CONFLICT
 
 log = structlog.get_logger("consumers.ledger")
+
+# Debezium streams a transaction once its commit record is flushed to the WAL, and
+# Postgres makes the transaction visible to other sessions a moment after that flush.
+# A writer descheduled in between lets its record reach the ledger first: seen at load
+# average 5 on 2 cores, an honest deposit was judged 60 ms after its 200 while its row
+# was not yet visible (dead-lettered unknown_event). So a refusal that rests on a row
+# not being there (or not yet in its new state) is looked up again after these pauses,
+# ~2 s in all, before the record is dead-lettered; under READ COMMITTED each new
+# statement sees what has committed since. Only records that fail the check pay.
+VISIBILITY_RECHECKS_S = (0.02, 0.1, 0.3, 0.6, 1.0)
 
 NOTIFICATION_WITHDRAWAL_REJECTED = "withdrawal_rejected"
 NOTIFICATION_DEPOSIT_REVERSED = "deposit_reversed"
@@ -141,9 +152,8 @@ class LedgerHandler:
         # settlements no decided deposit explains.
         valid = _outbox_events_only(cur, unique, result)
         valid = _known_users_only(cur, valid, result)
-        deposits = chain_deposits.held(
-            cur, (str(c.event.settles) for c in valid if c.event.settles is not None))
-        valid = _check_settlements(valid, deposits, result)
+        deposits, problems = _settlements_judged(cur, valid)
+        valid = _without_dead_letters(valid, problems, result)
         if not valid:
             return result
         # Step 3. Lock every balance the batch touches, in order.
@@ -184,10 +194,9 @@ def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchR
                         ) -> list[Candidate]:
     """Dead-letter (into `result`) the events that do not match their stored row. One
     query for the batch; settlements have no row (the watcher writes only the outbox):
-    _check_settlements judges them against their deposit."""
+    _settlements_judged judges them against their deposit."""
     plain = [(c, c.event.content_hash()) for c in candidates if c.event.settles is None]
-    suspect = stored_events.suspects(
-        cur, [(c.event.event_id, c.key, h) for c, h in plain])
+    suspect = _stored_suspects(cur, [(c.event.event_id, c.key, h) for c, h in plain])
     if not suspect:
         return candidates
     bad: dict[int, tuple[str, str]] = {}
@@ -218,9 +227,50 @@ def _known_users_only(cur: Cursor, candidates: list[Candidate], result: BatchRes
     return valid
 
 
-def _check_settlements(candidates: list[Candidate], deposits: dict[str, HeldDeposit],
-                       result: BatchResult) -> list[Candidate]:
-    """Dead-letter (into `result`) settlement events that no held chain deposit explains."""
+def _stored_suspects(cur: Cursor, wanted: list[tuple[str, str, str]]
+                     ) -> dict[str, stored_events.StoredEvent | None]:
+    """stored_events.suspects, with the rows not yet visible looked up again (see
+    VISIBILITY_RECHECKS_S) before they are judged missing."""
+    suspect = stored_events.suspects(cur, wanted)
+    for pause in VISIBILITY_RECHECKS_S:
+        missing = [w for w in wanted if w[1] in suspect and suspect[w[1]] is None]
+        if not missing:
+            break
+        time.sleep(pause)
+        again = stored_events.suspects(cur, missing)
+        for _event_id, key, _hash in missing:
+            if key in again:
+                suspect[key] = again[key]
+            else:  # visible now, and as the record says
+                del suspect[key]
+    return suspect
+
+
+def _settlements_judged(cur: Cursor, candidates: list[Candidate]
+                        ) -> tuple[dict[str, HeldDeposit], dict[int, tuple[str, str]]]:
+    """The held deposits the batch's settlements name, and the settlements no deposit
+    explains (by id(), with their reason). A refusal that rests on the deposit's row
+    (missing, or not yet in the state the watcher decided) is judged again after the
+    pauses of VISIBILITY_RECHECKS_S; an id not derived from its deposit's is not."""
+    settling = [c for c in candidates if c.event.settles is not None]
+    if not settling:
+        return {}, {}
+    deposits = chain_deposits.held(cur, (str(c.event.settles) for c in settling))
+    problems = _settlement_problems(settling, deposits)
+    for pause in VISIBILITY_RECHECKS_S:
+        if all(reason == stored_events.UNKNOWN_EVENT for reason, _ in problems.values()):
+            break
+        time.sleep(pause)
+        deposits.update(chain_deposits.held(
+            cur, (str(c.event.settles) for c in settling if id(c) in problems)))
+        problems = _settlement_problems(settling, deposits)
+    return deposits, problems
+
+
+def _settlement_problems(candidates: list[Candidate], deposits: dict[str, HeldDeposit]
+                         ) -> dict[int, tuple[str, str]]:
+    """The settlement events no held chain deposit explains, by id(), with their
+    (reason, detail)."""
     bad: dict[int, tuple[str, str]] = {}
     for c in candidates:
         event = c.event
@@ -242,7 +292,7 @@ def _check_settlements(candidates: list[Candidate], deposits: dict[str, HeldDepo
             if problem is not None:
                 bad[id(c)] = (problem, f"{event.event_id}: deposit {event.settles!r} is "
                               f"{deposit.state}{' (credited)' if deposit.credited else ''}")
-    return _without_dead_letters(candidates, bad, result)
+    return bad
 
 
 def settlement_conflict(event: PaymentEvent, state: str, credited: bool) -> str | None:

@@ -1,0 +1,93 @@
+"""A record can reach the ledger a moment before its stored row is visible (Debezium
+streams a commit once it is in the WAL; Postgres shows it to other sessions just after).
+The ledger looks again before it judges a record unknown, so an honest event whose row
+commits while its batch runs is applied, and a record with no row at all is still a
+dead letter. Against the real Postgres, as the ledger role."""
+
+from __future__ import annotations
+
+import json
+import threading
+from decimal import Decimal
+
+from paystream.consumers.ledger import VISIBILITY_RECHECKS_S
+from paystream.consumers.records import Origin, Record
+from paystream.schema.db import connect, database_url
+from paystream.schema.events import EventType, PaymentEvent
+from tests.support.consumers import create_users, store_events
+from tests.support.ids import unique
+from tests.support.ledger import ledger_apply
+
+
+def _record(event: PaymentEvent, offset: int) -> Record:
+    headers = (("event_id", event.event_id.encode()),
+               ("event_type", event.event_type.value.encode()), ("trace_id", b"t-visible"))
+    return Record(Origin("paystream.payments", 0, offset), event.user_id.encode(),
+                  json.dumps(event.to_wire()).encode(), headers, None)
+
+
+def _store_later(event: PaymentEvent, delay_s: float) -> threading.Timer:
+    """Commit the event's payment_events row from another session after `delay_s`."""
+    def store() -> None:
+        conn = connect(database_url("owner"))
+        try:
+            with conn, conn.cursor() as cur:
+                store_events(cur, [event])
+        finally:
+            conn.close()
+    timer = threading.Timer(delay_s, store)
+    timer.start()
+    return timer
+
+
+def _balance(db, user: str, asset: str) -> Decimal:
+    with db.cursor() as cur:
+        cur.execute("SELECT balance FROM balances WHERE user_id = %s AND asset = %s",
+                    (user, asset))
+        row = cur.fetchone()
+    return row[0] if row else Decimal(0)
+
+
+def test_an_event_whose_row_commits_while_its_batch_runs_is_applied(db, ledger_db) -> None:
+    user = unique("visible-late")
+    with db.cursor() as cur:
+        create_users(cur, [user])
+    event = PaymentEvent(f"{user}-d1", EventType.DEPOSIT, user, "USD", Decimal("12.5"),
+                         "payments")
+    # The row appears 0.3 s after the ledger first looks: within the re-check window.
+    timer = _store_later(event, 0.3)
+    result = ledger_apply(ledger_db.connection(), [_record(event, 1)])
+    timer.join()
+    assert result.dead_letters == []
+    assert result.outcomes["applied"] == 1
+    assert _balance(db, user, "USD") == Decimal("12.5")
+    with db.cursor() as cur:
+        cur.execute("SELECT status FROM payment_events WHERE event_id = %s",
+                    (event.event_id,))
+        assert cur.fetchone() == ("applied",)
+
+
+def test_a_record_whose_row_never_appears_is_still_unknown(db, ledger_db) -> None:
+    user = unique("visible-never")
+    with db.cursor() as cur:
+        create_users(cur, [user])
+    forged = PaymentEvent(f"{user}-d1", EventType.DEPOSIT, user, "USD", Decimal("7"),
+                          "payments")
+    result = ledger_apply(ledger_db.connection(), [_record(forged, 1)])
+    assert [d.reason for d in result.dead_letters] == ["unknown_event"]
+    assert _balance(db, user, "USD") == 0
+
+
+def test_a_row_that_appears_after_the_window_is_not_waited_for(db, ledger_db) -> None:
+    """The wait is bounded: a row committed well after the last re-check does not
+    save the record (it is a dead letter, replayable once the row exists)."""
+    user = unique("visible-too-late")
+    with db.cursor() as cur:
+        create_users(cur, [user])
+    event = PaymentEvent(f"{user}-d1", EventType.DEPOSIT, user, "USD", Decimal("3"),
+                         "payments")
+    timer = _store_later(event, sum(VISIBILITY_RECHECKS_S) + 1.5)
+    result = ledger_apply(ledger_db.connection(), [_record(event, 1)])
+    timer.join()
+    assert [d.reason for d in result.dead_letters] == ["unknown_event"]
+    assert _balance(db, user, "USD") == 0
