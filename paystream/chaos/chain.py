@@ -125,11 +125,14 @@ class ChainDriver:
 
     # --- traffic ----------------------------------------------------------------------
 
-    def run(self, duration_s: float, stop: threading.Event) -> None:
-        """Send a deposit every 1/rate seconds for `duration_s`, and deliver each one.
-        Whatever stops it early is kept in `self.error`: the run then fails."""
+    def run(self, duration_s: float, stop: threading.Event,
+            faults_pending: threading.Event | None = None) -> None:
+        """Send a deposit every 1/rate seconds for `duration_s` (and while
+        `faults_pending` is set: a reorg asked for later needs deposits to replace), and
+        deliver each one. Whatever stops it early is kept in `self.error`: the run then
+        fails."""
         try:
-            self._run(duration_s, stop)
+            self._run(duration_s, stop, faults_pending)
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             raise
@@ -137,12 +140,15 @@ class ChainDriver:
             while not self._jobs.empty():  # nobody will run them now
                 self._jobs.get_nowait().cancel()
 
-    def _run(self, duration_s: float, stop: threading.Event) -> None:
+    def _run(self, duration_s: float, stop: threading.Event,
+             faults_pending: threading.Event | None) -> None:
         interval = 1.0 / self.rate
         started = time.monotonic()
         n = 0
         with httpx.Client(timeout=10) as client:
-            while time.monotonic() - started < duration_s and not stop.is_set():
+            while ((time.monotonic() - started < duration_s
+                    or (faults_pending is not None and faults_pending.is_set()))
+                   and not stop.is_set()):
                 delay = started + n * interval - time.monotonic()
                 if delay > 0:
                     stop.wait(delay)

@@ -28,6 +28,7 @@ from paystream.chaos.invariants import (
     chain_pending_count,
     check,
     check_chain,
+    forged_pending_count,
     pending_count,
 )
 from paystream.chaos.sender import Sender
@@ -290,14 +291,22 @@ class Chaos:
         sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan,
                         self.alchemy_key)
         # A daemon: if the harness itself fails, the process must still exit.
+        # Faults are due at fixed points of the run, but one can take half a minute on a
+        # loaded machine (a broker restart) and push the rest back: the traffic goes on
+        # until the last one is injected, so every fault meets a pipeline under load and
+        # a reorg finds deposits to replace.
+        faults_pending = threading.Event()
+        faults_pending.set()
         thread = threading.Thread(
-            target=lambda: asyncio.run(sender.run(self.cfg.rate, self.cfg.duration_s)),
+            target=lambda: asyncio.run(sender.run(self.cfg.rate, self.cfg.duration_s,
+                                                  faults_pending)),
             daemon=True)
         started = time.monotonic()
         self.log(f"run {self.run_id}: {self.cfg.rate:.0f} webhooks/s for "
                  f"{self.cfg.duration_s:.0f} s, logs in {self.log_dir}")
         stop_chain = threading.Event()
-        chain = threading.Thread(target=self.chain.run, args=(self.cfg.duration_s, stop_chain),
+        chain = threading.Thread(target=self.chain.run,
+                                 args=(self.cfg.duration_s, stop_chain, faults_pending),
                                  daemon=True)
         thread.start()
         chain.start()
@@ -307,6 +316,7 @@ class Chaos:
                 self._progress(sender)
                 time.sleep(0.2)
             self.inject(kind)
+        faults_pending.clear()
         while thread.is_alive():
             self._supervise()
             self._progress(sender)
@@ -345,7 +355,8 @@ class Chaos:
                 conn = connect(database_url("owner"))
                 with conn, conn.cursor() as cur:
                     left = (pending_count(cur, sender.sent)
-                            + chain_pending_count(cur, self.chain.deposits))
+                            + chain_pending_count(cur, self.chain.deposits)
+                            + forged_pending_count(cur, self.forged))
                 conn.close()
             except Exception as exc:
                 self.log(f"drain check failed: {exc}")

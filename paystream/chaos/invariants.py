@@ -94,6 +94,24 @@ def pending_count(cur: Cursor, sent: list[Request]) -> int:
     return (len(accepted) - final) + (len(poison) - mirrored)
 
 
+# The dead letter each kind of forged record must end as (a replayed copy of a real
+# event is a duplicate, never a dead letter).
+FORGED_DEAD_LETTER = {"unknown": "unknown_event", "altered": "content_mismatch"}
+
+
+def forged_pending_count(cur: Cursor, forged: Sequence[Forgery]) -> int:
+    """Forged records whose dead letter is not in dead_letter_queue yet."""
+    wanted = [(f.event_id, FORGED_DEAD_LETTER[f.kind]) for f in forged
+              if f.kind in FORGED_DEAD_LETTER]
+    if not wanted:
+        return 0
+    cur.execute("SELECT count(*) FROM unnest(%s::text[], %s::text[]) AS w(e, r)"
+                " WHERE NOT EXISTS (SELECT 1 FROM dead_letter_queue d"
+                " WHERE d.event_id = w.e AND d.error_reason = w.r)",
+                ([e for e, _ in wanted], [r for _, r in wanted]))
+    return _count(cur)
+
+
 JournalRow = tuple[str, str, Decimal]  # user, asset, delta
 
 
@@ -192,10 +210,10 @@ def _check_forged(v: InvariantReport, forged: Sequence[Forgery], dead: dict[str,
         if f.kind == "unknown":
             if journal.get(f.event_id):
                 v.violations.append(f"forged {f.event_id} was credited: {journal[f.event_id]}")
-            if dead.get(f.event_id) != {"unknown_event"}:
+            if dead.get(f.event_id) != {FORGED_DEAD_LETTER["unknown"]}:
                 v.violations.append(f"forged {f.event_id}: dead letters "
                                     f"{dead.get(f.event_id)}, want unknown_event")
-        elif f.kind == "altered" and dead.get(f.event_id) != {"content_mismatch"}:
+        elif f.kind == "altered" and dead.get(f.event_id) != {FORGED_DEAD_LETTER["altered"]}:
             v.violations.append(f"altered copy of {f.event_id}: dead letters "
                                 f"{dead.get(f.event_id)}, want content_mismatch")
         elif f.kind == "replayed" and f.event_id in dead:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections import Counter
 
@@ -97,7 +98,10 @@ class Sender:
                 return  # unanswered: neither accepted nor refused
             await asyncio.sleep(BACKOFF_S[min(req.attempts - 1, len(BACKOFF_S) - 1)])
 
-    async def run(self, rate: float, duration_s: float) -> None:
+    async def run(self, rate: float, duration_s: float,
+                  faults_pending: threading.Event | None = None) -> None:
+        """Send at `rate` for `duration_s`, and for as long after as `faults_pending` is
+        set: faults slowed by a loaded machine must still land on a pipeline under load."""
         interval = 1.0 / rate
         connector = aiohttp.TCPConnector(limit=128)
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
@@ -105,7 +109,8 @@ class Sender:
             tasks: set[asyncio.Task[None]] = set()
             start = time.monotonic()
             n = 0
-            while time.monotonic() - start < duration_s:
+            while (time.monotonic() - start < duration_s
+                   or (faults_pending is not None and faults_pending.is_set())):
                 target = start + n * interval
                 delay = target - time.monotonic()
                 if delay > 0:
