@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg2
 
 from paystream import credentials
+from paystream.env import env_str
 from paystream.schema import db
 from paystream.stack.packages import postgres_bin_dir
 from paystream.stack.process import StackError, pid_alive, run, wait_until
@@ -249,6 +250,13 @@ def read_role_passwords() -> dict[db.DbRole, str]:
     """Each role's password as generated before (docker-compose's secrets job): never
     generates one (MissingSecretError when one is not there)."""
     return {role: credentials.read_secret(db.secret_name(role)) for role in db.ROLE_NAMES}
+
+
+def superuser_url() -> str | None:
+    """PAYSTREAM_SUPERUSER_DATABASE_URL: a superuser's DSN for `stack setup` (docker-
+    compose's setup job) to create the roles, the database and the slot with; read by
+    `stack setup` only, and given to no other process."""
+    return env_str("PAYSTREAM_SUPERUSER_DATABASE_URL", None)
 
 
 def superuser_reachable(superuser_dsn: str) -> bool:
