@@ -16,10 +16,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         .set_defaults(func=_down)
     ssub.add_parser("status", help="a table of components; non-zero if one is unhealthy") \
         .set_defaults(func=_status)
-    ssub.add_parser("setup", help="migrate, create topics, register the connector on "
-                    "services run elsewhere (PAYSTREAM_DATABASE_URL, PAYSTREAM_KAFKA_BOOTSTRAP,"
-                    " PAYSTREAM_CONNECT_URL)") \
+    ssub.add_parser("setup", help="roles (PAYSTREAM_SUPERUSER_DATABASE_URL), Kafka "
+                    "users and ACLs, migrations, topics, the connector, on services run "
+                    "elsewhere (PAYSTREAM_KAFKA_BOOTSTRAP, PAYSTREAM_CONNECT_URL)") \
         .set_defaults(func=_setup)
+    ssub.add_parser("compose-secrets", help="docker-compose's secrets job: generate the "
+                    "passwords once, write each container's credentials into its volume") \
+        .set_defaults(func=_compose_secrets)
     watchdog = ssub.add_parser("watchdog", help="restart the connector's FAILED tasks "
                                "(Connect never does), until SIGTERM; run by `paystream run`")
     watchdog.add_argument("--interval", type=float, default=5.0, help="seconds between checks")
@@ -52,6 +55,11 @@ def _status(args: argparse.Namespace) -> int:
 def _setup(args: argparse.Namespace) -> int:
     from paystream.stack import stack
     return stack.setup(StackSettings.from_env())
+
+
+def _compose_secrets(args: argparse.Namespace) -> int:
+    from paystream.stack import stack
+    return stack.compose_secrets()
 
 
 def _logs(args: argparse.Namespace) -> int:

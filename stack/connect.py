@@ -18,7 +18,7 @@ import httpx
 from paystream import credentials, kafka_security
 from paystream.connectors import endpoint, registration
 from paystream.connectors.status import FAILED, ConnectorStatus, read_status
-from paystream.stack.kafka import CONFIG_DIR, java_cmd, render
+from paystream.stack.kafka import CONFIG_DIR, java_cmd, render_text
 from paystream.stack.process import StackError, read_pid, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
 
@@ -48,35 +48,51 @@ def worker_env(s: StackSettings) -> dict[str, str]:
     return env
 
 
+def rest_auth_texts(user: str, password: str, users_file: Path) -> tuple[str, str]:
+    """The users file's text (one `user=password` line) and the JAAS file's, which points
+    the extension's PropertyFileLoginModule at `users_file` (where the worker sees it)."""
+    jaas = ("KafkaConnect {\n"
+            "  org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule "
+            f'required\n  file="{users_file}";\n}};\n')
+    return f"{user}={password}\n", jaas
+
+
 def write_rest_auth_files() -> Path:
-    """The users file (one `user=password` line) and the JAAS file that points the
-    extension's PropertyFileLoginModule at it; returns the JAAS file."""
+    """The users file and the JAAS file (rest_auth_texts); returns the JAAS file."""
     secrets = credentials.secrets_dir()
     password = credentials.ensure_secret(endpoint.REST_SECRET)
     users = secrets / REST_USERS
-    credentials.write_private(users, f"{endpoint.rest_user()}={password}\n")
+    users_text, jaas_text = rest_auth_texts(endpoint.rest_user(), password, users)
+    credentials.write_private(users, users_text)
     jaas = secrets / REST_JAAS
-    credentials.write_private(jaas, (
-        "KafkaConnect {\n"
-        "  org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule "
-        f'required\n  file="{users}";\n}};\n'))
+    credentials.write_private(jaas, jaas_text)
     return jaas
 
 
-def worker_properties(s: StackSettings) -> Path:
-    sec = kafka_security.client_config(kafka_security.CONNECT)
-    protocol = sec["security.protocol"]
+def worker_properties_text(*, bootstrap: str, connect_port: int,
+                           client: dict[str, str]) -> str:
+    """The worker's configuration (connect-distributed.properties filled in), its Kafka
+    clients authenticating with `client` (kafka_security.client_config(CONNECT)): the
+    stack's worker, and docker-compose's (stack/compose.py appends its addresses)."""
+    protocol = client["security.protocol"]
     if protocol.startswith("SASL"):
         jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="{sec["sasl.username"]}" password="{sec["sasl.password"]}";')
-        mechanism = sec["sasl.mechanism"]
+                f'username="{client["sasl.username"]}" password="{client["sasl.password"]}";')
+        mechanism = client["sasl.mechanism"]
     else:  # a broker elsewhere without SASL: the settings below are then ignored
         jaas, mechanism = "", "GSSAPI"
-    return render(CONFIG_DIR / "connect-distributed.properties",
-                  credentials.secrets_dir() / "connect-distributed.properties",
-                  private=True, bootstrap=s.kafka_bootstrap, connect_port=s.connect_port,
-                  security_protocol=protocol, sasl_mechanism=mechanism, jaas=jaas,
-                  env_allowlist=env_allowlist())
+    return render_text(CONFIG_DIR / "connect-distributed.properties",
+                       bootstrap=bootstrap, connect_port=connect_port,
+                       security_protocol=protocol, sasl_mechanism=mechanism, jaas=jaas,
+                       env_allowlist=env_allowlist())
+
+
+def worker_properties(s: StackSettings) -> Path:
+    target = credentials.secrets_dir() / "connect-distributed.properties"
+    credentials.write_private(target, worker_properties_text(
+        bootstrap=s.kafka_bootstrap, connect_port=s.connect_port,
+        client=kafka_security.client_config(kafka_security.CONNECT)))
+    return target
 
 
 def pid_file(s: StackSettings) -> Path:

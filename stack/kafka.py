@@ -96,12 +96,17 @@ ACLS: tuple[tuple[str, ResourceType, str, tuple[AclOperation, ...]], ...] = (
 )
 
 
+def render_text(template: Path, **values: object) -> str:
+    """The template with its placeholders filled."""
+    return string.Template(template.read_text()).substitute(
+        {k: str(v) for k, v in values.items()})
+
+
 def render(template: Path, target: Path, *, private: bool = False, **values: object
            ) -> Path:
     """Fill the template's placeholders into `target`; `private`: the result holds a
     secret, written 0600 from creation (paystream.credentials.write_private)."""
-    text = string.Template(template.read_text()).substitute(
-        {k: str(v) for k, v in values.items()})
+    text = render_text(template, **values)
     if private:
         credentials.write_private(target, text)
     else:
@@ -151,15 +156,42 @@ def java_cmd(s: StackSettings, heap: str, log_name: str, main: str, *args: str,
     ]
 
 
+def server_properties_text(*, kafka_port: int, controller_port: int, data_dir: object,
+                           partitions: int, admin_password: str,
+                           controller_password: str) -> str:
+    """The broker's configuration (server.properties filled in): the stack's, and
+    docker-compose's broker (stack/compose.py), which appends only its addresses."""
+    return render_text(CONFIG_DIR / "server.properties",
+                       kafka_port=kafka_port, controller_port=controller_port,
+                       data_dir=data_dir, partitions=partitions,
+                       admin_user=kafka_security.username(ADMIN),
+                       admin_password=admin_password,
+                       controller_user=CONTROLLER_USER,
+                       controller_password=controller_password)
+
+
 def server_properties(s: StackSettings) -> Path:
-    return render(CONFIG_DIR / "server.properties",
-                  credentials.secrets_dir() / "server.properties", private=True,
-                  kafka_port=s.kafka_port, controller_port=s.controller_port,
-                  data_dir=s.kafka_data, partitions=s.partitions,
-                  admin_user=kafka_security.username(ADMIN),
-                  admin_password=credentials.read_secret(kafka_security.secret_name(ADMIN)),
-                  controller_user=CONTROLLER_USER,
-                  controller_password=credentials.read_secret(CONTROLLER_SECRET))
+    target = credentials.secrets_dir() / "server.properties"
+    credentials.write_private(target, server_properties_text(
+        kafka_port=s.kafka_port, controller_port=s.controller_port,
+        data_dir=s.kafka_data, partitions=s.partitions,
+        admin_password=credentials.read_secret(kafka_security.secret_name(ADMIN)),
+        controller_password=credentials.read_secret(CONTROLLER_SECRET)))
+    return target
+
+
+def storage_format_args(*, classpath: str, cluster_id: str, properties: object,
+                        admin_password: str) -> str:
+    """The java launcher's @file that formats the storage with the SCRAM admin
+    bootstrapped (idempotent: --ignore-formatted). The admin's password goes through
+    this file (0600), never through a command line (ps, /proc/<pid>/cmdline)."""
+    return "\n".join([
+        "-cp", f'"{classpath}"', "kafka.tools.StorageTool", "format", "--standalone",
+        "-t", cluster_id, "-c", f'"{properties}"', "--ignore-formatted",
+        "--add-scram",
+        f'"SCRAM-SHA-512=[name={kafka_security.username(ADMIN)},'
+        f'iterations={SCRAM_ITERATIONS},password={admin_password}]"',
+    ]) + "\n"
 
 
 class OldStorageError(StackError):
@@ -200,17 +232,11 @@ def format_storage(s: StackSettings) -> bool:
         out = run(["java", "-cp", f"{s.jars_dir}/*", "kafka.tools.StorageTool",
                    "random-uuid"], COMPONENT, timeout=120)
         id_file.write_text(out.strip().splitlines()[-1] + "\n")
-    admin_password = credentials.read_secret(kafka_security.secret_name(ADMIN))
-    # The java launcher reads its arguments from an @file: the admin's password goes
-    # through a 0600 file, never through the command line (ps, /proc/<pid>/cmdline).
     args_file = credentials.secrets_dir() / "storage-format.args"
-    credentials.write_private(args_file, "\n".join([
-        "-cp", f'"{s.jars_dir}/*"', "kafka.tools.StorageTool", "format", "--standalone",
-        "-t", id_file.read_text().strip(), "-c", f'"{props}"', "--ignore-formatted",
-        "--add-scram",
-        f'"SCRAM-SHA-512=[name={kafka_security.username(ADMIN)},'
-        f'iterations={SCRAM_ITERATIONS},password={admin_password}]"',
-    ]) + "\n")
+    credentials.write_private(args_file, storage_format_args(
+        classpath=f"{s.jars_dir}/*", cluster_id=id_file.read_text().strip(),
+        properties=props,
+        admin_password=credentials.read_secret(kafka_security.secret_name(ADMIN))))
     try:
         run(["java", f"@{args_file}"], COMPONENT, timeout=120)
     finally:

@@ -9,11 +9,13 @@ import hmac
 import os
 import pwd
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 import psycopg2
 
 from paystream import credentials
+from paystream.env import env_str
 from paystream.schema import db
 from paystream.stack.packages import postgres_bin_dir
 from paystream.stack.process import StackError, pid_alive, run, wait_until
@@ -191,20 +193,34 @@ def write_pgpass(passwords: dict[db.DbRole, str]) -> Path:
     return path
 
 
-def roles_sql(passwords: dict[db.DbRole, str]) -> str:
-    """CREATE or ALTER every role with its attributes and password (verifier): run on
-    every `stack up`, so an existing stack whose owner still had the old default
-    password `paystream` (and REPLICATION) gets the generated one and loses it."""
+def role_statements(passwords: Mapping[db.DbRole, str]) -> list[str]:
+    """CREATE (if missing) and ALTER every role with its attributes and password: the
+    one definition of the roles, run by both paths (`stack up` through psql, roles_sql;
+    `stack setup` over a superuser DSN, ensure_roles_over_dsn). Run on every `stack up`
+    / `stack setup`, so an existing stack whose owner still had the old default password
+    `paystream` (and REPLICATION) gets the generated one and loses it. Each statement
+    carries the password's SCRAM verifier, never the password; none takes a parameter
+    (psycopg2 sends it as written, psql reads it from stdin)."""
     statements = []
     for role, name in db.ROLE_NAMES.items():
         replication = "REPLICATION" if role == "cdc" else "NOREPLICATION"
         verifier = _literal(scram_verifier(passwords[role]))
         attrs = f"{ROLE_ATTRIBUTES} {replication} PASSWORD {verifier}"
         statements.append(
-            f"SELECT 'CREATE ROLE \"{name}\"' WHERE NOT EXISTS"
-            f" (SELECT 1 FROM pg_roles WHERE rolname = {_literal(name)}) \\gexec\n"
-            f'ALTER ROLE "{name}" WITH {attrs};\n')
-    return "".join(statements)
+            f"DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname ="
+            f" {_literal(name)}) THEN CREATE ROLE \"{name}\"; END IF; END$$")
+        statements.append(f'ALTER ROLE "{name}" WITH {attrs}')
+    return statements
+
+
+def roles_sql(passwords: Mapping[db.DbRole, str]) -> str:
+    """role_statements as one psql script."""
+    return "".join(f"{statement};\n" for statement in role_statements(passwords))
+
+
+def create_database_sql(database: str) -> str:
+    """The database, owned by the owner role (both paths)."""
+    return f'CREATE DATABASE "{database}" OWNER "{db.ROLE_NAMES["owner"]}"'
 
 
 # The slot is created by the superuser, not by a migration run as the owner: the owner
@@ -221,13 +237,71 @@ def ensure_role_and_database(s: StackSettings) -> bool:
     passwords = role_passwords()
     write_pgpass(passwords)
     _psql(s, roles_sql(passwords))
-    owner = db.ROLE_NAMES["owner"]
     created = False
     if _psql(s, f"SELECT 1 FROM pg_database WHERE datname = {_literal(s.pg_db)}").strip() \
             != "1":
-        _psql(s, f'CREATE DATABASE "{s.pg_db}" OWNER "{owner}"')
+        _psql(s, create_database_sql(s.pg_db))
         created = True
     _psql(s, SLOT_SQL, database=s.pg_db)
+    return created
+
+
+def read_role_passwords() -> dict[db.DbRole, str]:
+    """Each role's password as generated before (docker-compose's secrets job): never
+    generates one (MissingSecretError when one is not there)."""
+    return {role: credentials.read_secret(db.secret_name(role)) for role in db.ROLE_NAMES}
+
+
+def superuser_url() -> str | None:
+    """PAYSTREAM_SUPERUSER_DATABASE_URL: a superuser's DSN for `stack setup` (docker-
+    compose's setup job) to create the roles, the database and the slot with; read by
+    `stack setup` only, and given to no other process."""
+    return env_str("PAYSTREAM_SUPERUSER_DATABASE_URL", None)
+
+
+def superuser_reachable(superuser_dsn: str) -> bool:
+    try:
+        conn = psycopg2.connect(superuser_dsn, connect_timeout=2)
+    except psycopg2.Error:
+        return False
+    conn.close()
+    return True
+
+
+def ensure_roles_over_dsn(superuser_dsn: str, passwords: Mapping[db.DbRole, str],
+                          database: str) -> bool:
+    """What ensure_role_and_database does, over a superuser DSN with psycopg2 instead of
+    psql on the cluster's socket (docker-compose's setup job: the paystream image has no
+    psql, and the cluster is another container): the same role statements, the database,
+    the slot. Refuses a DSN whose user is not a superuser (it could not create the roles
+    or the slot). Returns True if the database was created now."""
+    conn = psycopg2.connect(superuser_dsn, connect_timeout=10,
+                            application_name="paystream-setup")
+    created = False
+    try:
+        conn.autocommit = True  # CREATE DATABASE runs outside a transaction
+        with conn.cursor() as cur:
+            cur.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            row = cur.fetchone()
+            if not row or not row[0]:
+                raise StackError(COMPONENT, f"{db.where(superuser_dsn)} is not a superuser:"
+                                 " PAYSTREAM_SUPERUSER_DATABASE_URL must name one")
+            for statement in role_statements(passwords):
+                cur.execute(statement)
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+            if cur.fetchone() is None:
+                cur.execute(create_database_sql(database))
+                created = True
+    finally:
+        conn.close()
+    conn = psycopg2.connect(superuser_dsn, dbname=database, connect_timeout=10,
+                            application_name="paystream-setup")
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(SLOT_SQL)
+    finally:
+        conn.close()
     return created
 
 

@@ -6,6 +6,7 @@ stack changes nothing, and running it on a fresh machine installs and starts eve
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,10 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from paystream import kafka_security
+from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
-from paystream.stack import anvil, connect, kafka, postgres
+from paystream.stack import anvil, compose, connect, kafka, postgres
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
 from paystream.stack.settings import StackSettings
@@ -103,17 +106,42 @@ def _always(action: Callable[[], None]) -> Callable[[], bool]:
 
 
 def setup(s: StackSettings) -> int:
-    """Configure services someone else runs (docker-compose's one-shot setup service)."""
+    """Configure services someone else runs (docker-compose's one-shot setup service).
+
+    With PAYSTREAM_SUPERUSER_DATABASE_URL it first does what `up` does as the cluster's
+    superuser (the roles with the passwords in the secrets dir, the database, the slot),
+    over that DSN; with a SASL broker it creates the Kafka users and ACLs as the admin,
+    as `up` does. Then the migrations (as the owner), topics and the connector."""
+    superuser = postgres.superuser_url()
     print(f"paystream stack setup (db {where(s.database_url)}, "
           f"kafka {s.kafka_bootstrap}, connect {s.connect_url})")
     try:
+        if superuser:
+            wait_until("postgres", "reachable as the superuser",
+                       lambda: postgres.superuser_reachable(superuser), timeout=120)
+            _step("postgres roles and database", lambda: postgres.ensure_roles_over_dsn(
+                superuser, postgres.read_role_passwords(), s.pg_db))
         wait_until("postgres", "reachable", lambda: postgres.healthy(s), timeout=120)
         wait_until("kafka", "reachable", lambda: kafka.healthy(s), timeout=120)
+        if kafka_security.security_protocol().startswith("SASL"):
+            _step("kafka SCRAM users", lambda: kafka.ensure_users(s))
+            _step("kafka ACLs", lambda: kafka.ensure_acls(s))
         wait_until("connect", "reachable", lambda: connect.healthy(s), timeout=300)
         _configure(s)
-    except StackError as exc:
+    except (StackError, SettingsError) as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def compose_secrets() -> int:
+    """docker-compose's one-shot secrets job (stack/compose.py)."""
+    try:
+        written = compose.write_all(chown=os.geteuid() == 0)
+    except (OSError, SettingsError) as exc:
+        print(f"paystream stack compose-secrets: FAILED: {exc}", file=sys.stderr)
+        return 1
+    print(f"paystream stack compose-secrets: wrote {', '.join(written)}")
     return 0
 
 

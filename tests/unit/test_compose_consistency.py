@@ -1,55 +1,359 @@
 """docker-compose.yml cannot run here (no Docker engine); these checks keep it in step
-with the tested no-Docker configuration instead."""
+with the tested no-Docker configuration instead: the same images, connector, broker and
+worker configuration, database roles, Kafka principals and ACLs, and least privilege
+(one published port, no superuser outside the setup job, each process its own role)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
+import pytest
 import yaml
 
+from paystream import credentials, kafka_security
+from paystream.connectors import endpoint
 from paystream.connectors.registration import connector_config
+from paystream.schema import db
+from paystream.stack import compose, connect, kafka, postgres, stack
 from paystream.stack.kafka import CONFIG_DIR, TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+PAYSTREAM_SERVICES = {name for name, svc in SERVICES.items() if "build" in svc}
+MOUNT = str(compose.SECRETS_MOUNT)
 
 
-def test_connect_container_provides_every_variable_the_connector_json_reads():
-    wanted = set()
-    for value in connector_config().values():
-        wanted |= set(re.findall(r"\$\{env:([A-Z_]+)\}", value))
-    env = COMPOSE["services"]["connect"]["environment"]
-    assert wanted, "the connector JSON should read the database address from the env"
-    assert wanted <= set(env)
-    assert env["CONNECT_CONFIG_PROVIDERS_ENV_CLASS"].endswith("EnvVarConfigProvider")
+def _props(text: str) -> dict[str, str]:
+    """A Java properties file as the JVM reads it: a later key wins."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _interpolate(text: str) -> str:
+    """What docker compose makes of a value: `${NAME:?...}` is the .env's NAME (here a
+    stand-in, `<NAME>`), `$$` a `$`."""
+    text = re.sub(r"\$\{([A-Z_]+)(?::?[?-][^}]*)?\}", lambda m: f"<{m.group(1)}>", text)
+    return text.replace("$$", "$")
+
+
+def _env(service: str, *, raw: bool = False) -> dict[str, str]:
+    env = {k: str(v) for k, v in (SERVICES[service].get("environment") or {}).items()}
+    return env if raw else {k: _interpolate(v) for k, v in env.items()}
+
+
+def _script(service: str) -> str:
+    return _interpolate(SERVICES[service]["command"][-1])
+
+
+def _volumes(service: str) -> list[str]:
+    return list(SERVICES[service].get("volumes") or [])
+
+
+@pytest.fixture
+def rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, str]]:
+    """What the secrets job writes, with passwords generated in a scratch secrets dir."""
+    monkeypatch.setenv("PAYSTREAM_SECRETS_DIR", str(tmp_path / "setup"))
+    monkeypatch.setenv("PAYSTREAM_TOPIC_PARTITIONS",
+                       _env("secrets")["PAYSTREAM_TOPIC_PARTITIONS"])
+    compose.write_all(tmp_path / "out", chown=False)
+    return {d.name: {f.name: f.read_text() for f in d.iterdir()}
+            for d in (tmp_path / "out").iterdir()}
 
 
 def test_images_are_the_versions_the_jar_manifest_resolves():
     pom = (ROOT / "connectors" / "pom.xml").read_text()
     kafka_version = re.search(r"<kafka.version>(.+?)</kafka.version>", pom).group(1)
     debezium_version = re.search(r"<debezium.version>(.+?)</debezium.version>", pom).group(1)
-    services = COMPOSE["services"]
-    assert services["kafka"]["image"] == f"apache/kafka:{kafka_version}"
-    assert services["connect"]["image"] == f"quay.io/debezium/connect:{debezium_version}"
-    assert services["postgres"]["image"] == "postgres:15"
-    assert "wal_level=logical" in services["postgres"]["command"]
+    assert SERVICES["kafka"]["image"] == f"apache/kafka:{kafka_version}"
+    assert SERVICES["connect"]["image"] == f"quay.io/debezium/connect:{debezium_version}"
+    assert SERVICES["postgres"]["image"] == "postgres:15"
+    assert "wal_level=logical" in SERVICES["postgres"]["command"]
 
 
-def test_broker_settings_match_the_local_broker():
-    local = dict(
-        line.split("=", 1)
-        for line in (CONFIG_DIR / "server.properties").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    env = COMPOSE["services"]["kafka"]["environment"]
-    for key in ("auto.create.topics.enable", "group.initial.rebalance.delay.ms",
-                "offsets.topic.replication.factor", "min.insync.replicas"):
-        compose_key = "KAFKA_" + key.upper().replace(".", "_")
-        assert str(env[compose_key]).lower() == local[key].lower(), key
+def test_only_the_ingest_publishes_a_port_and_only_its_public_one():
+    published = {name: svc["ports"] for name, svc in SERVICES.items() if "ports" in svc}
+    assert published == {"ingest": ["8000:8000"]}
+    assert not any("expose" in svc for svc in SERVICES.values())
+    assert "network_mode" not in SERVICES["ingest"]  # host networking would publish all
 
 
-def test_setup_job_configures_the_same_topics_and_connector():
-    setup = COMPOSE["services"]["setup"]
+def test_the_superuser_is_postgres_from_env_and_only_setup_uses_it():
+    pg_env = _env("postgres", raw=True)
+    assert "POSTGRES_USER" not in pg_env  # the image's superuser keeps its name
+    assert pg_env["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?")
+    assert "POSTGRES_DB" not in pg_env  # the setup job creates it, owned by the owner
+    superuser_url = _env("setup")["PAYSTREAM_SUPERUSER_DATABASE_URL"]
+    assert urlsplit(superuser_url).username == "postgres"
+    for name in SERVICES:
+        env = " ".join(f"{k}={v}" for k, v in _env(name).items())
+        if name not in ("setup", "postgres"):
+            assert "PAYSTREAM_SUPERUSER_DATABASE_URL" not in env, name
+            assert "POSTGRES_PASSWORD" not in env, name
+            assert "<POSTGRES_PASSWORD>" not in env and "//postgres" not in env, name
+        # No process gets the one-DSN-for-every-role variable.
+        assert "PAYSTREAM_DATABASE_URL" not in _env(name), name
+
+
+def test_pg_hba_lets_each_role_reach_only_paystream_and_only_cdc_replicate():
+    command = SERVICES["postgres"]["command"]
+    hba_target = next(c.split("=", 1)[1] for c in command if c.startswith("hba_file="))
+    host_file = next(v.split(":")[0] for v in _volumes("postgres") if f":{hba_target}" in v)
+    rules = [line.split() for line in (ROOT / host_file).read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    replication = [r for r in rules if r[1] == "replication"]
+    assert replication == [["host", "replication", db.ROLE_NAMES["cdc"], "all",
+                            "scram-sha-256"]]
+    for rule in rules:
+        assert rule[-1] in ("scram-sha-256", "peer"), rule  # never trust, never md5
+        if rule[1] == "all":
+            assert rule[2] == "postgres", rule
+
+
+def test_every_paystream_process_logs_in_as_its_own_role_and_principal():
+    services = {s.name: s for s in compose.SERVICES}
+    assert {*services, "secrets", "setup"} == PAYSTREAM_SERVICES
+    seen_roles = set()
+    for name, service in services.items():
+        env = _env(name)
+        # Exactly the credentials compose.service_env says, nothing of another role.
+        for key, value in compose.service_env(service).items():
+            assert env.get(key) == value, (name, key)
+        dsns = {k: v for k, v in env.items() if k.endswith("DATABASE_URL")}
+        if service.db_role is None:
+            assert dsns == {}, name
+        else:
+            assert list(dsns) == [db.ROLE_URL_VARIABLES[service.db_role]], name
+            user = urlsplit(next(iter(dsns.values()))).username
+            assert user == db.ROLE_NAMES[service.db_role], name
+            assert service.db_role not in seen_roles, name
+            seen_roles.add(service.db_role)
+        if service.kafka_role is None:
+            assert "PAYSTREAM_KAFKA_USER" not in env, name
+        else:
+            assert env["PAYSTREAM_KAFKA_USER"] == kafka_security.username(service.kafka_role)
+            assert env["PAYSTREAM_KAFKA_USER"] != kafka_security.username(kafka_security.ADMIN)
+    # The consumers' principals are the ones their groups run as.
+    assert _env("ledger")["PAYSTREAM_KAFKA_USER"] == kafka_security.username(
+        kafka_security.role_for_group("ledger"))
+    assert _env("dlq-mirror")["PAYSTREAM_KAFKA_USER"] == kafka_security.username(
+        kafka_security.role_for_group("dlq-mirror"))
+    # The commands pick the roles the compose module says.
+    assert SERVICES["ledger"]["command"][:2] == ["consume", "ledger"]
+    assert SERVICES["dlq-mirror"]["command"][:2] == ["consume", "dlq-mirror"]
+    assert SERVICES["finality"]["command"][:2] == ["consume", "finality"]
+    assert SERVICES["ingest"]["command"][0] == "ingest"
+    # Only the ingest gets the webhook secrets.
+    for name in SERVICES:
+        has = "ALCHEMY_SIGNING_KEY" in _env(name) or "PAYMENTS_WEBHOOK_SECRET" in _env(name)
+        assert has == (name == "ingest"), name
+
+
+def test_no_password_in_any_environment_but_the_superusers():
+    for name in SERVICES:
+        for key, value in _env(name).items():
+            if key in ("POSTGRES_PASSWORD", "PAYSTREAM_SUPERUSER_DATABASE_URL"):
+                continue
+            assert "PASSWORD" not in key or key.endswith("_FILE"), (name, key)
+            if "://" in value:
+                assert urlsplit(value).password is None, (name, key)
+            if key.endswith("DATABASE_URL"):
+                assert parse_qs(urlsplit(value).query)["passfile"] == [f"{MOUNT}/pgpass"]
+
+
+def test_each_container_mounts_only_its_own_secrets_volume_read_only():
+    volumes = COMPOSE["volumes"]
+    writer = _volumes("secrets")
+    for name in SERVICES:
+        if name == "secrets":
+            continue
+        own = [v for v in _volumes(name) if v.split(":")[0].startswith("secrets-")]
+        if name == "postgres":
+            assert own == []
+            continue
+        assert own == [f"secrets-{name}:{MOUNT}:ro"], name
+        assert f"secrets-{name}" in volumes
+        expected_in_job = (f"secrets-{name}:{MOUNT}" if name == "setup"
+                           else f"secrets-{name}:{compose.OUT_ROOT}/{name}")
+        assert expected_in_job in writer, name
+    assert SERVICES["secrets"]["network_mode"] == "none"
+    # Every container but setup waits for its files; the paystream ones also for setup.
+    for name in ("kafka", "connect", "setup"):
+        assert SERVICES[name]["depends_on"]["secrets"] == {
+            "condition": "service_completed_successfully"}
+
+
+def test_the_secrets_job_writes_each_container_only_its_own_credentials(rendered):
+    assert set(rendered) == {s.name for s in compose.SERVICES} | {"kafka", "connect"}
+    for service in compose.SERVICES:
+        files = rendered[service.name]
+        assert set(files) == set(service.files()), service.name
+        if service.db_role:
+            lines = files["pgpass"].splitlines()
+            assert len(lines) == 1
+            assert lines[0].split(":")[3] == db.ROLE_NAMES[service.db_role]
+    assert set(rendered["kafka"]) == set(compose.BROKER_FILES)
+    assert set(rendered["connect"]) == set(compose.WORKER_FILES)
+    # Each password reaches exactly the containers that need it.
+    owners = {kafka_security.secret_name(kafka_security.ADMIN): {"kafka"},
+              kafka.CONTROLLER_SECRET: {"kafka"},
+              kafka_security.secret_name(kafka_security.CONNECT): {"connect"},
+              db.secret_name("cdc"): {"connect"},
+              db.secret_name("owner"): set(), db.secret_name("ops"): set(),
+              kafka_security.secret_name(kafka_security.HEALTH): set(),
+              endpoint.REST_SECRET: {"connect", "connector-watchdog"}}
+    for service in compose.SERVICES:
+        if service.db_role:
+            owners[db.secret_name(service.db_role)] = {service.name}
+        if service.kafka_role:
+            owners[kafka_security.secret_name(service.kafka_role)] = {service.name}
+    for secret, expected in owners.items():
+        password = credentials.read_secret(secret)
+        holders = {name for name, files in rendered.items()
+                   if password in "".join(files.values())}
+        assert holders == expected, secret
+
+
+def test_the_uids_owning_the_files_are_the_ones_the_containers_run_as():
+    assert str(SERVICES["kafka"]["user"]) == str(compose.UIDS["kafka"])
+    assert str(SERVICES["connect"]["user"]) == str(compose.UIDS["connect"])
+    assert str(SERVICES["secrets"]["user"]) == "0"  # to chown; it reaches no network
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^USER nobody$", dockerfile, re.M)
+    for name in (*(s.name for s in compose.SERVICES), "setup"):
+        assert "user" not in SERVICES[name], name  # the image's nobody
+        assert compose.UIDS[name] == compose.PAYSTREAM_UID == 65534
+
+
+def test_broker_security_settings_equal_the_local_brokers(rendered):
+    broker = _props(rendered["kafka"]["server.properties"])
+    local = _props(kafka.server_properties_text(
+        kafka_port=9092, controller_port=9093, data_dir="/data", partitions=12,
+        admin_password="a", controller_password="c"))
+    template = _props((CONFIG_DIR / "server.properties").read_text())
+    for key in ("listener.security.protocol.map", "sasl.mechanism.inter.broker.protocol",
+                "sasl.mechanism.controller.protocol",
+                "listener.name.client.sasl.enabled.mechanisms",
+                "listener.name.controller.sasl.enabled.mechanisms",
+                "authorizer.class.name", "allow.everyone.if.no.acl.found", "super.users",
+                "inter.broker.listener.name", "controller.listener.names",
+                "auto.create.topics.enable", "min.insync.replicas",
+                "offsets.topic.replication.factor", "group.initial.rebalance.delay.ms"):
+        assert broker[key] == local[key] == template[key].replace(
+            "${admin_user}", "paystream-admin").replace(
+            "${controller_user}", kafka.CONTROLLER_USER), key
+    assert broker["listener.security.protocol.map"] == \
+        "CLIENT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
+    assert broker["super.users"] == "User:paystream-admin;User:paystream-controller"
+    # Only the addresses differ from the stack's.
+    differing = {k for k in set(broker) | set(local) if broker.get(k) != local.get(k)}
+    assert differing <= {"listeners", "advertised.listeners", "log.dirs",
+                         "listener.name.client.scram-sha-512.sasl.jaas.config",
+                         "listener.name.controller.plain.sasl.jaas.config"}, differing
+    assert broker["log.dirs"] == compose.KAFKA_DATA
+    assert broker["advertised.listeners"].startswith(f"CLIENT://{compose.KAFKA_BOOTSTRAP},")
+    assert "CONTROLLER://127.0.0.1:" in broker["listeners"]  # not on the network
+    assert "username=\"paystream-admin\"" in broker[
+        "listener.name.client.scram-sha-512.sasl.jaas.config"]
+
+
+def test_the_broker_starts_from_the_rendered_files_not_the_images_kafka_variables(
+        rendered):
+    script = _script("kafka")
+    assert f"java @{MOUNT}/storage-format.args" in script
+    assert f"kafka-server-start.sh {MOUNT}/server.properties" in script
+    assert script.index("storage-format.args") < script.index("kafka-server-start.sh")
+    # The image's run script, which builds its configuration from KAFKA_*, is not used.
+    assert set(_env("kafka")) == {"KAFKA_HEAP_OPTS"}
+    args = rendered["kafka"]["storage-format.args"].splitlines()
+    assert "--add-scram" in args and "--ignore-formatted" in args
+    assert args[args.index("-c") + 1] == f'"{MOUNT}/server.properties"'
+    assert args[args.index("-cp") + 1] == f'"{compose.KAFKA_CLASSPATH}"'
+    assert any(a.startswith('"SCRAM-SHA-512=[name=paystream-admin,') for a in args)
+
+
+def test_connect_worker_settings_equal_the_local_workers(rendered):
+    worker = _props(rendered["connect"]["connect-distributed.properties"])
+    local = _props(connect.worker_properties_text(
+        bootstrap="x:1", connect_port=8083,
+        client={"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "paystream-connect", "sasl.password": "p"}))
+    assert worker["config.providers.env.param.allowlist.pattern"] == connect.env_allowlist()
+    assert worker["config.providers.env.class"].endswith("EnvVarConfigProvider")
+    assert worker["rest.extension.classes"].endswith("BasicAuthSecurityRestExtension")
+    for prefix in ("", "producer.", "consumer.", "admin."):
+        assert worker[f"{prefix}security.protocol"] == "SASL_PLAINTEXT"
+        assert worker[f"{prefix}sasl.mechanism"] == "SCRAM-SHA-512"
+        assert 'username="paystream-connect"' in worker[f"{prefix}sasl.jaas.config"]
+    differing = {k for k in set(worker) | set(local) if worker.get(k) != local.get(k)}
+    assert differing <= {"bootstrap.servers", "listeners", "rest.advertised.host.name",
+                         "plugin.path", "sasl.jaas.config", "producer.sasl.jaas.config",
+                         "consumer.sasl.jaas.config", "admin.sasl.jaas.config"}, differing
+    assert worker["bootstrap.servers"] == compose.KAFKA_BOOTSTRAP
+    jaas = rendered["connect"][connect.REST_JAAS]
+    assert f'file="{MOUNT}/{connect.REST_USERS}"' in jaas
+    script = _script("connect")
+    assert f"connect-distributed.sh {MOUNT}/connect-distributed.properties" in script
+    assert f"-Djava.security.auth.login.config={MOUNT}/{connect.REST_JAAS}" in \
+        _env("connect")["KAFKA_OPTS"]
+
+
+def test_connect_container_provides_every_variable_the_connector_json_reads():
+    wanted = set()
+    for value in connector_config().values():
+        wanted |= set(re.findall(r"\$\{env:([A-Z_]+)\}", value))
+    assert wanted == set(connect.CONNECTOR_ENV)
+    env = _env("connect")
+    script = _script("connect")
+    # Four from the environment, the password from the volume (by the command).
+    assert {k: v for k, v in env.items() if k.startswith("PAYSTREAM_")} == \
+        compose.connect_env()
+    assert env["PAYSTREAM_PG_USER"] == db.ROLE_NAMES["cdc"]
+    assert f'export PAYSTREAM_PG_PASSWORD="$(cat {MOUNT}/db-cdc)"' in script
+    assert set(compose.connect_env()) | {"PAYSTREAM_PG_PASSWORD"} == wanted
+    # The image's CONNECT_* configuration path is not used (no worker setting leaks
+    # into the environment).
+    assert not any(k.startswith("CONNECT_") for k in env)
+
+
+def test_setup_job_runs_the_stacks_role_user_and_acl_code(monkeypatch: pytest.MonkeyPatch):
+    setup = SERVICES["setup"]
     assert setup["command"] == ["stack", "setup"]
     assert set(TOPICS) >= {"paystream.payments", "paystream.payments.dlq"}
+    env = _env("setup")
+    for key, value in compose.setup_env().items():
+        assert env.get(key) == value, key
+    assert env[db.ROLE_URL_VARIABLES["owner"]] == compose.pg_dsn("owner")
+    assert urlsplit(env["PAYSTREAM_SUPERUSER_DATABASE_URL"]).hostname == "postgres"
+    # `stack setup` with a superuser DSN calls exactly the stack's functions, in order.
+    calls: list[str] = []
+    monkeypatch.setenv("PAYSTREAM_SUPERUSER_DATABASE_URL", "postgresql://postgres@h/postgres")
+    monkeypatch.setenv("PAYSTREAM_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setattr(stack, "wait_until", lambda *a, **k: calls.append(f"wait {a[0]}"))
+    monkeypatch.setattr(postgres, "read_role_passwords", lambda: {})
+    monkeypatch.setattr(postgres, "ensure_roles_over_dsn",
+                        lambda dsn, pw, database: calls.append(f"roles {database}"))
+    monkeypatch.setattr(kafka, "ensure_users", lambda s: calls.append("users"))
+    monkeypatch.setattr(kafka, "ensure_acls", lambda s: calls.append("acls"))
+    monkeypatch.setattr(stack, "_configure", lambda s: calls.append("configure"))
+    from paystream.stack.settings import StackSettings
+    monkeypatch.setenv("PAYSTREAM_PG_DB", env["PAYSTREAM_PG_DB"])
+    assert stack.setup(StackSettings.from_env()) == 0
+    assert calls == ["wait postgres", "roles paystream", "wait postgres", "wait kafka",
+                     "users", "acls", "wait connect", "configure"]
+    assert urlsplit(compose.pg_dsn("owner")).path == "/" + env["PAYSTREAM_PG_DB"]
+
+
+def test_compose_waits_in_the_order_the_credentials_need():
+    for name in (s.name for s in compose.SERVICES):
+        assert SERVICES[name]["depends_on"]["setup"] == {
+            "condition": "service_completed_successfully"}, name
+    assert SERVICES["setup"]["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    # Connect authenticates with a user the setup job creates: it must come back.
+    assert SERVICES["connect"]["restart"] in ("on-failure", "unless-stopped", "always")
