@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from paystream import kafka_security
 from paystream.schema.db import connect as db_connect
-from paystream.schema.db import kafka_bootstrap
+from paystream.schema.db import database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
 from paystream.stack import connect, kafka
@@ -49,7 +49,7 @@ def main() -> None:
     arrived: dict[str, float] = {}
 
     def writer() -> None:
-        conn = db_connect()
+        conn = db_connect(database_url("ingest"))
         for i in range(args.events):
             event = PaymentEvent(f"bench-cdc-{run_id}-{i}", EventType.DEPOSIT,
                                  f"bench-user-{i % 10}", "USD", Decimal("1.5"), "bench")

@@ -63,7 +63,7 @@ def make_stream(run: str, users: int, count: int, seed: int = 42) -> list[Paymen
 def per_event_baseline(values: list[bytes], suffix: str) -> float:
     """One transaction per event: the shape the seed article applies events in, with the
     outcome recorded through the same module as the ledger (schema.processed_events)."""
-    conn = connect(application_name="paystream-bench-baseline")
+    conn = connect(database_url("owner"), application_name="paystream-bench-baseline")
     cur = conn.cursor()
     # Its events are recorded as the ingest would, so its status UPDATE moves real rows.
     store_events(cur, (parse_wire({**w, "event_id": w["event_id"] + suffix,
