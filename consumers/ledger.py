@@ -13,20 +13,22 @@ this order (the steps are numbered at the call sites too):
   3. create the balance rows of first credits, then lock every touched balance row
      with SELECT ... FOR UPDATE in (user_id, asset) order (no deadlock between batches);
   4. find the events applied before whose outcome housekeeping forgot: their effect is
-     on record (a journal row, a final or waiting status, their deposit already
+     on record (a transfer, a final or waiting status, their deposit already
      settled); they are never applied again, their outcome is written back as it was (a
      rejection stays a rejection). Since step 2 dead-letters a payment event that is
      past `received` without a recorded outcome (status_conflict), this now catches
-     settlements (no payment_events row: their deposit's state tells) and a journal
-     row without its status, a defence in depth;
+     settlements (no payment_events row: their deposit's state tells) and a transfer
+     without its status, a defence in depth;
   5. plan in memory (ledger_plan.py): each user's events in offset order over the
      locked balances, so a withdrawal sees the deposit before it;
   6. record each event's final outcome, once (schema.processed_events.record): the
      claim. Nothing is inserted as `applied` and corrected later. Events another
      transaction recorded first are duplicates: the claim keeps nothing of this batch
      then, and steps 5 and 6 run again without them;
-  7. one aggregated UPDATE of the balances, the journal rows by COPY (balance_events
-     UNIQUE (source_event_id, event_type) as the last line of defence);
+  7. one transfer per event that moves money, its postings summing to zero
+     (consumers/ledger_postings.py), by COPY (transfers UNIQUE (source_event_id,
+     event_type) as the last line of defence), and one aggregated UPDATE of the
+     balances rows that copy the users' accounts;
   8. the chain deposits, the waiting outcomes a settlement decides, a notification
      intent per rejection and reversal, and the event statuses through
      schema.status.transition.
@@ -37,17 +39,17 @@ commit redelivers it):
   - The claim decides: processed_events' primary key lets one transaction only commit
     an outcome per event. A second applier's INSERT of the same key waits for the
     first transaction, then finds the key taken; its batch drops that event as a
-    duplicate before anything else is written (money, journal, notification, status all
+    duplicate before anything else is written (money, transfers, notification, status all
     come after step 6).
   - Planning needs the balances as they are once the first applier is done: step 3
     locks every touched balance row, in order, before step 5 reads them, so the second
     applier waits there for the first one's commit (READ COMMITTED: the lock returns
     the row as committed). An event whose balance row does not exist yet (a debit of
     an asset the user never held) has nothing to lock: it is still claimed once.
-  - The journal's UNIQUE constraint refuses a second effect whatever happens above.
+  - transfers' UNIQUE constraint refuses a second effect whatever happens above.
 
 Chain deposits (issue 6, see ledger_plan.py's table): a deposit carrying `chain` is held
-in balances.pending (journal pending_events) and recorded in chain_deposits for the
+in the user's pending account (balances.pending) and recorded in chain_deposits for the
 finality watcher, status pending_finality. The watcher's settlement events
 (deposit_finalized / deposit_reorged, same partition, after the deposit) move it to
 available or release it, set chain_deposits.state final / reorged and the deposit's
@@ -64,7 +66,7 @@ status applied); deposit_reversed debits available by the amount, never below ze
 what it cannot take is an account_shortfalls row, the user is flagged (every later debit
 refused, outcome account_flagged), a critical log line, the shortfall metrics and a
 notification intent, all in the batch transaction (state reversed, status reversed).
-The journal records exactly what moved, so reconcile holds. A reversal of a deposit that
+The transfers record exactly what moved, so reconcile holds. A reversal of a deposit that
 was never credited is a dead letter (deposit_not_credited): the watcher only reverses
 what the ledger credited, so it means a bug or a forged event, for review.
 """
@@ -85,7 +87,7 @@ from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
 from paystream.consumers.ledger_plan import Candidate, Plan, dedupe, plan_batch, read_event
 from paystream.consumers.ledger_reconcile import HotPathReconciler
 from paystream.consumers.records import Record
-from paystream.schema import chain_deposits, processed_events, stored_events
+from paystream.schema import accounts, chain_deposits, processed_events, stored_events, transfers
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey
 from paystream.schema.chain_deposits import DepositState, HeldDeposit
@@ -99,12 +101,13 @@ from paystream.schema.events import (
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.outbox import emit
 from paystream.schema.pgarray import text_array
-from paystream.schema.pgcopy import copy_rows, copy_text
 from paystream.schema.processed_events import Outcome
 from paystream.schema.status import EventStatus, transition
 from paystream.schema.stored_events import STATUS_CONFLICT
+from paystream.schema.transfers import signed
 
 log = structlog.get_logger("consumers.ledger")
+ZERO = Decimal(0)
 
 # Debezium streams a transaction once its commit record is flushed to the WAL, and
 # Postgres makes the transaction visible to other sessions a moment after that flush.
@@ -165,7 +168,8 @@ class LedgerHandler:
         flagged = _flagged_users(cur, fresh)
         while True:
             # Step 5. Plan.
-            plan = plan_batch(fresh, opening, flagged)
+            plan = plan_batch(fresh, opening, flagged,
+                              {d: held.network for d, held in deposits.items()})
             # Step 6. Record each event's outcome, once: the claim. Events another
             # transaction recorded are duplicates: nothing was kept, plan without them.
             taken = processed_events.record(cur, _outcome_rows([*plan.decisions, *forgotten]))
@@ -178,12 +182,10 @@ class LedgerHandler:
         result.outcomes["duplicate"] += len(valid) - len(fresh)
         if not fresh:
             return result
-        # Step 7. The money: balances and their journals.
+        # Step 7. The money: the transfers, and the balances rows that copy them.
         self.reconciler.note_touched(plan.touched)
-        _write_balances(cur, plan.sorted_deltas())
-        _write_balances(cur, plan.sorted_pending_deltas(), column="pending")
-        _write_journal(cur, plan.available_journal)
-        _write_journal(cur, plan.pending_journal, table="pending_events")
+        _write_balances(cur, plan)
+        _write_transfers(cur, plan)
         # Step 8. Chain deposits, waiting outcomes, notifications, statuses.
         _write_consequences(cur, plan)
         result.outcomes.update(Counter(outcome.value for _, outcome in plan.decisions))
@@ -368,7 +370,7 @@ def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[Balance
 
 def _effects_on_record(cur: Cursor, candidates: Sequence[Candidate],
                        deposits: dict[str, HeldDeposit]) -> list[tuple[Candidate, Outcome]]:
-    """Events whose effect is on record (a journal row, a final or waiting status, or -
+    """Events whose effect is on record (a transfer, a final or waiting status, or -
     for a settlement - its deposit already in the state it leads to), each with the
     outcome it had: applied before. If housekeeping purged their outcome row it is
     written back (the claim skips those whose row still exists); nothing is applied
@@ -380,10 +382,8 @@ def _effects_on_record(cur: Cursor, candidates: Sequence[Candidate],
         "SELECT x.k, p.status FROM unnest(%s::text[], %s::text[], %s::text[])"
         " AS x(k, e, t) LEFT JOIN payment_events p ON p.event_id = x.e"
         " WHERE p.status = ANY(%s)"
-        " OR EXISTS (SELECT 1 FROM balance_events b"
-        "  WHERE b.source_event_id = x.e AND b.event_type = x.t)"
-        " OR EXISTS (SELECT 1 FROM pending_events q"
-        "  WHERE q.source_event_id = x.e AND q.event_type = x.t)",
+        " OR EXISTS (SELECT 1 FROM transfers t"
+        "  WHERE t.source_event_id = x.e AND t.event_type = x.t)",
         (text_array([r[0] for r in rows]), text_array([r[1] for r in rows]),
          text_array([r[2] for r in rows]), list(_PROCESSED_STATUSES)),
     )
@@ -418,7 +418,7 @@ def _settlements_on_record(cur: Cursor, candidates: Sequence[Candidate],
                            deposits: dict[str, HeldDeposit]) -> dict[str, str]:
     """Settlement keys whose deposit is already where the settlement takes it (a
     finalisation of a credited deposit and a reversal that took nothing leave no
-    journal row, so the journal alone cannot tell). Value: the outcome it had."""
+    transfer, so the transfers alone cannot tell). Value: the outcome it had."""
     settling = [c for c in candidates if c.event.settles is not None]
     if not settling:
         return {}
@@ -461,36 +461,34 @@ def _outcome_rows(outcomes: Iterable[tuple[Candidate, Outcome]]
     return [(c.key, c.event.event_id, c.event.event_type.value, o) for c, o in outcomes]
 
 
-def _write_balances(cur: Cursor, deltas: list[tuple[BalanceKey, Decimal]],
-                    column: str = "balance") -> None:
-    """Add `deltas` to `column` (balance or pending: a code constant, never input)."""
-    if not deltas:
+def _write_balances(cur: Cursor, plan: Plan) -> None:
+    """Add the plan's net deltas to each touched balances row, one UPDATE for the three
+    columns (the rows are locked, step 3)."""
+    books = (plan.deltas, plan.pending_deltas, plan.held_deltas)
+    pairs = sorted(p for p in plan.touched if any(book.get(p, ZERO) != ZERO for book in books))
+    if not pairs:
         return
-    assert column in ("balance", "pending")
+    available, pending, held = ([signed(book.get(p, ZERO)) for p in pairs] for book in books)
     cur.execute(
-        f"UPDATE balances b SET {column} = b.{column} + d.delta, updated_at = now()"
-        " FROM unnest(%s::text[], %s::text[], %s::numeric[]) AS d(u, a, delta)"
-        " WHERE b.user_id = d.u AND b.asset = d.a",
-        ([k[0] for k, _ in deltas], [k[1] for k, _ in deltas], [_signed(d) for _, d in deltas]),
-    )
+        "UPDATE balances b SET balance = b.balance + d.da, pending = b.pending + d.dp,"
+        " held = b.held + d.dh, updated_at = now()"
+        " FROM unnest(%s::text[], %s::text[], %s::numeric[], %s::numeric[], %s::numeric[])"
+        " AS d(u, a, da, dp, dh) WHERE b.user_id = d.u AND b.asset = d.a",
+        (text_array([p[0] for p in pairs]), text_array([p[1] for p in pairs]),
+         "{" + ",".join(available) + "}", "{" + ",".join(pending) + "}",
+         "{" + ",".join(held) + "}"))
 
 
-def _write_journal(cur: Cursor, rows: Sequence[tuple[Candidate, Decimal]],
-                   table: str = "balance_events") -> None:
-    """The journal rows of one book, by COPY: ~40% cheaper per row than INSERT ...
-    unnest here. `table` is balance_events (available) or pending_events (pending)."""
-    if not rows:
+def _write_transfers(cur: Cursor, plan: Plan) -> None:
+    """One transfer per event that moved money, with its postings (schema/transfers.py);
+    the accounts they name are created on first use."""
+    if not plan.transfers:
         return
-    assert table in ("balance_events", "pending_events")
-    copy_rows(cur, f"COPY {table} (source_event_id, event_type, user_id, asset, delta)"
-                   " FROM STDIN",
-              (f"{copy_text(c.event.event_id)}\t{c.event.event_type.value}\t"
-               f"{copy_text(c.event.user_id)}\t{copy_text(c.event.asset)}\t{_signed(delta)}\n"
-               for c, delta in rows))
-
-
-def _signed(delta: Decimal) -> str:
-    return format_amount(delta) if delta > 0 else "-" + format_amount(-delta)
+    ids = accounts.resolve(cur, plan.accounts)
+    transfers.write(cur, [
+        transfers.NewTransfer(c.event.event_id, c.event.event_type.value,
+                              [(ids[ref], ref.asset, amount) for ref, amount in moved])
+        for c, moved in plan.transfers])
 
 
 def _write_consequences(cur: Cursor, plan: Plan) -> None:

@@ -5,8 +5,11 @@ event (or a deterministic failure), de-duplicating a batch, and walking the even
 offset order over the locked balances to decide each outcome and the net delta per
 (user, asset) in each book.
 
-Two books per (user, asset): `available` (balances.balance, journal balance_events) and
-`pending` (balances.pending, journal pending_events). What each event does:
+Each user has three accounts per asset (schema/accounts.py): `available` (copied in
+balances.balance), `pending` (balances.pending) and `held` (balances.held). Every event
+that moves money is one transfer of postings that sum to zero (the rule table, with the
+platform's side, is consumers/ledger_postings.py). What each event does to the user's
+two books:
 
   event                          outcome            available   pending
   deposit / airdrop (no chain)   applied            +amount
@@ -34,12 +37,14 @@ the event after the reversal on (within the batch too).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, localcontext
 
 from paystream.consumers.failures import PoisonError
+from paystream.consumers.ledger_postings import Posting, postings, reversal_split
 from paystream.consumers.records import Record
+from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.balances import BalanceKey
 from paystream.schema.chain import DepositError, ExpectedDeposit
 from paystream.schema.events import EventError, PaymentEvent, SettlementType, parse_wire
@@ -145,34 +150,17 @@ def decide(event: PaymentEvent, available: Decimal, flagged: bool = False) -> Ou
     return Outcome.APPLIED if available >= event.amount else Outcome.INSUFFICIENT_FUNDS
 
 
-def reversal_split(amount: Decimal, available: Decimal) -> tuple[Decimal, Decimal]:
-    """(debited, owed) of a reversal of `amount` over `available`: take what is there,
-    never below zero, and the rest is a shortfall. debited + owed == amount, always."""
-    debited = min(amount, max(available, ZERO))
-    return debited, amount - debited
+def effects(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
+            network: str | None = None) -> tuple[Decimal, Decimal]:
+    """(available delta, pending delta) of an event with `outcome`: what its postings
+    (ledger_postings.py) do to the user's two books; `available` (just before it)
+    only matters to a reversal's shortfall."""
+    moved = postings(event, outcome, available, network)
+    return (_user_delta(moved, AccountKind.AVAILABLE), _user_delta(moved, AccountKind.PENDING))
 
 
-def effects(event: PaymentEvent, outcome: Outcome,
-            available: Decimal = ZERO) -> tuple[Decimal, Decimal]:
-    """(available delta, pending delta) of an event with `outcome` (the table above);
-    `available` (just before it) only matters to a reversal's shortfall."""
-    amount = event.amount
-    if outcome is Outcome.PENDING_FINALITY:
-        return ZERO, amount
-    if outcome is Outcome.REORGED:
-        return ZERO, -amount
-    if outcome is Outcome.CREDITED:
-        return amount, -amount
-    if event.event_type is SettlementType.DEPOSIT_REVERSED and outcome in (
-            Outcome.APPLIED, Outcome.SHORTFALL):
-        return -reversal_split(amount, available)[0], ZERO
-    if outcome is not Outcome.APPLIED:
-        return ZERO, ZERO
-    if event.settles_credited:
-        return ZERO, ZERO  # deposit_credited moved the money already
-    if event.event_type is SettlementType.DEPOSIT_FINALIZED:
-        return amount, -amount
-    return (amount if event.event_type.is_credit else -amount), ZERO
+def _user_delta(moved: list[Posting], kind: AccountKind) -> Decimal:
+    return sum((amount for ref, amount in moved if ref.kind is kind), ZERO)
 
 
 def signed_amount(event: PaymentEvent) -> Decimal:
@@ -187,9 +175,10 @@ class Plan:
     deltas: dict[BalanceKey, Decimal] = field(default_factory=dict)
     # Net change of the pending balance per (user, asset) (chain deposits).
     pending_deltas: dict[BalanceKey, Decimal] = field(default_factory=dict)
-    # Journal rows: (candidate, delta) per book, in batch order.
-    available_journal: list[tuple[Candidate, Decimal]] = field(default_factory=list)
-    pending_journal: list[tuple[Candidate, Decimal]] = field(default_factory=list)
+    # Net change of the held balance per (user, asset) (withdrawals in flight).
+    held_deltas: dict[BalanceKey, Decimal] = field(default_factory=dict)
+    # One transfer per event that moves money: (candidate, its postings), batch order.
+    transfers: list[tuple[Candidate, list[Posting]]] = field(default_factory=list)
     # Balance after the batch per touched pair (the invariant checks use it).
     closing: dict[BalanceKey, Decimal] = field(default_factory=dict)
     # Reversals available could not cover: (candidate, amount owed).
@@ -205,13 +194,22 @@ class Plan:
     def sorted_pending_deltas(self) -> list[tuple[BalanceKey, Decimal]]:
         return [(pair, d) for pair, d in sorted(self.pending_deltas.items()) if d != ZERO]
 
+    def sorted_held_deltas(self) -> list[tuple[BalanceKey, Decimal]]:
+        return [(pair, d) for pair, d in sorted(self.held_deltas.items()) if d != ZERO]
+
     @property
     def touched(self) -> set[BalanceKey]:
-        return set(self.deltas) | set(self.pending_deltas)
+        return set(self.deltas) | set(self.pending_deltas) | set(self.held_deltas)
+
+    @property
+    def accounts(self) -> set[AccountRef]:
+        """Every account the batch's transfers post to."""
+        return {ref for _, moved in self.transfers for ref, _ in moved}
 
 
 def plan_batch(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
-               flagged: Iterable[str] = ()) -> Plan:
+               flagged: Iterable[str] = (), networks: Mapping[str, str] | None = None
+               ) -> Plan:
     """Walk `candidates` in batch order (offset order per user) over `opening` balances.
 
     A debit sees every credit and debit before it in the batch, so a withdrawal after a
@@ -220,14 +218,17 @@ def plan_batch(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decima
     funds nothing until its deposit_finalized (or deposit_credited) moves it to
     available. `flagged` are the users with an open shortfall before the batch; a
     reversal that leaves a shortfall flags its user for the rest of the batch.
+    `networks`: the network of each held deposit a settlement names (custody's owner).
     """
     with localcontext(PLAN_CONTEXT):
-        return _plan(candidates, opening, flagged)
+        return _plan(candidates, opening, flagged, networks or {})
 
 
 def _plan(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
-          flagged: Iterable[str]) -> Plan:
+          flagged: Iterable[str], networks: Mapping[str, str]) -> Plan:
     plan = Plan()
+    books = {AccountKind.AVAILABLE: plan.deltas, AccountKind.PENDING: plan.pending_deltas,
+             AccountKind.HELD: plan.held_deltas}
     running: dict[BalanceKey, Decimal] = {}
     flagged_users = set(flagged)
     for candidate in candidates:
@@ -235,17 +236,29 @@ def _plan(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
         available = running.get(pair, opening.get(pair, ZERO))
         outcome = decide(candidate.event, available, candidate.event.user_id in flagged_users)
         plan.decisions.append((candidate, outcome))
-        avail_delta, pending_delta = effects(candidate.event, outcome, available)
+        moved = postings(candidate.event, outcome, available, _network(candidate, networks))
         if outcome is Outcome.SHORTFALL:
             owed = reversal_split(candidate.event.amount, available)[1]
             plan.shortfalls.append((candidate, owed))
             flagged_users.add(candidate.event.user_id)
-        running[pair] = available + avail_delta
-        if avail_delta != ZERO:
-            plan.deltas[pair] = plan.deltas.get(pair, ZERO) + avail_delta
-            plan.available_journal.append((candidate, avail_delta))
-        if pending_delta != ZERO:
-            plan.pending_deltas[pair] = plan.pending_deltas.get(pair, ZERO) + pending_delta
-            plan.pending_journal.append((candidate, pending_delta))
+        running[pair] = available
+        if moved:
+            plan.transfers.append((candidate, moved))
+        for ref, amount in moved:
+            book = books.get(ref.kind)
+            if book is not None:  # one of the user's accounts: its balances column
+                book[pair] = book.get(pair, ZERO) + amount
+                if ref.kind is AccountKind.AVAILABLE:
+                    running[pair] += amount
     plan.closing = running
     return plan
+
+
+def _network(candidate: Candidate, networks: Mapping[str, str]) -> str | None:
+    """The chain a chain deposit is on, or the one of the deposit a settlement names."""
+    event = candidate.event
+    if event.settles is not None:
+        return networks.get(event.settles)
+    if event.is_chain_deposit:
+        return str((event.chain or {}).get("network"))
+    return None

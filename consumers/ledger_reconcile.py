@@ -1,20 +1,22 @@
-"""The ledger's self-check: every balance must equal the sum of its journal, and never be
-negative. Owned by the ledger (it runs inside the ledger consumer); `paystream reconcile`
-(ops/reconcile.py) runs the same check over every balance.
+"""The ledger's self-check: every balance must equal the postings of its account, and
+never be negative. Owned by the ledger (it runs inside the ledger consumer); `paystream
+reconcile` (ops/reconcile.py) runs the same check over every balance, and the
+conservation checks of consumers/ledger_conservation.py (every transfer sums to zero,
+custody equals the chain deposits held).
 
-The invariant, per (user, asset) and per book (a balance column and the journal rows that
-move it):
+The invariant, per (user, asset) and per book (a balances column and the user account
+it copies, schema/accounts.py):
 
-    balances.<column> == Σ journal.delta   and   balances.<column> >= 0
+    balances.<column> == Σ postings.amount of the account   and   balances.<column> >= 0
 
-and a journal without a balance row is a mismatch too. Two books: `available`
-(balances.balance ⟷ balance_events) and `pending` (balances.pending ⟷ pending_events,
-chain deposits held until final; see consumers/ledger_plan.py).
+and postings with no balance row are a mismatch too. Three books: `available`
+(balances.balance), `pending` (balances.pending: chain deposits held until final) and
+`held` (balances.held: withdrawals in flight).
 
 A FLAGGED account (an open account_shortfalls row: a reversal available could not
-cover) is not a mismatch: the journal holds exactly what moved, so its balance still
-equals its journal and is >= 0. The report lists the open shortfalls beside the check,
-for the operator, without failing it.
+cover) is not a mismatch: the postings hold exactly what moved, so its balance still
+equals them and is >= 0. The report lists the open shortfalls beside the check, for the
+operator, without failing it.
 
 Two ways to run it:
 - `paystream reconcile` (ops/) checks every balance (or the `--user`s given) in ONE
@@ -22,9 +24,9 @@ Two ways to run it:
 - HotPathReconciler runs inside the ledger consumer on the balances its batches touched,
   every `interval_s`, and reports through Prometheus and critical log lines.
 
-Both read one snapshot (schema.db.snapshot). A batch's balance update and its journal
-rows commit together, so the snapshot sees both or neither: a mismatch is never a race
-with the ledger.
+Both read one snapshot (schema.db.snapshot). A batch's balance update and its transfers
+commit together, so the snapshot sees both or neither: a mismatch is never a race with
+the ledger.
 """
 
 from __future__ import annotations
@@ -38,7 +40,16 @@ import psycopg2
 import structlog
 from prometheus_client import Counter, Gauge
 
+from paystream.consumers.ledger_conservation import (
+    ChainBalances,
+    CustodyMismatch,
+    TransferProblem,
+    find_custody_mismatches,
+    find_transfer_problems,
+    unbalanced_assets,
+)
 from paystream.env import env_float, env_int
+from paystream.schema.accounts import BALANCE_COLUMNS, AccountKind
 from paystream.schema.balances import BalanceKey
 from paystream.schema.db import Connection, Cursor, one_row, snapshot
 
@@ -73,22 +84,17 @@ SCOPE_FULL = "full"
 
 @dataclass(frozen=True)
 class Book:
-    """A balance column and the journal rows whose deltas must sum to it.
-
-    `journal_rows` is a query yielding (user_id, asset, delta). Both strings are code
-    constants, never user input: they are formatted into the SQL.
-    """
+    """A balances column and the user account whose postings must sum to it. Both
+    strings are code constants, never user input: they are formatted into the SQL."""
 
     name: str
     column: str
-    journal_rows: str
 
 
-AVAILABLE = Book("available", "balance",
-                 "SELECT user_id, asset, delta FROM balance_events")
-PENDING = Book("pending", "pending",
-               "SELECT user_id, asset, delta FROM pending_events")
-BOOKS: tuple[Book, ...] = (AVAILABLE, PENDING)
+AVAILABLE = Book(AccountKind.AVAILABLE.value, BALANCE_COLUMNS[AccountKind.AVAILABLE])
+PENDING = Book(AccountKind.PENDING.value, BALANCE_COLUMNS[AccountKind.PENDING])
+HELD = Book(AccountKind.HELD.value, BALANCE_COLUMNS[AccountKind.HELD])
+BOOKS: tuple[Book, ...] = (AVAILABLE, PENDING, HELD)
 
 
 @dataclass(frozen=True)
@@ -133,10 +139,13 @@ class Report:
     mismatches: list[Mismatch]
     snapshot_at: str  # the snapshot's now(), for the operator's record
     flagged: list[Shortfall] = field(default_factory=list)  # informational, not failing
+    transfer_problems: list[TransferProblem] = field(default_factory=list)
+    custody: list[CustodyMismatch] = field(default_factory=list)
+    transfers_checked: int = 0
 
     @property
     def clean(self) -> bool:
-        return not self.mismatches
+        return not (self.mismatches or self.transfer_problems or self.custody)
 
 
 def _scope_filter(users: Sequence[str] | None, pairs: Sequence[BalanceKey] | None
@@ -152,19 +161,25 @@ def _scope_filter(users: Sequence[str] | None, pairs: Sequence[BalanceKey] | Non
 
 
 def _book_sql(book: Book, where: str) -> str:
-    # FULL JOIN: a balance with no journal must be zero, a journal with no balance row
-    # is a mismatch on its own.
+    # FULL JOIN: a balance with no account (or no postings) must be zero, postings with
+    # no balance row are a mismatch on their own. The scope (`where`) is pushed into
+    # the account subquery, so a few pairs are read by index, not by scanning postings.
     return f"""
-        WITH journal AS (
-            SELECT user_id, asset, sum(delta) AS total
-            FROM ({book.journal_rows}) AS journal_rows {where}
-            GROUP BY user_id, asset
+        WITH acct AS (
+            SELECT user_id, asset, account_id FROM (
+                SELECT owner AS user_id, asset, account_id FROM accounts
+                WHERE kind = '{book.name}') AS scoped {where}
+        ), journal AS (
+            SELECT a.user_id, a.asset, coalesce(sum(p.amount), 0) AS total
+            FROM acct a LEFT JOIN postings p ON p.account_id = a.account_id
+            GROUP BY a.user_id, a.asset
         ), bal AS (
             SELECT user_id, asset, {book.column} AS amount FROM balances {where}
         )
         SELECT user_id, asset, b.amount, coalesce(j.total, 0)
         FROM bal AS b FULL JOIN journal AS j USING (user_id, asset)
-        WHERE b.amount IS NULL OR b.amount <> coalesce(j.total, 0) OR b.amount < 0
+        WHERE (b.amount IS NULL AND j.total <> 0) OR b.amount <> coalesce(j.total, 0)
+            OR b.amount < 0
         ORDER BY user_id, asset"""
 
 
@@ -183,15 +198,23 @@ def find_mismatches(cur: Cursor, *, users: Sequence[str] | None = None,
     return checked, found
 
 
-def reconcile(conn: Connection, *,
-              users: Sequence[str] | None = None) -> Report:
-    """Check every balance (or those of `users`) in one consistent snapshot."""
+def reconcile(conn: Connection, *, users: Sequence[str] | None = None,
+              chain: ChainBalances | None = None) -> Report:
+    """Check every balance and transfer (or those of `users`) and, for the whole ledger,
+    custody against the chain deposits (and the chain itself, through `chain`), in one
+    consistent snapshot."""
     with snapshot(conn) as cur:
-        cur.execute("SELECT now()")
-        at = one_row(cur)[0]
+        cur.execute("SELECT now(), (SELECT count(*) FROM transfers)")
+        at, transfers = one_row(cur)
         checked, mismatches = find_mismatches(cur, users=users)
         flagged = open_shortfalls(cur, users=users)
-    return Report(checked, mismatches, at.isoformat(), flagged)
+        problems = find_transfer_problems(cur, users)
+        custody: list[CustodyMismatch] = []
+        if users is None:  # whole-ledger checks
+            problems += unbalanced_assets(cur)
+            custody = find_custody_mismatches(cur, chain)
+    return Report(checked, mismatches, at.isoformat(), flagged, problems, custody,
+                  int(transfers))
 
 
 def open_shortfalls(cur: Cursor, *, users: Sequence[str] | None = None) -> list[Shortfall]:
@@ -298,7 +321,17 @@ def record_full_check(report: Report) -> None:
     """Publish a whole-ledger check's result (scope `full`) and log its mismatches."""
     for m in report.mismatches:
         log_mismatch(m, SCOPE_FULL)
-    MISMATCHES.labels(SCOPE_FULL).set(len(report.mismatches))
+    for t in report.transfer_problems:
+        structlog.get_logger("consumers.reconcile").critical(
+            "reconciliation_transfer_problem", scope=SCOPE_FULL, transfer_id=t.transfer_id,
+            asset=t.asset, problem=t.problem, detail=t.detail)
+    for c in report.custody:
+        structlog.get_logger("consumers.reconcile").critical(
+            "reconciliation_custody_mismatch", scope=SCOPE_FULL, network=c.network,
+            asset=c.asset, problem=c.problem, books=str(c.books), deposits=str(c.deposits),
+            on_chain=None if c.on_chain is None else str(c.on_chain))
+    MISMATCHES.labels(SCOPE_FULL).set(
+        len(report.mismatches) + len(report.transfer_problems) + len(report.custody))
     CHECKS.labels(SCOPE_FULL).inc()
     PAIRS_CHECKED.labels(SCOPE_FULL).inc(report.balances_checked)
     LAST_CHECK.labels(SCOPE_FULL).set(time.time())

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
 from paystream.ingest.alchemy import ADDRESS_PATTERN, NETWORK_PATTERN
 from paystream.operator_cli import format_table
+from paystream.schema import transfers
+from paystream.schema.accounts import USER_KINDS
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Connection
 from paystream.schema.events import USER_ID_PATTERN
@@ -58,12 +61,25 @@ def add_address(conn: Connection, network: str, address: str, user_id: str) -> b
 class BalanceRow:
     user_id: str
     asset: str
-    balance: Decimal
+    balance: Decimal  # available
     pending: Decimal
+    held: Decimal
 
 
-def balances(conn: Connection, user_id: str | None = None) -> list[BalanceRow]:
-    sql = "SELECT user_id, asset, balance, pending FROM balances"
+def balances(conn: Connection, user_id: str | None = None,
+             at: datetime | None = None) -> list[BalanceRow]:
+    """Balances now (the balances rows), or of one user at `at` from the postings of
+    their accounts (schema/transfers.py): what the books said at that moment."""
+    if at is not None:
+        if user_id is None:
+            raise AdminError("a balance at a point in time needs --user")
+        with conn, conn.cursor() as cur:
+            books = transfers.user_books(cur, [user_id], at.isoformat())
+        assets = sorted({asset for _u, asset, _k in books})
+        return [BalanceRow(user_id, asset,
+                           *(books.get((user_id, asset, kind), Decimal(0))
+                             for kind in USER_KINDS)) for asset in assets]
+    sql = "SELECT user_id, asset, balance, pending, held FROM balances"
     params: tuple[str, ...] = ()
     if user_id is not None:
         sql += " WHERE user_id = %s"
@@ -75,7 +91,7 @@ def balances(conn: Connection, user_id: str | None = None) -> list[BalanceRow]:
 
 def render_table(rows: list[BalanceRow]) -> str:
     """A plain text table; amounts in canonical form (no float, no trailing zeros)."""
-    return format_table(("user", "asset", "balance", "pending"),
+    return format_table(("user", "asset", "available", "pending", "held"),
                         [(r.user_id, r.asset, format_amount(r.balance),
-                          format_amount(r.pending)) for r in rows],
-                        right_aligned={2, 3}, rule=True)
+                          format_amount(r.pending), format_amount(r.held)) for r in rows],
+                        right_aligned={2, 3, 4}, rule=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from paystream.ingest.settings import IngestSettings
@@ -39,8 +40,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_address.add_argument("--user", required=True)
     add_address.set_defaults(func=_add_address)
 
-    balances = sub.add_parser("balances", help="show balances (user, asset, balance, pending)")
+    balances = sub.add_parser(
+        "balances", help="show balances (user, asset, available, pending, held)")
     balances.add_argument("--user", default=None)
+    balances.add_argument("--at", type=_timestamp, default=None, metavar="TIMESTAMP",
+                          help="the balances at this moment, from the postings (ISO 8601,"
+                               " e.g. 2026-12-02T10:00:00Z; UTC when no offset is given);"
+                               " needs --user")
     balances.set_defaults(func=_balances)
 
 
@@ -70,7 +76,17 @@ def _add_address(args: argparse.Namespace) -> int:
 def _balances(args: argparse.Namespace) -> int:
     from paystream.ingest import admin
 
-    return _admin(lambda conn: admin.render_table(admin.balances(conn, args.user)))
+    return _admin(lambda conn: admin.render_table(admin.balances(conn, args.user, args.at)))
+
+
+def _timestamp(text: str) -> datetime:
+    """An ISO 8601 moment; one without an offset is UTC (never the server's zone)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 timestamp: {text!r} (e.g. 2026-12-02T10:00:00Z)") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _admin(action: Callable[[Connection], str]) -> int:

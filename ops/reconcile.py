@@ -1,5 +1,6 @@
 """`paystream reconcile`'s view of the ledger's self-check (consumers/ledger_reconcile.py):
-one line when every balance matches its journal, else a table of the mismatches; the
+one line when every balance matches its accounts and money is conserved, else a table
+per kind of problem (balances, transfers, custody); the
 open shortfalls (flagged accounts) are listed either way, without failing the check."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 from paystream.consumers.ledger_reconcile import Report
 from paystream.operator_cli import format_table
 from paystream.schema.amounts import format_amount
+from paystream.schema.transfers import signed
 
 
 def format_report(report: Report) -> str:
@@ -16,13 +18,28 @@ def format_report(report: Report) -> str:
                for s in report.flagged]
     if report.clean:
         return "\n".join([f"reconcile: ok, {report.balances_checked} balances match their "
-                          f"journal (snapshot at {report.snapshot_at})", *flagged])
-    table = format_table(
-        ("book", "user", "asset", "balance", "journal_sum", "difference", "problem"),
-        [(m.book, m.user_id, m.asset,
-          "-" if m.balance is None else format_amount(m.balance),
-          format_amount(m.journal), format_amount(m.difference), m.problem)
-         for m in report.mismatches])
-    return "\n".join([f"reconcile: {len(report.mismatches)} MISMATCH(ES) among "
-                      f"{report.balances_checked} balances (snapshot at "
-                      f"{report.snapshot_at})", table, *flagged])
+                          f"accounts' postings, {report.transfers_checked} transfers sum to"
+                          f" zero, custody matches the chain deposits held (snapshot at "
+                          f"{report.snapshot_at})", *flagged])
+    problems = len(report.mismatches) + len(report.transfer_problems) + len(report.custody)
+    lines = [f"reconcile: {problems} MISMATCH(ES) among {report.balances_checked} balances"
+             f" and {report.transfers_checked} transfers (snapshot at {report.snapshot_at})"]
+    if report.mismatches:
+        lines.append(format_table(
+            ("book", "user", "asset", "balance", "postings_sum", "difference", "problem"),
+            [(m.book, m.user_id, m.asset,
+              "-" if m.balance is None else format_amount(m.balance),
+              signed(m.journal), signed(m.difference), m.problem)
+             for m in report.mismatches]))
+    if report.transfer_problems:
+        lines.append(format_table(
+            ("transfer", "asset", "problem", "detail"),
+            [("-" if t.transfer_id is None else str(t.transfer_id), t.asset or "-",
+              t.problem, t.detail) for t in report.transfer_problems]))
+    if report.custody:
+        lines.append(format_table(
+            ("network", "asset", "custody", "deposits_held", "on_chain", "problem"),
+            [(c.network, c.asset, signed(c.books), signed(c.deposits),
+              "-" if c.on_chain is None else signed(c.on_chain), c.problem)
+             for c in report.custody]))
+    return "\n".join([*lines, *flagged])

@@ -63,6 +63,7 @@ class HeldDeposit:
     amount: Decimal
     state: DepositState
     credited: bool  # the ledger credited it before finality (credited_at is set)
+    network: str = ""  # whose custody account its money is in
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +81,10 @@ def held(cur: Cursor, event_ids: Iterable[str]) -> dict[str, HeldDeposit]:
     wanted = sorted(set(event_ids))
     if not wanted:
         return {}
-    cur.execute("SELECT event_id, user_id, asset, amount, state, credited_at IS NOT NULL"
-                " FROM chain_deposits WHERE event_id = ANY(%s)", (wanted,))
-    return {row[0]: HeldDeposit(row[1], row[2], row[3], DepositState(row[4]), row[5])
-            for row in cur.fetchall()}
+    cur.execute("SELECT event_id, user_id, asset, amount, state, credited_at IS NOT NULL,"
+                " network FROM chain_deposits WHERE event_id = ANY(%s)", (wanted,))
+    return {row[0]: HeldDeposit(row[1], row[2], row[3], DepositState(row[4]), row[5],
+                                row[6]) for row in cur.fetchall()}
 
 
 # --- the ledger's moves, in the batch transaction that moves the money ----------------

@@ -12,6 +12,7 @@ from typing import Any
 from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.forgery import Forgery
 from paystream.chaos.traffic import ASSETS, MONEY, NEW_EVENTS, Kind, Request
+from paystream.consumers.ledger_conservation import find_transfer_problems, unbalanced_assets
 from paystream.schema.db import Cursor, one_row
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
@@ -126,8 +127,9 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
     cur.execute("SELECT idempotency_key, outcome FROM processed_events"
                 " WHERE event_id = ANY(%s)", (ids,))
     outcomes = dict(cur.fetchall())
-    cur.execute("SELECT source_event_id, user_id, asset, delta FROM balance_events"
-                " WHERE source_event_id = ANY(%s)", (ids + [f.event_id for f in forged],))
+    cur.execute("SELECT source_event_id, user_id, asset, delta FROM user_entries"
+                " WHERE book = 'available' AND source_event_id = ANY(%s)",
+                (ids + [f.event_id for f in forged],))
     journal: dict[str, list[JournalRow]] = {}
     for event_id, user, asset, delta in cur.fetchall():
         journal.setdefault(event_id, []).append((user, asset, delta))
@@ -198,6 +200,7 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
         v.violations.append(f"{len(stray)} events dead-lettered that were not poisoned, "
                             f"e.g. {sorted(stray)[:3]}")
     _check_balances(cur, v, users, books)
+    _check_conservation(cur, v, users)
     return v
 
 
@@ -233,12 +236,20 @@ def _check_never_credited(cur: Cursor, v: InvariantReport, hostile: list[Request
     v.outcomes["hostile_chain_ignored"] += len(txs)
 
 
+def _check_conservation(cur: Cursor, v: InvariantReport, users: list[str]) -> None:
+    """Double entry held: every transfer of the run's users sums to zero, and so does
+    every asset over the whole ledger (the zero-sum check the run ends with)."""
+    for p in find_transfer_problems(cur, users) + unbalanced_assets(cur):
+        v.violations.append(f"transfer {p.transfer_id} {p.asset}: {p.problem} ({p.detail})")
+
+
 def _check_balances(cur: Cursor, v: InvariantReport, users: list[str],
                     books: ExpectedBooks) -> None:
     """Each (user, asset) balance equals both its journal and the sender's replay."""
     cur.execute(
         "SELECT b.user_id, b.asset, b.balance, coalesce(sum(j.delta), 0) FROM balances b"
-        " LEFT JOIN balance_events j ON j.user_id = b.user_id AND j.asset = b.asset"
+        " LEFT JOIN user_entries j ON j.user_id = b.user_id AND j.asset = b.asset"
+        " AND j.book = 'available'"
         " WHERE b.user_id = ANY(%s) GROUP BY b.user_id, b.asset, b.balance", (users,))
     found = {}
     for user, asset, balance, total in cur.fetchall():
@@ -286,8 +297,8 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
     status = dict(cur.fetchall())
     # The deposit itself only moves the pending book; its settlement moves available.
     sources = {s: e for e in ids for s in (e, f"{e}:finalized", f"{e}:reorged")}
-    cur.execute("SELECT source_event_id, delta FROM balance_events"
-                " WHERE source_event_id = ANY(%s)", (list(sources),))
+    cur.execute("SELECT source_event_id, delta FROM user_entries"
+                " WHERE book = 'available' AND source_event_id = ANY(%s)", (list(sources),))
     credits: dict[str, list[Decimal]] = {}
     for source, delta in cur.fetchall():
         credits.setdefault(sources[source], []).append(delta)
@@ -333,7 +344,8 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
                                 f"holds {landed_sum.get(key, Decimal(0))} for them")
     cur.execute(
         "SELECT b.user_id, b.asset, b.pending, coalesce(sum(j.delta), 0) FROM balances b"
-        " LEFT JOIN pending_events j ON j.user_id = b.user_id AND j.asset = b.asset"
+        " LEFT JOIN user_entries j ON j.user_id = b.user_id AND j.asset = b.asset"
+        " AND j.book = 'pending'"
         " WHERE b.user_id = ANY(%s) GROUP BY b.user_id, b.asset, b.pending", (users,))
     for user, asset, pending, total in cur.fetchall():
         if pending != 0 or total != 0:

@@ -4,6 +4,7 @@ would make every chaos report a pass."""
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.forgery import FORGED_AMOUNT, Forgery
@@ -11,6 +12,7 @@ from paystream.chaos.invariants import InvariantReport, check, check_chain
 from paystream.chaos.traffic import Kind, Request
 from paystream.schema.idempotency import idempotency_key
 from tests.support.ids import unique
+from tests.support.ledger import plant_transfer
 
 
 def _request(kind: Kind, event_id: str, user: str, amount: str = "5", status: int = 200,
@@ -34,9 +36,7 @@ def _applied_deposit(cur, event_id: str, user: str, amount: str, *, journal_user
     cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, %s, %s)"
                 " ON CONFLICT (user_id, asset) DO UPDATE SET balance ="
                 " balances.balance + EXCLUDED.balance", (journal_user, journal_asset, amount))
-    cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
-                " delta) VALUES (%s, 'deposit', %s, %s, %s)",
-                (event_id, journal_user, journal_asset, amount))
+    plant_transfer(cur, event_id, "deposit", journal_user, journal_asset, Decimal(amount))
 
 
 def test_an_accepted_event_missing_from_the_database_is_reported_lost(db):
@@ -52,8 +52,7 @@ def test_a_balance_that_differs_from_its_journal_is_a_violation(db):
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
         cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'USD', 7)",
                     (user,))
-        cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
-                    " delta) VALUES (%s, 'deposit', %s, 'USD', 5)", (unique("e"), user))
+        plant_transfer(cur, unique("e"), "deposit", user, "USD", Decimal(5))
         verdict = check(cur, [], [user])
     assert any(f"{user}/USD = 7" in v for v in verdict.violations)
 
@@ -134,9 +133,8 @@ def _chain_deposit(cur, *, state: str, status: str, credits: list[str]) -> Chain
                 (event_id, tx, d.address, d.wei, user, d.amount, state,
                  BLOCK_HASH if state == "final" else None))
     for source in credits:
-        cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
-                    " delta) VALUES (%s, 'deposit_finalized', %s, 'CHAOS_T:native', %s)",
-                    (source.format(event_id), user, d.amount))
+        plant_transfer(cur, source.format(event_id), "deposit_finalized", user,
+                       "CHAOS_T:native", d.amount)
     return d
 
 

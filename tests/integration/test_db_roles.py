@@ -24,9 +24,9 @@ from tests.support.ingest import ingest_server
 ALL = "*"  # every column
 LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc")
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
-          "processed_events", "balance_events", "pending_events", "dead_letter_queue",
-          "debezium_heartbeat", "ingest_notices", "chain_deposits", "account_shortfalls",
-          "schema_migrations")
+          "processed_events", "accounts", "transfers", "postings", "user_entries",
+          "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
+          "account_shortfalls", "schema_migrations")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -42,10 +42,11 @@ EXPECTED: dict[DbRole, Grants] = {
     "ledger": {
         "users": {"SELECT": ALL},
         "balances": {"SELECT": ALL, "INSERT": {"user_id", "asset"},
-                     "UPDATE": {"balance", "pending", "updated_at"}},
+                     "UPDATE": {"balance", "pending", "held", "updated_at"}},
         "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
-        "balance_events": {"SELECT": ALL, "INSERT": ALL},
-        "pending_events": {"SELECT": ALL, "INSERT": ALL},
+        "accounts": {"SELECT": ALL, "INSERT": {"kind", "owner", "asset"}},
+        "transfers": {"SELECT": ALL, "INSERT": ALL},
+        "postings": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"outcome"}},
         "chain_deposits": {"SELECT": ALL, "INSERT": ALL,
                            "UPDATE": {"state", "credited_at", "settled_at",
@@ -84,10 +85,11 @@ EXPECTED: dict[DbRole, Grants] = {
         "debezium_heartbeat": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"last_beat"}},
     },
 }
-SEQUENCES = ("balance_events_id_seq", "pending_events_id_seq", "dead_letter_queue_id_seq",
-             "account_shortfalls_id_seq")
+SEQUENCES = ("transfers_transfer_id_seq", "accounts_account_id_seq",
+             "dead_letter_queue_id_seq", "account_shortfalls_id_seq")
 EXPECTED_SEQUENCES: dict[DbRole, set[str]] = {
-    "ledger": {"balance_events_id_seq", "pending_events_id_seq", "account_shortfalls_id_seq"},
+    # accounts' ids are an identity column: inserting needs no right on its sequence.
+    "ledger": {"transfers_transfer_id_seq", "account_shortfalls_id_seq"},
     "mirror": {"dead_letter_queue_id_seq"},
 }
 
@@ -190,15 +192,18 @@ REFUSED = [
     ("cdc", "SELECT * FROM payment_events"),
     ("cdc", "INSERT INTO outbox (id, aggregatetype, aggregateid, type, event_id, payload,"
             " trace_id) VALUES (gen_random_uuid(), 'a', 'a', 'a', 'a', '{}', 'a')"),
-    ("ops", "INSERT INTO balance_events (source_event_id, event_type, user_id, asset, delta)"
-            " VALUES ('x', 'deposit', 'nobody', 'USD', 1)"),
+    ("ops", "INSERT INTO postings (transfer_id, account_id, asset, amount)"
+            " VALUES (1, 1, 'USD', 1)"),
+    ("ops", "INSERT INTO accounts (kind, owner, asset) VALUES ('fees', 'platform', 'X')"),
     ("ops", "UPDATE balances SET balance = 0 WHERE false"),
     ("ops", "DELETE FROM dead_letter_queue WHERE false"),
     ("mirror", "UPDATE balances SET balance = 0 WHERE false"),
     ("finality", "INSERT INTO chain_deposits (event_id) VALUES ('x')"),
     ("finality", "UPDATE chain_deposits SET amount = 1 WHERE false"),
     ("ledger", "DELETE FROM processed_events WHERE false"),
-    ("ledger", "DELETE FROM balance_events WHERE false"),
+    ("ledger", "DELETE FROM postings WHERE false"),
+    ("ledger", "UPDATE postings SET amount = 1 WHERE false"),
+    ("ledger", "UPDATE accounts SET owner = 'x' WHERE false"),
     ("ledger", "TRUNCATE dead_letter_queue"),
     ("ledger", "CREATE TABLE paystream_test_not_allowed (x int)"),
     ("ledger", "DROP TABLE balances"),

@@ -110,8 +110,9 @@ def test_poison_messages_are_dead_lettered_and_the_partition_continues(
         # The good events around the poison were applied, in order: 10 + 5 - 12.
         cur.execute("SELECT balance FROM balances WHERE user_id = %s", (user,))
         assert cur.fetchone() == (Decimal(3),)
-        cur.execute("SELECT source_event_id FROM balance_events WHERE user_id = %s"
-                    " ORDER BY id", (user,))
+        cur.execute("SELECT source_event_id FROM user_entries"
+                    " WHERE book = 'available' AND user_id = %s"
+                    " ORDER BY transfer_id", (user,))
         # The journal is written with COPY: a backslash in an event id survives it.
         assert [r[0] for r in cur.fetchall()] == [first.event_id, second.event_id,
                                                   third.event_id]

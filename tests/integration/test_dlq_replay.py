@@ -86,7 +86,8 @@ def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -
         raise AssertionError(pool.logs()) from None
     assert _one(db, "SELECT balance FROM balances WHERE user_id = %s", user) == \
         (Decimal("7.25"),)
-    assert _one(db, "SELECT count(*) FROM balance_events WHERE source_event_id = %s",
+    assert _one(db, "SELECT count(*) FROM user_entries"
+                    " WHERE book = 'available' AND source_event_id = %s",
                 event.event_id) == (1,)
     assert _one(db, "SELECT status FROM dead_letter_queue WHERE id = %s", dlq_id) == \
         ("replayed",)

@@ -145,7 +145,8 @@ def test_credited_before_finality_then_final_moves_no_more_money(
     _wait_status(pipe, deposit_id, "applied")
     assert pipe.balances(user) == {f"{pipe.network}:native": (Decimal(2), 0)}
     # Credited once: one available journal row (the credit), none at finality.
-    assert pipe.query("SELECT event_type, delta FROM balance_events WHERE user_id = %s",
+    assert pipe.query("SELECT event_type, delta FROM user_entries"
+                      " WHERE book = 'available' AND user_id = %s",
                       (user,)) == [("deposit_credited", Decimal(2))]
     assert _outcome(pipe, deposit_id, "deposit") == "applied"
     assert _outcome(pipe, f"{deposit_id}:credited", "deposit_credited") == "applied"
@@ -160,8 +161,9 @@ def test_reorg_after_the_credit_debits_it_once_and_replays_are_no_ops(
     pipe.wait_states(user, {deposit_id: "reversed"})
     _wait_status(pipe, deposit_id, "reversed")
     assert pipe.balances(user) == {asset: (0, 0)}  # the balance is back
-    assert pipe.query("SELECT event_type, delta FROM balance_events WHERE user_id = %s"
-                      " ORDER BY id", (user,)) == \
+    assert pipe.query("SELECT event_type, delta FROM user_entries"
+                      " WHERE book = 'available' AND user_id = %s"
+                      " ORDER BY transfer_id", (user,)) == \
         [("deposit_credited", Decimal(1)), ("deposit_reversed", Decimal(-1))]
     reversal_id = f"{deposit_id}:reversed"
     assert _outcome(pipe, reversal_id, "deposit_reversed") == "applied"
@@ -192,17 +194,18 @@ def test_reorg_after_the_credit_debits_it_once_and_replays_are_no_ops(
         sentinel = _payment(pipe, user, "withdrawal", "0.01")
         _wait_status(pipe, sentinel, "rejected")
 
-    journal = pipe.query("SELECT count(*) FROM balance_events WHERE user_id = %s", (user,))
+    journal = pipe.query("SELECT count(*) FROM user_entries"
+                         " WHERE book = 'available' AND user_id = %s", (user,))
     replay("plain")
     assert pipe.balances(user) == {asset: (0, 0)}
-    assert pipe.query("SELECT count(*) FROM balance_events WHERE user_id = %s",
+    assert pipe.query("SELECT count(*) FROM user_entries WHERE book = 'available' AND user_id = %s",
                       (user,)) == journal
     # Housekeeping forgot the reversal's key (past its TTL): still a no-op.
     pipe.query("DELETE FROM processed_events WHERE idempotency_key = %s RETURNING 1",
                (idempotency_key(reversal_id, "deposit_reversed"),))
     replay("after-purge")
     assert pipe.balances(user) == {asset: (0, 0)}
-    assert pipe.query("SELECT count(*) FROM balance_events WHERE user_id = %s",
+    assert pipe.query("SELECT count(*) FROM user_entries WHERE book = 'available' AND user_id = %s",
                       (user,)) == journal
     assert _outcome(pipe, reversal_id, "deposit_reversed") == "applied"
     assert pipe.query("SELECT count(*) FROM account_shortfalls WHERE user_id = %s",
@@ -224,12 +227,21 @@ def test_reorg_after_the_user_withdrew_records_a_shortfall_and_flags_the_account
     # What was there is taken, never below zero; the rest is owed, on record.
     assert pipe.balances(user) == {asset: (0, 0)}
     reversal_id = f"{deposit_id}:reversed"
-    assert pipe.query("SELECT delta FROM balance_events WHERE source_event_id = %s",
+    assert pipe.query("SELECT delta FROM user_entries"
+                      " WHERE book = 'available' AND source_event_id = %s",
                       (reversal_id,)) == [(Decimal("-0.3"),)]
     assert pipe.query(
         "SELECT asset, amount, deposit_event_id, resolved_at FROM account_shortfalls"
         " WHERE user_id = %s", (user,)) == [(asset, Decimal("0.7"), deposit_id, None)]
     assert _outcome(pipe, reversal_id, "deposit_reversed") == "shortfall"
+    # Double entry: the chain took the whole deposit back out of custody; what the user
+    # could not pay is the platform's receivable.
+    assert sorted(pipe.query(
+        "SELECT a.kind, a.owner, p.amount FROM postings p JOIN transfers t USING (transfer_id)"
+        " JOIN accounts a USING (account_id) WHERE t.source_event_id = %s",
+        (reversal_id,))) == [("available", user, Decimal("-0.3")),
+                            ("custody", pipe.network, Decimal(1)),
+                            ("receivable", "platform", Decimal("-0.7"))]
     # The journal holds exactly what moved: reconcile is clean, and names the flag.
     assert _mismatches(user) == []
     conn = connect(database_url("owner"))

@@ -94,10 +94,11 @@ def test_pending_until_final_then_credited_once(pipe: Pipeline, chain: Chain,
     assert {s for (s,) in pipe.query(
         "SELECT status FROM payment_events WHERE user_id = %s", (user,))} == {"applied"}
     # Credited exactly once: one journal row per deposit, settlement ids derived from it.
-    rows = pipe.query("SELECT source_event_id, event_type FROM balance_events"
-                      " WHERE user_id = %s ORDER BY 1", (user,))
+    rows = pipe.query("SELECT source_event_id, event_type FROM user_entries"
+                      " WHERE book = 'available' AND user_id = %s ORDER BY 1", (user,))
     assert len(rows) == 2 and {t for _, t in rows} == {"deposit_finalized"}
-    assert _count(pipe, "SELECT count(*) FROM pending_events WHERE user_id = %s", user) == 4
+    assert _count(pipe, "SELECT count(*) FROM user_entries"
+                  " WHERE book = 'pending' AND user_id = %s", user) == 4
     for dep in pipe.deposits(user).values():
         assert dep["final_block_number"] == dep["block_number"]
     # The deposits' idempotency outcome left the waiting pending_finality: final now.
@@ -130,7 +131,8 @@ def test_reorg_removing_the_tx_before_finality_is_never_credited(
     pipe.wait_states(user, lambda s: set(s.values()) == {"reorged"})
     wait_for("pending released", lambda: all(
         b == (0, 0) for b in pipe.balances(user).values()))
-    assert _count(pipe, "SELECT count(*) FROM balance_events WHERE user_id = %s", user) == 0
+    assert _count(pipe, "SELECT count(*) FROM user_entries"
+                        " WHERE book = 'available' AND user_id = %s", user) == 0
     assert {s for (s,) in pipe.query(
         "SELECT status FROM payment_events WHERE user_id = %s", (user,))} == {"reorged"}
     assert {d["verdict_reason"] for d in pipe.deposits(user).values()} == {"tx_not_in_chain"}

@@ -58,7 +58,8 @@ def test_same_event_ten_times_by_ten_processes_credits_once(db, pool) -> None:
     with db.cursor() as cur:
         cur.execute("SELECT balance FROM balances WHERE user_id = %s", (user,))
         assert cur.fetchall() == [(Decimal("12.5"),)]
-        cur.execute("SELECT count(*) FROM balance_events WHERE source_event_id = %s",
+        cur.execute("SELECT count(*) FROM user_entries"
+                    " WHERE book = 'available' AND source_event_id = %s",
                     (event.event_id,))
         assert cur.fetchone() == (1,)
         cur.execute("SELECT outcome FROM processed_events WHERE idempotency_key = %s",

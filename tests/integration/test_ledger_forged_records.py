@@ -81,7 +81,8 @@ def test_forged_records_are_dead_letters_and_credit_nothing(db, pool) -> None:
     with db.cursor() as cur:
         cur.execute("SELECT balance FROM balances WHERE user_id = %s", (user,))
         assert cur.fetchall() == [(Decimal(10),)]  # the honest deposit, once
-        cur.execute("SELECT source_event_id FROM balance_events WHERE user_id = %s", (user,))
+        cur.execute("SELECT source_event_id FROM user_entries"
+                    " WHERE book = 'available' AND user_id = %s", (user,))
         assert cur.fetchall() == [(honest.event_id,)]
         cur.execute("SELECT count(*) FROM processed_events WHERE event_id = ANY(%s)",
                     ([altered.event_id, unknown.event_id, final.event_id],))

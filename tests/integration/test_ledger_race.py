@@ -84,8 +84,8 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
     ids = [e.event_id for e in deposits + withdrawals]
     with db.cursor() as cur:
         cur.execute("SELECT b.user_id, b.balance, coalesce(sum(j.delta), 0)"
-                    " FROM balances b LEFT JOIN balance_events j"
-                    "   ON j.user_id = b.user_id AND j.asset = b.asset"
+                    " FROM balances b LEFT JOIN user_entries j"
+                    "   ON j.user_id = b.user_id AND j.asset = b.asset AND j.book = 'available'"
                     " WHERE b.user_id = ANY(%s) GROUP BY b.user_id, b.balance", (users,))
         for user, balance, journal in cur.fetchall():
             assert balance >= 0
@@ -93,8 +93,8 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
         cur.execute("SELECT outcome, count(*) FROM processed_events WHERE event_id = ANY(%s)"
                     " GROUP BY 1", (ids,))
         outcomes = dict(cur.fetchall())
-        cur.execute("SELECT count(*) FROM balance_events WHERE source_event_id = ANY(%s)",
-                    (ids,))
+        cur.execute("SELECT count(*) FROM user_entries"
+                    " WHERE book = 'available' AND source_event_id = ANY(%s)", (ids,))
         journal_rows = cur.fetchone()[0]
     assert sum(outcomes.values()) == 3000
     assert journal_rows == outcomes["applied"]  # deposits all applied, debits when funded

@@ -155,7 +155,8 @@ def test_replay_after_ttl_purge_moves_no_money(db) -> None:
         cur.execute("SELECT balance FROM balances WHERE user_id = %s AND asset = 'USDC'",
                     (user,))
         assert cur.fetchone()[0] == Decimal(10)
-        cur.execute("SELECT count(*) FROM balance_events WHERE source_event_id = %s",
+        cur.execute("SELECT count(*) FROM user_entries"
+                    " WHERE book = 'available' AND source_event_id = %s",
                     (event_id,))
         assert cur.fetchone()[0] == 1
         cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))

@@ -77,7 +77,7 @@ def corrupt(db):
     yield apply
     with db.cursor() as cur:
         cur.execute("UPDATE balances AS b SET balance = coalesce((SELECT sum(delta)"
-                    " FROM balance_events AS j WHERE j.user_id = b.user_id"
+                    " FROM user_entries AS j WHERE j.book = 'available' AND j.user_id = b.user_id"
                     " AND j.asset = b.asset), 0) WHERE b.user_id = ANY(%s)", (users,))
 
 
@@ -87,7 +87,7 @@ def test_clean_user_reconciles(db, ledger_db) -> None:
     assert report.clean and report.balances_checked == 1
     done = paystream("reconcile", "--user", user)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "reconcile: ok, 1 balances match their journal" in done.stdout
+    assert "reconcile: ok, 1 balances match their accounts' postings" in done.stdout
 
 
 def test_corrupted_balance_is_caught_by_the_cli(db, ledger_db, corrupt) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import psycopg2
 import pytest
 
 from paystream.schema.db import database_url
 from paystream.schema.migrate import apply_migrations, migration_files
 from tests.support.ids import unique
+from tests.support.ledger import plant_transfer
 
 
 def test_rerunning_migrations_applies_nothing(db):
@@ -41,15 +44,28 @@ def test_constraints_that_protect_money(db):
                     (user,))
         cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'ETH', 1)",
                     (user,))  # per (user, asset): another asset is another row
-        cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id, asset,"
-                    " delta) VALUES (%s, 'deposit', %s, 'USD', 5)", (source, user))
+        plant_transfer(cur, source, "deposit", user, "USD", Decimal(5))
     # balance >= 0
     assert _fails(db, "UPDATE balances SET balance = -0.000000000000000001"
                   " WHERE user_id = %s AND asset = 'USD'", (user,)) == "23514"
-    # one journal row per (source event, event type)
-    assert _fails(db, "INSERT INTO balance_events (source_event_id, event_type, user_id,"
-                  " asset, delta) VALUES (%s, 'deposit', %s, 'USD', 5)",
-                  (source, user)) == "23505"
+    # one transfer per (source event, event type)
+    assert _fails(db, "INSERT INTO transfers (source_event_id, event_type)"
+                  " VALUES (%s, 'deposit')", (source,)) == "23505"
+    # a transfer posts to an account once; a posting moves money (never 0)
+    with db.cursor() as cur:
+        cur.execute("SELECT transfer_id, account_id FROM postings JOIN transfers"
+                    " USING (transfer_id) WHERE source_event_id = %s LIMIT 1", (source,))
+        transfer_id, account_id = cur.fetchone()
+    assert _fails(db, "INSERT INTO postings (transfer_id, account_id, asset, amount)"
+                  " VALUES (%s, %s, 'USD', 1)", (transfer_id, account_id)) == "23505"
+    assert _fails(db, "INSERT INTO postings (transfer_id, account_id, asset, amount)"
+                  " VALUES (%s, -1, 'USD', 0)", (transfer_id,)) == "23514"
+    # held >= 0 (withdrawals in flight)
+    assert _fails(db, "UPDATE balances SET held = -1 WHERE user_id = %s AND asset = 'USD'",
+                  (user,)) == "23514"
+    # an account is one of the kinds the ledger knows
+    assert _fails(db, "INSERT INTO accounts (kind, owner, asset) VALUES ('cash', %s, 'USD')",
+                  (user,)) == "23514"
     # status is one of the lifecycle's values
     assert _fails(db, "INSERT INTO payment_events (event_id, provider, event_type, user_id,"
                   " asset, amount, status, content_hash, trace_id, payload) VALUES"

@@ -314,11 +314,17 @@ def assert_applied_exactly_once(cur: Any, events: Sequence[PaymentEvent]) -> Non
     got = dict(rows)
     wrong = [(i, got.get(i), outcomes[i]) for i in ids if got.get(i) != outcomes[i]]
     assert not wrong, f"{len(wrong)} outcomes differ from in-order apply, e.g. {wrong[:3]}"
-    cur.execute("SELECT source_event_id, count(*) FROM balance_events"
+    cur.execute("SELECT source_event_id, count(*) FROM transfers"
                 " WHERE source_event_id = ANY(%s) GROUP BY 1 HAVING count(*) > 1", (ids,))
     assert cur.fetchall() == []
-    cur.execute("SELECT count(*) FROM balance_events WHERE source_event_id = ANY(%s)", (ids,))
+    cur.execute("SELECT count(*) FROM user_entries WHERE book = 'available'"
+                " AND source_event_id = ANY(%s)", (ids,))
     assert cur.fetchone()[0] == sum(1 for o in outcomes.values() if o == "applied")
+    # Double entry: each of these transfers balances (user side + platform side).
+    cur.execute("SELECT t.source_event_id FROM transfers t JOIN postings p USING (transfer_id)"
+                " WHERE t.source_event_id = ANY(%s) GROUP BY t.transfer_id, t.source_event_id"
+                " HAVING sum(p.amount) <> 0 OR count(*) < 2", (ids,))
+    assert cur.fetchall() == []
     cur.execute("SELECT user_id, balance FROM balances WHERE user_id = ANY(%s)", (users,))
     actual = dict(cur.fetchall())
     mismatched = [(u, actual.get(u), balances[u]) for u in users

@@ -15,6 +15,7 @@ from paystream.consumers.records import Origin, Record
 from paystream.finality.evidence import BlockRef
 from paystream.finality.store import settlement_wire, transfer_key
 from paystream.finality.verify import ChainOutcome, FinalityVerdict, reorged
+from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.chain import ExpectedDeposit
 from paystream.schema.events import EventError, SettlementType, parse_wire
 
@@ -25,6 +26,10 @@ CHAIN = {"network": NET, "category": "external", "tx_hash": TX, "block_number": 
          "raw_value": hex(15 * 10**17), "decimals": 18, "recipient": "0x" + "11" * 20,
          "sender": "0x" + "22" * 20, "removed": False}
 DEPOSIT_ID = f"{NET}:{TX}:external"
+NETWORKS = {DEPOSIT_ID: NET}  # what the ledger reads from chain_deposits
+PENDING = AccountRef(AccountKind.PENDING, "u", ASSET)
+AVAILABLE = AccountRef(AccountKind.AVAILABLE, "u", ASSET)
+CUSTODY = AccountRef(AccountKind.CUSTODY, NET, ASSET)
 _offset = 0
 
 
@@ -64,33 +69,40 @@ def test_a_chain_deposit_is_pending_and_funds_nothing() -> None:
                                               Outcome.INSUFFICIENT_FUNDS]
     assert plan.sorted_deltas() == []
     assert plan.sorted_pending_deltas() == [(("u", ASSET), Decimal("1.5"))]
-    assert [d for _, d in plan.pending_journal] == [Decimal("1.5")]
-    assert plan.available_journal == []
+    # The deposit addresses of the network hold it: custody is its other side.
+    assert [moved for _, moved in plan.transfers] == [[(PENDING, Decimal("1.5")),
+                                                       (CUSTODY, Decimal("-1.5"))]]
 
 
 def test_finalisation_moves_pending_to_available_and_funds_a_later_withdrawal() -> None:
     batch = [read_event(settlement(FINAL)), read_event(plain("withdrawal", "1", "w2"))]
-    plan = plan_batch(batch, {})
+    plan = plan_batch(batch, {}, networks=NETWORKS)
     assert [o for _, o in plan.decisions] == [Outcome.APPLIED, Outcome.APPLIED]
     assert plan.sorted_deltas() == [(("u", ASSET), Decimal("0.5"))]
     assert plan.sorted_pending_deltas() == [(("u", ASSET), Decimal("-1.5"))]
-    assert [d for _, d in plan.available_journal] == [Decimal("1.5"), Decimal("-1")]
+    settlement_account = AccountRef(AccountKind.SETTLEMENT, "payments", ASSET)
+    assert [moved for _, moved in plan.transfers] == [
+        [(PENDING, Decimal("-1.5")), (AVAILABLE, Decimal("1.5"))],
+        [(AVAILABLE, Decimal(-1)), (settlement_account, Decimal(1))]]
     assert plan.closing[("u", ASSET)] == Decimal("0.5")
 
 
 def test_a_reorg_releases_pending_and_credits_nothing() -> None:
     c = read_event(settlement(reorged("tx_not_in_chain")))
-    plan = plan_batch([c], {("u", ASSET): Decimal(7)})
+    plan = plan_batch([c], {("u", ASSET): Decimal(7)}, networks=NETWORKS)
     assert plan.decisions[0][1] is Outcome.REORGED
     assert plan.sorted_deltas() == []
     assert plan.sorted_pending_deltas() == [(("u", ASSET), Decimal("-1.5"))]
     assert plan.closing[("u", ASSET)] == Decimal(7)
+    # The chain took it back: out of custody again.
+    assert plan.transfers[0][1] == [(PENDING, Decimal("-1.5")), (CUSTODY, Decimal("1.5"))]
 
 
 def test_pending_deposit_then_its_finalisation_in_one_batch_nets_pending_to_zero() -> None:
-    plan = plan_batch([read_event(chain_deposit()), read_event(settlement(FINAL))], {})
+    plan = plan_batch([read_event(chain_deposit()), read_event(settlement(FINAL))], {},
+                      networks=NETWORKS)
     assert plan.sorted_pending_deltas() == []  # +1.5 - 1.5: no UPDATE of pending
-    assert len(plan.pending_journal) == 2  # but both journal rows are written
+    assert len(plan.transfers) == 2  # but both transfers are written
     assert plan.sorted_deltas() == [(("u", ASSET), Decimal("1.5"))]
 
 

@@ -16,10 +16,21 @@ from paystream.finality.evidence import BlockRef, Receipt, Transaction
 from paystream.finality.store import settlement_wire
 from paystream.finality.verify import ChainOutcome as V
 from paystream.finality.verify import FinalityVerdict, judge, reorged
+from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.chain import ExpectedDeposit
-from tests.unit.test_ledger_finality_plan import ASSET, CHAIN, DEPOSIT_ID, plain, rec
+from tests.unit.test_ledger_finality_plan import (
+    ASSET,
+    AVAILABLE,
+    CHAIN,
+    CUSTODY,
+    DEPOSIT_ID,
+    NETWORKS,
+    plain,
+    rec,
+)
 
 PAIR = ("u", ASSET)
+RECEIVABLE = AccountRef(AccountKind.RECEIVABLE, "platform", ASSET)
 DEPOSIT = ExpectedDeposit.from_chain(DEPOSIT_ID, CHAIN)  # 1.5 native, block 100
 CONFIRMED = FinalityVerdict(V.CONFIRMED, block=BlockRef(100, "0x" + "cd" * 32))
 FINAL = FinalityVerdict(V.FINAL, block=BlockRef(100, "0x" + "cd" * 32))
@@ -58,7 +69,7 @@ def test_finalisation_of_a_credited_deposit_moves_no_money() -> None:
     plan = plan_batch([fin], {PAIR: Decimal(3)})
     assert plan.decisions[0][1] is Outcome.APPLIED
     assert plan.sorted_deltas() == [] and plan.sorted_pending_deltas() == []
-    assert plan.available_journal == [] and plan.pending_journal == []
+    assert plan.transfers == []  # no transfer: nothing moves
     # The plain finalisation (never credited) still moves pending to available.
     assert effects(settlement(FINAL).event, Outcome.APPLIED) == (Decimal("1.5"),
                                                                   Decimal("-1.5"))
@@ -67,27 +78,32 @@ def test_finalisation_of_a_credited_deposit_moves_no_money() -> None:
 def test_reversal_covered_debits_the_amount() -> None:
     c = reversal()
     assert c.event.event_id == DEPOSIT_ID + ":reversed"
-    plan = plan_batch([c], {PAIR: Decimal(4)})
+    plan = plan_batch([c], {PAIR: Decimal(4)}, networks=NETWORKS)
     assert plan.decisions[0][1] is Outcome.APPLIED
     assert plan.sorted_deltas() == [(PAIR, Decimal("-1.5"))]
-    assert [d for _, d in plan.available_journal] == [Decimal("-1.5")]
+    # The chain took it back from custody; the user paid it all.
+    assert plan.transfers[0][1] == [(AVAILABLE, Decimal("-1.5")), (CUSTODY, Decimal("1.5"))]
     assert plan.shortfalls == [] and plan.closing[PAIR] == Decimal("2.5")
 
 
 def test_reversal_partially_covered_takes_what_is_there_and_records_the_rest() -> None:
-    plan = plan_batch([reversal()], {PAIR: Decimal("0.5")})
+    plan = plan_batch([reversal()], {PAIR: Decimal("0.5")}, networks=NETWORKS)
     assert plan.decisions[0][1] is Outcome.SHORTFALL
     assert plan.sorted_deltas() == [(PAIR, Decimal("-0.5"))]  # never below zero
-    assert [d for _, d in plan.available_journal] == [Decimal("-0.5")]  # what moved
+    # What moved, and what is owed: the receivable carries the rest.
+    assert plan.transfers[0][1] == [(AVAILABLE, Decimal("-0.5")),
+                                    (RECEIVABLE, Decimal("-1.0")), (CUSTODY, Decimal("1.5"))]
     assert [(c.event.event_id, owed) for c, owed in plan.shortfalls] == \
         [(DEPOSIT_ID + ":reversed", Decimal("1.0"))]
     assert plan.closing[PAIR] == 0
 
 
 def test_reversal_with_nothing_left_moves_nothing_and_owes_everything() -> None:
-    plan = plan_batch([reversal()], {})
+    plan = plan_batch([reversal()], {}, networks=NETWORKS)
     assert plan.decisions[0][1] is Outcome.SHORTFALL
-    assert plan.sorted_deltas() == [] and plan.available_journal == []  # no 0 row
+    assert plan.sorted_deltas() == []
+    # No zero posting to the user: the receivable owes it all.
+    assert plan.transfers[0][1] == [(RECEIVABLE, Decimal("-1.5")), (CUSTODY, Decimal("1.5"))]
     assert [owed for _, owed in plan.shortfalls] == [Decimal("1.5")]
 
 
@@ -98,10 +114,10 @@ def test_a_shortfall_flags_the_user_for_the_rest_of_the_batch_in_every_asset() -
              read_event(plain("withdrawal", "1", "w-f1")), read_event(other),
              read_event(plain("deposit", "5", "d-f2"))]
     # Before the reversal: 10 available, so the reversal is covered: no flag.
-    plan = plan_batch(batch, {("u", "USD"): Decimal(9)})
+    plan = plan_batch(batch, {("u", "USD"): Decimal(9)}, networks=NETWORKS)
     assert [o for _, o in plan.decisions][1:4] == [Outcome.APPLIED] * 3
     # Nothing available: shortfall, then both debits refused, credits still land.
-    plan = plan_batch(batch[1:], {("u", "USD"): Decimal(9)})
+    plan = plan_batch(batch[1:], {("u", "USD"): Decimal(9)}, networks=NETWORKS)
     assert [o for _, o in plan.decisions] == [Outcome.SHORTFALL, Outcome.ACCOUNT_FLAGGED,
                                               Outcome.ACCOUNT_FLAGGED, Outcome.APPLIED]
     assert plan.sorted_deltas() == [(PAIR, Decimal(5))]

@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from paystream.connectors.status import connector_summary
+from paystream.consumers.ledger_conservation import CustodyMismatch, TransferProblem
 from paystream.consumers.ledger_reconcile import BOOKS, HotPathReconciler, Mismatch, Report
 from paystream.ops import cli as ops_cli
 from paystream.ops import health, housekeeping
@@ -37,23 +38,35 @@ def test_mismatch_difference_and_problem() -> None:
 
 
 def test_report_formatting() -> None:
-    clean = Report(12, [], "2026-01-01T00:00:00+00:00")
-    assert format_report(clean) == ("reconcile: ok, 12 balances match their journal "
-                                    "(snapshot at 2026-01-01T00:00:00+00:00)")
+    clean = Report(12, [], "2026-01-01T00:00:00+00:00", transfers_checked=30)
+    assert format_report(clean) == (
+        "reconcile: ok, 12 balances match their accounts' postings, 30 transfers sum to"
+        " zero, custody matches the chain deposits held (snapshot at"
+        " 2026-01-01T00:00:00+00:00)")
     bad = Report(12, [Mismatch("available", "u1", "USDC",
-                               Decimal("8.000000000000000000"), Decimal("7.5"))], "t")
+                               Decimal("8.000000000000000000"), Decimal("7.5"))], "t",
+                 transfer_problems=[TransferProblem(7, "USDC", "unbalanced",
+                                                    "postings sum to -2")],
+                 custody=[CustodyMismatch("ETH_MAINNET", "ETH", Decimal(3), Decimal(4))],
+                 transfers_checked=30)
+    assert not bad.clean
     lines = format_report(bad).splitlines()
-    assert lines[0] == "reconcile: 1 MISMATCH(ES) among 12 balances (snapshot at t)"
-    assert lines[1].split() == ["book", "user", "asset", "balance", "journal_sum",
+    assert lines[0] == ("reconcile: 3 MISMATCH(ES) among 12 balances and 30 transfers"
+                        " (snapshot at t)")
+    assert lines[1].split() == ["book", "user", "asset", "balance", "postings_sum",
                                 "difference", "problem"]
     assert lines[2].split() == ["available", "u1", "USDC", "8", "7.5", "0.5",
                                 "journal_differs"]
+    assert ["7", "USDC", "unbalanced", "postings", "sum", "to", "-2"] in \
+        [line.split() for line in lines]
+    assert ["ETH_MAINNET", "ETH", "3", "4", "-", "custody_differs"] in \
+        [line.split() for line in lines]
 
 
-def test_two_books_available_and_pending() -> None:
+def test_three_books_available_pending_held() -> None:
     assert [(b.name, b.column) for b in BOOKS] == [("available", "balance"),
-                                                    ("pending", "pending")]
-    assert "pending_events" in BOOKS[1].journal_rows
+                                                    ("pending", "pending"),
+                                                    ("held", "held")]
 
 
 def test_hot_path_is_due_only_with_work_and_after_the_interval() -> None:
