@@ -6,29 +6,33 @@ Records N events in payment_events as the ingest would (the ledger credits only 
 matching their stored event) and preloads a dedicated 12-partition topic with them in
 wire format (1,000 users, mixed deposits, airdrops, withdrawals and fees), then times
 `paystream consume ledger` processes (one consumer group) draining it into Postgres.
-The same events, under their own ids and users, are then applied one transaction per
-event in the seed article's style on a subset, and the rate compared. Needs the stack
-(`paystream stack up`).
+Then the same with one ledger process, and other events of the same mix applied one
+transaction per event by the baseline (bench/per_event_ledger.py: the same double-entry
+work) with as many processes, then with one; prints the rates, the ratios at equal
+process count and the CPU per event of Python and of Postgres. Needs the stack
+(`paystream stack up`); Kafka and Connect run during the measurement. Run as root on the
+database host (Postgres CPU is read from /proc).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
 import time
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from paystream.schema import processed_events
+from bench import cpu_usage, per_event_ledger
+from paystream.consumers.settings import ConsumerSettings
 from paystream.schema.db import connect, database_url
-from paystream.schema.events import EventType, PaymentEvent, parse_wire
-from paystream.schema.idempotency import idempotency_key
-from paystream.schema.processed_events import Outcome
+from paystream.schema.events import EventType, PaymentEvent
+from paystream.stack.settings import StackSettings
 from tests.support.consumers import (
     ConsumerProcess,
+    Message,
     committed,
     create_topic,
     create_users,
@@ -60,63 +64,31 @@ def make_stream(run: str, users: int, count: int, seed: int = 42) -> list[Paymen
     return out
 
 
-def per_event_baseline(values: list[bytes], suffix: str) -> float:
-    """One transaction per event: the shape the seed article applies events in, with the
-    outcome recorded through the same module as the ledger (schema.processed_events)."""
-    conn = connect(database_url("owner"), application_name="paystream-bench-baseline")
-    cur = conn.cursor()
-    # Its events are recorded as the ingest would, so its status UPDATE moves real rows.
-    store_events(cur, (parse_wire({**w, "event_id": w["event_id"] + suffix,
-                                   "user_id": w["user_id"] + suffix})
-                       for w in map(json.loads, values)))
-    conn.commit()
-    started = time.perf_counter()
-    for raw in values:
-        wire = json.loads(raw)
-        wire["event_id"] += suffix
-        wire["user_id"] += suffix
-        event = parse_wire(wire)
-        key = idempotency_key(event.event_id, event.event_type.value)
-        cur.execute("INSERT INTO balances (user_id, asset) VALUES (%s, %s)"
-                    " ON CONFLICT DO NOTHING", (event.user_id, event.asset))
-        cur.execute("SELECT balance FROM balances WHERE user_id = %s AND asset = %s"
-                    " FOR UPDATE", (event.user_id, event.asset))
-        balance = cur.fetchone()[0]
-        delta = event.amount if event.event_type.is_credit else -event.amount
-        outcome = (Outcome.INSUFFICIENT_FUNDS if balance + delta < 0 else Outcome.APPLIED)
-        # The claim: a key already taken is a duplicate, nothing else to write.
-        if processed_events.record(cur, [(key, event.event_id, event.event_type.value,
-                                          outcome)]):
-            conn.rollback()
-            continue
-        if outcome is Outcome.APPLIED:
-            cur.execute("UPDATE balances SET balance = balance + %s, updated_at = now()"
-                        " WHERE user_id = %s AND asset = %s", (delta, event.user_id, event.asset))
-            cur.execute("INSERT INTO balance_events (source_event_id, event_type, user_id,"
-                        " asset, delta) VALUES (%s, %s, %s, %s, %s)",
-                        (event.event_id, event.event_type.value, event.user_id, event.asset,
-                         delta))
-        status = "applied" if outcome is Outcome.APPLIED else "rejected"
-        cur.execute("UPDATE payment_events SET status = %s, status_changed_at = now()"
-                    " WHERE event_id = %s AND status = 'received'", (status, event.event_id))
-        conn.commit()
-    elapsed = time.perf_counter() - started
-    conn.close()
-    return len(values) / elapsed
+# The ledger's --batch-size when none is given (consumers/settings.py).
+SHIPPED_BATCH_SIZE: int = ConsumerSettings.__dataclass_fields__["batch_size"].default  # type: ignore[assignment]
 
 
 def committed_total(group: str, topic: str) -> int:
     return sum(max(o, 0) for o in committed(group, topic, range(12)).values())
 
 
+@dataclass
+class GroupRun:
+    steady: float        # events/s from the first committed batch to the drained topic
+    wall: float          # events/s including process start and group join
+    python_cpu_s: float  # the ledger processes' CPU
+    postgres_cpu_s: float
+
+
 def run_group(topic: str, group: str, total: int, processes: int, batch_size: int,
-              log_dir: Path) -> tuple[float, float]:
-    """(steady drain rate from the first committed batch, wall-clock rate from launch)."""
+              log_dir: Path, pgdata: Path) -> GroupRun:
+    """The ledger group draining `topic`, timed from the committed offsets."""
     launched = time.perf_counter()
     procs = [ConsumerProcess.start("ledger", topic=topic, group=group, dlq_topic=topic + ".dlq",
                                    log_dir=log_dir, name=f"bench-{i}",
                                    extra_args=["--batch-size", str(batch_size)])
              for i in range(processes)]
+    pids = [p.proc.pid for p in procs]
     try:
         first_at, first_done = None, 0
         while True:
@@ -124,6 +96,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
             now = time.perf_counter()
             if first_at is None and done > 0:
                 first_at, first_done = now, done
+                py0, pg0 = cpu_usage.process_seconds(pids), cpu_usage.postgres_seconds(pgdata)
             if done >= total:
                 break
             if now - launched > 600 or any(not p.alive() for p in procs):
@@ -131,75 +104,112 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
                                  + "\n".join(p.tail(10) for p in procs))
             time.sleep(0.05)
         finished = time.perf_counter()
+        py1, pg1 = cpu_usage.process_seconds(pids), cpu_usage.postgres_seconds(pgdata)
     finally:
         for p in procs:
             p.terminate()
     assert first_at is not None
-    steady = (total - first_done) / max(finished - first_at, 1e-9)
-    return steady, total / (finished - launched)
+    return GroupRun((total - first_done) / max(finished - first_at, 1e-9),
+                    total / (finished - launched), py1 - py0, pg1 - pg0)
+
+
+def prepare(run: str, users: int, count: int, seed: int, with_topic: bool
+            ) -> tuple[str, list[Message]]:
+    """`count` events of `users` users recorded as the ingest records them (the ledger
+    credits a record only if it matches its stored event), and preloaded on a topic of
+    their own when `with_topic`."""
+    events = make_stream(run, users, count, seed)
+    conn = connect(database_url("owner"))
+    conn.autocommit = True
+    t = time.perf_counter()
+    with conn.cursor() as cur:
+        create_users(cur, sorted({e.user_id for e in events}))
+        store_events(cur, events)
+    conn.close()
+    messages = [wire_message(e) for e in events]
+    topic = f"{run}.payments"
+    if with_topic:
+        create_topic(topic)
+        produce(topic, messages)
+        assert sum(end_offsets(topic).values()) == len(messages)
+    print(f"  {run}: {len(events):,} events of {users:,} users recorded"
+          + (f" and preloaded on {topic} (12 partitions)" if with_topic else "")
+          + f" in {time.perf_counter() - t:.1f} s")
+    return topic, messages
+
+
+def outcomes_of(run: str) -> dict[str, int]:
+    conn = connect(database_url("owner"))
+    with conn.cursor() as cur:
+        cur.execute("SELECT outcome, count(*) FROM processed_events WHERE event_id LIKE %s"
+                    " GROUP BY 1", (f"{run}-e%",))
+        found = dict(cur.fetchall())
+    conn.close()
+    return found
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--users", type=int, default=1_000)
-    ap.add_argument("--baseline-events", type=int, default=5_000)
+    ap.add_argument("--baseline-events", type=int, default=6_000)
     ap.add_argument("--processes", type=int, default=3, help="ledger processes in the group")
-    ap.add_argument("--batch-size", type=int, default=2_000)
+    ap.add_argument("--batch-size", type=int, default=SHIPPED_BATCH_SIZE,
+                    help="the ledger's --batch-size (default: the shipped default)")
     args = ap.parse_args()
+    pgdata = StackSettings.from_env().pg_data
+    p = args.processes
 
-    print("load average before: {:.1f} {:.1f} {:.1f} (2 cores; other stacks share them)"
-          .format(*os.getloadavg()))
-    run = f"bench-{int(time.time())}-{random.randrange(1 << 16):04x}"
-    topic = f"{run}.payments"
-    create_topic(topic)
-    events = make_stream(run, args.users, args.events)
-    conn = connect(database_url("owner"))
-    conn.autocommit = True
-    t = time.perf_counter()
-    with conn.cursor() as cur:
-        create_users(cur, sorted({e.user_id for e in events}))
-        create_users(cur, sorted({e.user_id + ".b" for e in events}))
-        # Recorded as the ingest records them (content hash, status received): the
-        # ledger credits a record only if it matches its stored event.
-        store_events(cur, events)
-    conn.close()
-    print(f"recorded {len(events):,} events in payment_events in"
-          f" {time.perf_counter() - t:.1f} s")
-    messages = [wire_message(e) for e in events]
-    t = time.perf_counter()
-    produce(topic, messages)
-    print(f"preloaded {len(messages):,} events on {topic} (12 partitions, {args.users:,} users)"
-          f" in {time.perf_counter() - t:.1f} s")
-    assert sum(end_offsets(topic).values()) == len(messages)
+    print("load average before: {:.1f} {:.1f} {:.1f} (2 cores; Kafka, Connect, Postgres"
+          " and anvil running)".format(*os.getloadavg()))
+    stamp = f"bench-{int(time.time())}-{random.randrange(1 << 16):04x}"
+    print("preparing (every event in payment_events, status received, as the ingest"
+          " leaves it):")
+    group_topic, group_msgs = prepare(f"{stamp}-g", args.users, args.events, 42, True)
+    single_topic, single_msgs = prepare(f"{stamp}-s", args.users, args.events // 2, 43, True)
+    _, base_msgs = prepare(f"{stamp}-b", args.users, args.baseline_events, 44, False)
+    _, base1_msgs = prepare(f"{stamp}-c", args.users, args.baseline_events // 2, 45, False)
 
-    steady, wall = run_group(topic, f"{run}-ledger", len(messages), args.processes,
-                             args.batch_size, Path("/tmp") / run)
-    print(f"ledger group ({args.processes} processes, batch {args.batch_size}): "
-          f"{steady:,.0f} events/s from its first committed batch to the drained topic; "
-          f"{wall:,.0f} events/s including process start and group join")
+    group = run_group(group_topic, f"{stamp}-g-ledger", len(group_msgs), p, args.batch_size,
+                      Path("/tmp") / stamp, pgdata)
+    single = run_group(single_topic, f"{stamp}-s-ledger", len(single_msgs), 1,
+                       args.batch_size, Path("/tmp") / stamp, pgdata)
+    pg0 = cpu_usage.postgres_seconds(pgdata)
+    base, base_py = per_event_ledger.run([m[1] for m in base_msgs], p)
+    base_pg = cpu_usage.postgres_seconds(pgdata) - pg0
+    pg0 = cpu_usage.postgres_seconds(pgdata)
+    base1, base1_py = per_event_ledger.run([m[1] for m in base1_msgs], 1)
+    base1_pg = cpu_usage.postgres_seconds(pgdata) - pg0
 
-    subset = [m[1] for m in messages[: args.baseline_events]]
-    baseline = per_event_baseline(subset, ".b")
-    print(f"per-event baseline measured on the first {len(subset):,} of the same events "
-          "(own ids and users, one transaction each), rate extrapolated")
-
-    conn = connect(database_url("owner"))
-    with conn.cursor() as cur:
-        cur.execute("SELECT outcome, count(*) FROM processed_events WHERE event_id LIKE %s"
-                    " AND event_id NOT LIKE %s GROUP BY 1", (f"{run}-e%", "%.b"))
-        outcomes = dict(cur.fetchall())
-    conn.close()
-    print(f"check: processed_events outcomes for the ledger run: {outcomes}")
-    if sum(outcomes.values()) != len(messages):
-        print("ERROR: the ledger group did not process every event exactly once",
-              file=sys.stderr)
-        return 1
+    failed = False
+    for run, msgs in ((f"{stamp}-g", group_msgs), (f"{stamp}-s", single_msgs),
+                      (f"{stamp}-b", base_msgs), (f"{stamp}-c", base1_msgs)):
+        outcomes = outcomes_of(run)
+        print(f"check {run}: outcomes {outcomes}")
+        if sum(outcomes.values()) != len(msgs):
+            print(f"ERROR: {run}: not every event was processed exactly once", file=sys.stderr)
+            failed = True
     print("load average after: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
-    print(f"ledger: {steady:,.0f} events/s")
-    print(f"per-event baseline: {baseline:,.0f} events/s")
-    print(f"ratio: {steady / baseline:.1f}x")
-    return 0
+
+    def cpu_line(label: str, events: int, py_s: float, pg_s: float) -> str:
+        return (f"cpu/event {label}: python {py_s / events * 1e6:,.0f} us,"
+                f" postgres {pg_s / events * 1e6:,.0f} us")
+
+    steady_events = len(group_msgs)
+    print(f"ledger group ({p} processes, batch {args.batch_size}): {group.steady:,.0f} events/s"
+          f" ({group.wall:,.0f} events/s including start and group join)")
+    print(f"ledger single process (batch {args.batch_size}): {single.steady:,.0f} events/s")
+    print(f"per-event baseline, {p} processes: {base:,.0f} events/s")
+    print(f"per-event baseline, 1 process: {base1:,.0f} events/s")
+    print(f"ratio at {p} processes: {group.steady / base:.1f}x")
+    print(f"ratio at 1 process: {single.steady / base1:.1f}x")
+    print(cpu_line(f"ledger group ({p})", steady_events, group.python_cpu_s, group.postgres_cpu_s))
+    print(cpu_line("ledger single", len(single_msgs), single.python_cpu_s,
+                   single.postgres_cpu_s))
+    print(cpu_line(f"baseline ({p})", len(base_msgs), base_py, base_pg))
+    print(cpu_line("baseline (1)", len(base1_msgs), base1_py, base1_pg))
+    print("targets: ledger group >= 20,000 events/s; >= 20x the baseline at equal processes")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

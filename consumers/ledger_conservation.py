@@ -19,6 +19,7 @@ from decimal import Decimal
 
 from paystream.schema.accounts import USER_KINDS, AccountKind
 from paystream.schema.db import Cursor
+from paystream.schema.transfers import signed
 
 # (network, asset) -> what the deposit addresses of that network hold on chain, or None
 # when this hook cannot tell (an asset it does not read, the chain unreachable).
@@ -70,7 +71,7 @@ def find_transfer_problems(cur: Cursor, users: Sequence[str] | None = None
     cur.execute("SELECT p.transfer_id, p.asset, sum(p.amount) FROM postings p WHERE true"
                 + scope + " GROUP BY p.transfer_id, p.asset HAVING sum(p.amount) <> 0"
                 " ORDER BY 1, 2", params)
-    found += [TransferProblem(t, a, "unbalanced", f"postings sum to {total}")
+    found += [TransferProblem(t, a, "unbalanced", f"postings sum to {signed(total)}")
               for t, a, total in cur.fetchall()]
     cur.execute("SELECT p.transfer_id, min(p.asset) FROM postings p WHERE true" + scope
                 + " GROUP BY p.transfer_id HAVING count(*) < 2 ORDER BY 1", params)
@@ -100,7 +101,7 @@ def unbalanced_assets(cur: Cursor) -> list[TransferProblem]:
     """Assets whose postings, all of them, do not sum to zero (a scan of postings)."""
     cur.execute("SELECT asset, sum(amount) FROM postings GROUP BY asset"
                 " HAVING sum(amount) <> 0 ORDER BY asset")
-    return [TransferProblem(None, a, "asset_not_zero", f"all postings sum to {total}")
+    return [TransferProblem(None, a, "asset_not_zero", f"all postings sum to {signed(total)}")
             for a, total in cur.fetchall()]
 
 

@@ -34,10 +34,11 @@ def apply_migrations(dsn: str | None = None) -> list[str]:
         conn.close()
 
 
-def apply_pending(conn: Connection) -> list[str]:
+def apply_pending(conn: Connection, upto: str | None = None) -> list[str]:
     """Apply the pending migrations on `conn` (left in autocommit); return the names
-    applied in this call. An advisory lock keeps two runners from applying one file
-    twice."""
+    applied in this call. `upto`: stop after the migration of that name (a database
+    built as an older release left it: the migration tests). An advisory lock keeps two
+    runners from applying one file twice."""
     applied: list[str] = []
     conn.autocommit = True
     with conn.cursor() as cur:
@@ -49,6 +50,8 @@ def apply_pending(conn: Connection) -> list[str]:
         cur.execute("SELECT name FROM schema_migrations")
         done = {row[0] for row in cur.fetchall()}
     for name, sql in migration_files():
+        if upto is not None and name > upto:
+            break
         if name in done:
             continue
         _apply_one(conn, name, sql)

@@ -152,6 +152,12 @@ def _psql(s: StackSettings, sql: str, database: str = "postgres") -> str:
                         s, stdin=sql)
 
 
+def superuser_sql(s: StackSettings, sql: str, database: str = "postgres") -> str:
+    """`sql` run as the local cluster's superuser (creating or dropping a database, say:
+    what no paystream role may do); its output, tab-separated."""
+    return _psql(s, sql, database)
+
+
 def _superuser_ping(s: StackSettings) -> bool:
     return _psql(s, "SELECT 1").strip() == "1"
 

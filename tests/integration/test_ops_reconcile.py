@@ -211,3 +211,33 @@ def test_hot_path_survives_an_unreachable_database(ledger_db) -> None:
                                      {"scope": "hot_path"}) == errors_before + 1
     # The touched pair is kept for the next check.
     assert reconciler.due()
+
+
+def test_balances_at_a_point_in_time_come_from_the_postings(db, ledger_db) -> None:
+    """`paystream balances --user U --at T`: what the books said at T, not now."""
+    user = unique("ops-at")
+    deposit = record(user, unique("ev-dep"), "deposit", "10", "USDC", 0)
+    later = record(user, unique("ev-wd"), "withdrawal", "3", "USDC", 1)
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+        store_records(cur, [deposit, later])
+    assert ledger_apply(ledger_db.connection(), [deposit]).outcomes["applied"] == 1
+    with db.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        between = cur.fetchone()[0].isoformat()
+    assert ledger_apply(ledger_db.connection(), [later]).outcomes["applied"] == 1
+
+    then = paystream("balances", "--user", user, "--at", between)
+    assert then.returncode == 0, then.stderr
+    assert [line.split() for line in then.stdout.splitlines()][-1] == [user, "USDC", "10",
+                                                                      "0", "0"]
+    now = paystream("balances", "--user", user)
+    assert [line.split() for line in now.stdout.splitlines()][-1] == [user, "USDC", "7",
+                                                                     "0", "0"]
+    before = paystream("balances", "--user", user, "--at", "2001-01-01T00:00:00Z")
+    assert before.returncode == 0 and user not in before.stdout  # no postings yet
+    # Refused with a reason: a moment without a user, and a moment that is not one.
+    no_user = paystream("balances", "--at", between)
+    assert no_user.returncode == 1 and "needs --user" in no_user.stderr
+    garbage = paystream("balances", "--user", user, "--at", "yesterday")
+    assert garbage.returncode == 2 and "not an ISO 8601 timestamp" in garbage.stderr

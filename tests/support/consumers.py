@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from paystream import kafka_security
 from paystream.consumers.ledger_plan import decide, signed_amount
-from paystream.consumers.records import Record
+from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent, parse_wire, wire_hash
@@ -67,6 +67,13 @@ def wire_message(event: PaymentEvent, trace_id: str | None = None) -> Message:
                ("trace_id", (trace_id or "trace-" + event.event_id).encode())]
     value = json.dumps(event.to_wire(), separators=(",", ":")).encode()
     return event.user_id.encode(), value, headers
+
+
+def record_of(message: Message, partition: int = 0, offset: int = 0,
+              topic: str = "paystream.payments") -> Record:
+    """The Record a consumer would hand the ledger for `message` (wire_message's)."""
+    key, value, headers = message
+    return Record(Origin(topic, partition, offset), key, value, tuple(headers), None)
 
 
 def store_events(cur: Any, events: Iterable[PaymentEvent]) -> int:
