@@ -84,10 +84,26 @@ from paystream.consumers.dlq import DeadLetter
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
-from paystream.consumers.ledger_plan import Candidate, Plan, dedupe, plan_batch, read_event
+from paystream.consumers.ledger_plan import (
+    Candidate,
+    Plan,
+    References,
+    dedupe,
+    plan_batch,
+    read_event,
+)
 from paystream.consumers.ledger_reconcile import HotPathReconciler
 from paystream.consumers.records import Record
-from paystream.schema import accounts, chain_deposits, processed_events, stored_events, transfers
+from paystream.env import env_float
+from paystream.schema import (
+    accounts,
+    chain_deposits,
+    holds,
+    processed_events,
+    reversals,
+    stored_events,
+    transfers,
+)
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey
 from paystream.schema.chain_deposits import DepositState, HeldDeposit
@@ -120,7 +136,11 @@ ZERO = Decimal(0)
 VISIBILITY_RECHECKS_S = (0.02, 0.1, 0.3, 0.6, 1.0)
 
 NOTIFICATION_WITHDRAWAL_REJECTED = "withdrawal_rejected"
+NOTIFICATION_EVENT_REJECTED = "event_rejected"  # a hold's close or a reversal refused
 NOTIFICATION_DEPOSIT_REVERSED = "deposit_reversed"
+NOTIFICATION_SHORTFALL_OPENED = "shortfall_opened"
+WITHDRAWAL_TYPES = (EventType.WITHDRAWAL, EventType.WITHDRAWAL_FEE,
+                    EventType.WITHDRAWAL_REQUESTED)
 
 # Statuses an event has once the ledger has processed it (final, or waiting on a chain).
 _PROCESSED_STATUSES = sorted(s.value for s in stored_events.PROCESSED_STATUSES)
@@ -133,6 +153,9 @@ class LedgerHandler:
     def __init__(self, reconciler: HotPathReconciler | None = None) -> None:
         self.reconciler = reconciler if reconciler is not None else HotPathReconciler.from_env()
         self.shortfalls = ShortfallGauge(self.reconciler.interval_s)
+        # How long a withdrawal_requested holds its money before the expiry scheduler
+        # voids it (ops/holds.py), unless the gateway settles or fails it first.
+        self.hold_ttl_s = env_float("PAYSTREAM_HOLD_TTL_S", 86_400.0)
 
     def after_batch(self, connection: Callable[[], Connection]) -> None:
         """Between batches: re-check recently touched balances against their journal,
@@ -159,8 +182,10 @@ class LedgerHandler:
         valid = _without_dead_letters(valid, problems, result)
         if not valid:
             return result
-        # Step 3. Lock every balance the batch touches, in order.
+        # Step 3. Lock every balance the batch touches, in order, then the holds its
+        # closes name; read the originals its reversals name.
         opening = _lock_balances(cur, valid)
+        references = _references(cur, valid)
         # Step 4. Events applied before whose outcome housekeeping forgot.
         forgotten = _effects_on_record(cur, valid, deposits)
         on_record = {c.key for c, _ in forgotten}
@@ -169,7 +194,7 @@ class LedgerHandler:
         while True:
             # Step 5. Plan.
             plan = plan_batch(fresh, opening, flagged,
-                              {d: held.network for d, held in deposits.items()})
+                              {d: held.network for d, held in deposits.items()}, references)
             # Step 6. Record each event's outcome, once: the claim. Events another
             # transaction recorded are duplicates: nothing was kept, plan without them.
             taken = processed_events.record(cur, _outcome_rows([*plan.decisions, *forgotten]))
@@ -186,8 +211,9 @@ class LedgerHandler:
         self.reconciler.note_touched(plan.touched)
         _write_balances(cur, plan)
         _write_transfers(cur, plan)
-        # Step 8. Chain deposits, waiting outcomes, notifications, statuses.
-        _write_consequences(cur, plan)
+        # Step 8. Chain deposits, holds, reversals, waiting outcomes, notifications,
+        # statuses.
+        _write_consequences(cur, plan, self.hold_ttl_s)
         result.outcomes.update(Counter(outcome.value for _, outcome in plan.decisions))
         return result
 
@@ -368,6 +394,16 @@ def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[Balance
     return {(u, a): balance for u, a, balance in cur.fetchall()}
 
 
+def _references(cur: Cursor, candidates: Sequence[Candidate]) -> References:
+    """The holds the batch's closes name (locked, after the balances: one lock order for
+    every batch) and the originals its reversals name."""
+    closing = [c.event.reference for c in candidates
+               if c.event.event_type.closes_hold and c.event.reference is not None]
+    reversing = [c.event.reference for c in candidates
+                 if c.event.event_type.is_reversal and c.event.reference is not None]
+    return References(holds.lock(cur, closing), reversals.originals(cur, reversing))
+
+
 def _effects_on_record(cur: Cursor, candidates: Sequence[Candidate],
                        deposits: dict[str, HeldDeposit]) -> list[tuple[Candidate, Outcome]]:
     """Events whose effect is on record (a transfer, a final or waiting status, or -
@@ -491,19 +527,27 @@ def _write_transfers(cur: Cursor, plan: Plan) -> None:
         for c, moved in plan.transfers])
 
 
-def _write_consequences(cur: Cursor, plan: Plan) -> None:
-    """Step 8: chain deposits, waiting outcomes, notifications, statuses."""
+def _write_consequences(cur: Cursor, plan: Plan, hold_ttl_s: float) -> None:
+    """Step 8: chain deposits, holds, reversals, waiting outcomes, notifications,
+    statuses."""
     def of_type(candidates: Sequence[Candidate], kind: SettlementType) -> list[Candidate]:
         return [c for c in candidates if c.event.event_type is kind]
 
     applied = plan.with_outcome(Outcome.APPLIED)
-    rejected = (plan.with_outcome(Outcome.INSUFFICIENT_FUNDS)
-                + plan.with_outcome(Outcome.ACCOUNT_FLAGGED))
+    rejected = [c for c, o in plan.decisions if o.is_rejection]
+    holds.place(cur, plan.placed_holds, hold_ttl_s)
+    holds.close(cur, plan.closed_holds)
+    reversals.record(cur, plan.reversals)
+    short = [c for c in plan.with_outcome(Outcome.SHORTFALL) if c.event.settles is None]
+    if short:
+        _record_shortfalls(cur, short, plan)
+        transition(cur, sorted({c.event.event_id for c in short}), EventStatus.APPLIED)
     pending = plan.with_outcome(Outcome.PENDING_FINALITY)
     reorged = plan.with_outcome(Outcome.REORGED)
     credited = plan.with_outcome(Outcome.CREDITED)
-    reversals = (of_type(applied, SettlementType.DEPOSIT_REVERSED)
-                 + plan.with_outcome(Outcome.SHORTFALL))
+    chain_reversals = (of_type(applied, SettlementType.DEPOSIT_REVERSED)
+                       + [c for c in plan.with_outcome(Outcome.SHORTFALL)
+                          if c.event.settles is not None])
     finalized = of_type(applied, SettlementType.DEPOSIT_FINALIZED)
     if rejected:
         _notify_rejections(cur, rejected, plan)
@@ -511,9 +555,9 @@ def _write_consequences(cur: Cursor, plan: Plan) -> None:
     _settle_deposits(cur, finalized, DepositState.FINAL, Outcome.APPLIED)
     _settle_deposits(cur, reorged, DepositState.REORGED, Outcome.REORGED)
     chain_deposits.credit(cur, (str(c.event.settles) for c in credited))
-    if reversals:
-        _settle_deposits(cur, reversals, DepositState.REVERSED, Outcome.REVERSED)
-        _record_reversals(cur, reversals, plan)
+    if chain_reversals:
+        _settle_deposits(cur, chain_reversals, DepositState.REVERSED, Outcome.REVERSED)
+        _record_reversals(cur, chain_reversals, plan)
     plain = [c for c in applied if c.event.settles is None]
     transition(cur, sorted({c.event.event_id for c in plain}), EventStatus.APPLIED)
     transition(cur, sorted({c.event.event_id for c in rejected}), EventStatus.REJECTED)
@@ -522,7 +566,7 @@ def _write_consequences(cur: Cursor, plan: Plan) -> None:
     transition(cur, _deposits_of(finalized), EventStatus.APPLIED)
     transition(cur, _deposits_of(reorged), EventStatus.REORGED)
     transition(cur, _deposits_of(credited), EventStatus.CREDITED)
-    transition(cur, _deposits_of(reversals), EventStatus.REVERSED)
+    transition(cur, _deposits_of(chain_reversals), EventStatus.REVERSED)
 
 
 def _deposits_of(settlements: Iterable[Candidate]) -> list[str]:
@@ -588,6 +632,35 @@ def _record_reversals(cur: Cursor, reversals: Sequence[Candidate], plan: Plan) -
             log.warning("deposit_reversed", **fields)
 
 
+def _record_shortfalls(cur: Cursor, short: Sequence[Candidate], plan: Plan) -> None:
+    """What a refund, chargeback, revert or debit adjustment could not take from
+    available: an account_shortfalls row (the user is flagged), the platform's
+    receivable already posted, a notification intent and a critical line each."""
+    owed = {id(c): amount for c, amount in plan.shortfalls}
+    cur.executemany(
+        "INSERT INTO account_shortfalls (user_id, asset, source_event_id,"
+        " deposit_event_id, amount) VALUES (%s, %s, %s, %s, %s)"
+        " ON CONFLICT (source_event_id) DO NOTHING",
+        [(c.event.user_id, c.event.asset, c.event.event_id,
+          c.event.reference or c.event.event_id, format_amount(owed[id(c)])) for c in short])
+    for c in short:
+        event = c.event
+        trace_id = c.trace_id or event.event_id
+        emit(cur, aggregatetype=NOTIFICATIONS_AGGREGATE, aggregateid=event.user_id,
+             event_type=NOTIFICATION_SHORTFALL_OPENED, event_id=event.event_id,
+             payload={"kind": NOTIFICATION_SHORTFALL_OPENED, "event_id": event.event_id,
+                      "event_type": event.event_type.value, "reverses": event.reference,
+                      "user_id": event.user_id, "asset": event.asset,
+                      "amount": format_amount(event.amount),
+                      "shortfall": format_amount(owed[id(c)]), "account_flagged": True},
+             trace_id=trace_id)
+        log.critical("shortfall_opened", trace_id=trace_id, event_id=event.event_id,
+                     event_type=event.event_type.value, reverses=event.reference,
+                     user_id=event.user_id, asset=event.asset,
+                     amount=format_amount(event.amount),
+                     shortfall=format_amount(owed[id(c)]), account_flagged=True)
+
+
 def _notify_rejections(cur: Cursor, rejected: Sequence[Candidate], plan: Plan) -> None:
     """One notification intent per rejected debit (insufficient_funds, or
     account_flagged for a user with an open shortfall). Only for events planned in this
@@ -597,14 +670,16 @@ def _notify_rejections(cur: Cursor, rejected: Sequence[Candidate], plan: Plan) -
         event = c.event
         reason = reasons[id(c)].value
         trace_id = c.trace_id or event.event_id
+        kind = (NOTIFICATION_WITHDRAWAL_REJECTED if event.event_type in WITHDRAWAL_TYPES
+                else NOTIFICATION_EVENT_REJECTED)
         emit(cur, aggregatetype=NOTIFICATIONS_AGGREGATE, aggregateid=event.user_id,
-             event_type=NOTIFICATION_WITHDRAWAL_REJECTED, event_id=event.event_id,
-             payload={"kind": NOTIFICATION_WITHDRAWAL_REJECTED, "event_id": event.event_id,
+             event_type=kind, event_id=event.event_id,
+             payload={"kind": kind, "event_id": event.event_id,
                       "event_type": event.event_type.value, "user_id": event.user_id,
                       "asset": event.asset, "amount": format_amount(event.amount),
                       "reason": reason},
              trace_id=trace_id)
-        log.info("withdrawal_rejected", trace_id=trace_id, event_id=event.event_id,
+        log.info(kind, trace_id=trace_id, event_id=event.event_id,
                  user_id=event.user_id, asset=event.asset, reason=reason,
                  amount=format_amount(event.amount),
                  balance_after_batch=format_amount(plan.closing.get(c.pair, Decimal(0))))

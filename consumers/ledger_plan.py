@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Context, Decimal, localcontext
 
 from paystream.consumers.failures import PoisonError
@@ -47,9 +47,17 @@ from paystream.consumers.records import Record
 from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.balances import BalanceKey
 from paystream.schema.chain import DepositError, ExpectedDeposit
-from paystream.schema.events import EventError, PaymentEvent, SettlementType, parse_wire
+from paystream.schema.events import (
+    EventError,
+    EventType,
+    PaymentEvent,
+    SettlementType,
+    parse_wire,
+)
+from paystream.schema.holds import Hold, HoldState
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
+from paystream.schema.reversals import Original
 
 ZERO = Decimal(0)
 # Exact arithmetic for the plan's sums. The default context keeps 28 significant digits:
@@ -150,6 +158,71 @@ def decide(event: PaymentEvent, available: Decimal, flagged: bool = False) -> Ou
     return Outcome.APPLIED if available >= event.amount else Outcome.INSUFFICIENT_FUNDS
 
 
+# What each reversal may reverse: a gateway only its own credits, an operator any plain
+# event (a chain deposit is the finality watcher's to reverse).
+REVERSIBLE: dict[EventType, tuple[EventType, ...]] = {
+    EventType.REFUND: (EventType.DEPOSIT, EventType.AIRDROP),
+    EventType.CHARGEBACK: (EventType.DEPOSIT, EventType.AIRDROP),
+    EventType.REVERT: (EventType.DEPOSIT, EventType.AIRDROP, EventType.WITHDRAWAL,
+                       EventType.WITHDRAWAL_FEE, EventType.ADJUSTMENT_CREDIT,
+                       EventType.ADJUSTMENT_DEBIT),
+}
+OPERATOR = "operator"
+
+
+@dataclass
+class References:
+    """What the batch's holds and reversals name, as the database holds them: the holds
+    (locked) and the originals with what earlier reversals took back."""
+
+    holds: dict[str, Hold] = field(default_factory=dict)
+    originals: dict[str, Original] = field(default_factory=dict)
+
+
+def decide_second_phase(event: PaymentEvent, available: Decimal, flagged: bool,
+                        hold: Hold | None, original: Original | None,
+                        original_applied: bool, remaining: Decimal) -> Outcome:
+    """The outcome of a hold, a hold's close, a reversal or an adjustment, given what it
+    names (`hold` open or closed; `original`, applied or not, `remaining` of it)."""
+    kind = event.event_type
+    if kind is EventType.WITHDRAWAL_REQUESTED:
+        if flagged:
+            return Outcome.ACCOUNT_FLAGGED
+        needed = event.amount + (event.fee or ZERO)
+        return Outcome.APPLIED if available >= needed else Outcome.INSUFFICIENT_FUNDS
+    if kind is EventType.ADJUSTMENT_CREDIT:
+        return Outcome.APPLIED
+    if kind is EventType.ADJUSTMENT_DEBIT:
+        return Outcome.APPLIED if available >= event.amount else Outcome.SHORTFALL
+    if isinstance(kind, EventType) and kind.closes_hold:
+        if hold is None or not hold.state.is_open or (hold.user_id, hold.asset) != (
+                event.user_id, event.asset):
+            return Outcome.HOLD_NOT_OPEN
+        if event.amount > hold.amount or (event.fee or ZERO) > hold.fee:
+            return Outcome.EXCEEDS_HOLD
+        return Outcome.APPLIED
+    assert isinstance(kind, EventType) and kind.is_reversal, kind
+    then = original.event if original is not None else None
+    if (then is None or not original_applied or then.is_chain_deposit
+            or then.event_type not in REVERSIBLE[kind]
+            or (then.user_id, then.asset) != (event.user_id, event.asset)
+            or (kind is not EventType.REVERT and then.provider != event.provider)):
+        return Outcome.INVALID_REVERSAL
+    if event.amount > remaining:
+        return Outcome.EXCEEDS_ORIGINAL
+    credit_taken_back = then.event_type.is_credit
+    return (Outcome.SHORTFALL if credit_taken_back and available < event.amount
+            else Outcome.APPLIED)
+
+
+def is_second_phase(event: PaymentEvent) -> bool:
+    kind = event.event_type
+    return isinstance(kind, EventType) and (
+        kind.closes_hold or kind.is_reversal or kind in (
+            EventType.WITHDRAWAL_REQUESTED, EventType.ADJUSTMENT_CREDIT,
+            EventType.ADJUSTMENT_DEBIT))
+
+
 def effects(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
             network: str | None = None) -> tuple[Decimal, Decimal]:
     """(available delta, pending delta) of an event with `outcome`: what its postings
@@ -183,6 +256,12 @@ class Plan:
     closing: dict[BalanceKey, Decimal] = field(default_factory=dict)
     # Reversals available could not cover: (candidate, amount owed).
     shortfalls: list[tuple[Candidate, Decimal]] = field(default_factory=list)
+    # Holds placed, and closed: (hold id, final state, closing event, amount, fee).
+    placed_holds: list[Hold] = field(default_factory=list)
+    closed_holds: list[tuple[str, HoldState, str, Decimal | None, Decimal | None]] = \
+        field(default_factory=list)
+    # Applied reversals: (event id, original event id, amount).
+    reversals: list[tuple[str, str, Decimal]] = field(default_factory=list)
 
     def with_outcome(self, outcome: Outcome) -> list[Candidate]:
         return [c for c, o in self.decisions if o is outcome]
@@ -208,8 +287,8 @@ class Plan:
 
 
 def plan_batch(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
-               flagged: Iterable[str] = (), networks: Mapping[str, str] | None = None
-               ) -> Plan:
+               flagged: Iterable[str] = (), networks: Mapping[str, str] | None = None,
+               references: References | None = None) -> Plan:
     """Walk `candidates` in batch order (offset order per user) over `opening` balances.
 
     A debit sees every credit and debit before it in the batch, so a withdrawal after a
@@ -218,15 +297,20 @@ def plan_batch(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decima
     funds nothing until its deposit_finalized (or deposit_credited) moves it to
     available. `flagged` are the users with an open shortfall before the batch; a
     reversal that leaves a shortfall flags its user for the rest of the batch.
-    `networks`: the network of each held deposit a settlement names (custody's owner).
+    `networks`: the network of each held deposit a settlement names (custody's owner);
+    `references`: the holds and originals the batch's second-phase events name. A hold
+    placed or closed, or an event applied, earlier in the batch counts as such.
     """
     with localcontext(PLAN_CONTEXT):
-        return _plan(candidates, opening, flagged, networks or {})
+        return _plan(candidates, opening, flagged, networks or {}, references or References())
 
 
 def _plan(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
-          flagged: Iterable[str], networks: Mapping[str, str]) -> Plan:
+          flagged: Iterable[str], networks: Mapping[str, str], refs: References) -> Plan:
     plan = Plan()
+    holds_now = dict(refs.holds)
+    remaining = {event_id: o.remaining for event_id, o in refs.originals.items()}
+    applied_here: set[str] = set()
     books = {AccountKind.AVAILABLE: plan.deltas, AccountKind.PENDING: plan.pending_deltas,
              AccountKind.HELD: plan.held_deltas}
     running: dict[BalanceKey, Decimal] = {}
@@ -234,9 +318,24 @@ def _plan(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
     for candidate in candidates:
         pair = candidate.pair
         available = running.get(pair, opening.get(pair, ZERO))
-        outcome = decide(candidate.event, available, candidate.event.user_id in flagged_users)
+        event = candidate.event
+        is_flagged = event.user_id in flagged_users
+        hold = holds_now.get(event.reference) if event.reference is not None else None
+        original = refs.originals.get(event.reference) if event.reference else None
+        if is_second_phase(event):
+            outcome = decide_second_phase(
+                event, available, is_flagged, hold, original,
+                original is not None and (original.status == "applied"
+                                          or original.event.event_id in applied_here),
+                remaining.get(event.reference or "", ZERO))
+        else:
+            outcome = decide(event, available, is_flagged)
         plan.decisions.append((candidate, outcome))
-        moved = postings(candidate.event, outcome, available, _network(candidate, networks))
+        moved = postings(event, outcome, available, _network(candidate, networks), hold,
+                         original.event if original is not None else None)
+        if outcome is Outcome.APPLIED and isinstance(event.event_type, EventType):
+            applied_here.add(event.event_id)
+        _follow_references(plan, candidate, outcome, hold, holds_now, remaining)
         if outcome is Outcome.SHORTFALL:
             owed = reversal_split(candidate.event.amount, available)[1]
             plan.shortfalls.append((candidate, owed))
@@ -252,6 +351,32 @@ def _plan(candidates: Sequence[Candidate], opening: dict[BalanceKey, Decimal],
                     running[pair] += amount
     plan.closing = running
     return plan
+
+
+def _follow_references(plan: Plan, candidate: Candidate, outcome: Outcome, hold: Hold | None,
+                       holds_now: dict[str, Hold], remaining: dict[str, Decimal]) -> None:
+    """The holds placed and closed and the reversals applied by one event, into the plan
+    and into the batch's running view of them (a later event of the batch sees them)."""
+    event, kind = candidate.event, candidate.event.event_type
+    if outcome.is_rejection or not isinstance(kind, EventType):
+        return
+    if kind is EventType.WITHDRAWAL_REQUESTED:
+        placed = Hold(event.event_id, event.user_id, event.asset, event.provider,
+                      event.amount, event.fee or ZERO, HoldState.HELD)
+        plan.placed_holds.append(placed)
+        holds_now[event.event_id] = placed
+    elif kind.closes_hold and hold is not None:
+        state = {EventType.WITHDRAWAL_SETTLED: HoldState.SETTLED,
+                 EventType.WITHDRAWAL_FAILED: HoldState.FAILED,
+                 EventType.HOLD_EXPIRED: HoldState.EXPIRED}[kind]
+        settled = kind is EventType.WITHDRAWAL_SETTLED
+        fee = (hold.fee if event.fee is None else event.fee) if settled else None
+        plan.closed_holds.append((hold.hold_id, state, event.event_id,
+                                  event.amount if settled else None, fee))
+        holds_now[hold.hold_id] = replace(hold, state=state)
+    elif kind.is_reversal and event.reference is not None:
+        plan.reversals.append((event.event_id, event.reference, event.amount))
+        remaining[event.reference] = remaining.get(event.reference, ZERO) - event.amount
 
 
 def _network(candidate: Candidate, networks: Mapping[str, str]) -> str | None:

@@ -17,8 +17,17 @@ negative by what they hold or are owed).
   deposit_reorged (reorged)          pending -X      custody[network] +X
   deposit_reversed (applied,         available -T    receivable -(X-T)  custody[network] +X
                     shortfall)       (T = what available covered; the rest is owed)
+  withdrawal_requested (applied)     available -(X+F)  held +(X+F)      (F: its fee)
+  withdrawal_settled (applied)       held -(A+FA)  settlement +X  fees +F  available +rest
+                                     (A, FA: the hold's amount and fee; X <= A, F <= FA)
+  withdrawal_failed, hold_expired    held -(A+FA)    available +(A+FA)
+  refund / chargeback / revert       of a credit: available -T  receivable -(X-T)  C +X
+    (reversing X of an original      of a debit:  available +X  C -X
+     whose counter-account is C)     (T = what available covered: the shortfall path)
+  adjustment_credit                  available +X    adjustments -X
+  adjustment_debit                   available -T    receivable -(X-T)  adjustments +X
   rejections (insufficient_funds,    (nothing)
-    account_flagged)
+    account_flagged, hold_not_open, exceeds_hold, invalid_reversal, exceeds_original)
 
 So custody[network, asset] is minus the chain deposits the ledger holds on that network
 (pending or credited, not reorged or reversed): reconcile compares the two.
@@ -30,6 +39,7 @@ from decimal import Context, Decimal, localcontext
 
 from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
+from paystream.schema.holds import Hold
 from paystream.schema.processed_events import Outcome
 
 ZERO = Decimal(0)
@@ -52,12 +62,73 @@ def reversal_split(amount: Decimal, available: Decimal) -> tuple[Decimal, Decima
 
 
 def postings(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
-             network: str | None = None) -> list[Posting]:
+             network: str | None = None, hold: Hold | None = None,
+             original: PaymentEvent | None = None) -> list[Posting]:
     """The postings of `event` with `outcome` (the table above); [] when it moves
-    nothing. `available` (just before it) only matters to a reversal; `network` is the
-    chain of a chain deposit or of the deposit a settlement settles."""
+    nothing. `available` (just before it) only matters to a debit that may fall short;
+    `network` is the chain of a chain deposit or of the deposit a settlement settles;
+    `hold` the hold a settle, failure or expiry closes; `original` what a reversal
+    reverses."""
     with localcontext(EXACT):  # unary minus rounds to the context's precision too
-        return _postings(event, outcome, available, network)
+        if outcome.is_rejection:
+            return []
+        kind = event.event_type
+        if isinstance(kind, EventType) and (kind.closes_hold or kind.is_reversal or kind in (
+                EventType.WITHDRAWAL_REQUESTED, EventType.ADJUSTMENT_CREDIT,
+                EventType.ADJUSTMENT_DEBIT)):
+            found = _second_phase(event, available, hold, original)
+        else:
+            found = _postings(event, outcome, available, network)
+        found = [(ref, amount) for ref, amount in found if amount != ZERO]
+        if sum((amount for _, amount in found), ZERO) != ZERO:
+            raise UnbalancedTransferError(
+                f"{event.event_id} {kind}: postings {found} do not sum to 0")
+        return found
+
+
+def _taken(x: Decimal, available: Decimal, counter: AccountRef, user: str,
+           asset: str) -> list[Posting]:
+    """A debit of `x` that never takes available below zero: the rest is the platform's
+    receivable (the shortfall path); `counter` receives all of it."""
+    debited, owed = reversal_split(x, available)
+    return [(AccountRef.user(AccountKind.AVAILABLE, user, asset), -debited),
+            (AccountRef.platform(AccountKind.RECEIVABLE, asset), -owed), (counter, x)]
+
+
+def _second_phase(event: PaymentEvent, available: Decimal, hold: Hold | None,
+                  original: PaymentEvent | None) -> list[Posting]:
+    """Holds, reversals and adjustments (an outcome that is not a rejection)."""
+    x, user, asset, kind = event.amount, event.user_id, event.asset, event.event_type
+
+    def mine(k: AccountKind) -> AccountRef:
+        return AccountRef.user(k, user, asset)
+
+    adjustments = AccountRef.platform(AccountKind.ADJUSTMENTS, asset)
+    if kind is EventType.WITHDRAWAL_REQUESTED:
+        total = x + (event.fee or ZERO)
+        return [(mine(AccountKind.AVAILABLE), -total), (mine(AccountKind.HELD), total)]
+    if kind is EventType.ADJUSTMENT_CREDIT:
+        return [(mine(AccountKind.AVAILABLE), x), (adjustments, -x)]
+    if kind is EventType.ADJUSTMENT_DEBIT:
+        return _taken(x, available, adjustments, user, asset)
+    if kind.closes_hold:
+        assert hold is not None, f"{event.event_id}: closing a hold needs the hold"
+        released = (mine(AccountKind.HELD), -hold.total)
+        if kind is not EventType.WITHDRAWAL_SETTLED:
+            return [released, (mine(AccountKind.AVAILABLE), hold.total)]
+        fee = hold.fee if event.fee is None else event.fee
+        return [
+            released, (AccountRef(AccountKind.SETTLEMENT, hold.provider, asset), x),
+            (AccountRef.platform(AccountKind.FEES, asset), fee),
+            (mine(AccountKind.AVAILABLE), hold.total - x - fee)]
+    assert original is not None, f"{event.event_id}: a reversal needs its original"
+    # The original's own postings say which way the money went and its counter-account.
+    then = _postings(original, Outcome.APPLIED, ZERO, None)
+    user_side = next(amount for ref, amount in then if ref.kind is AccountKind.AVAILABLE)
+    counter = next(ref for ref, _ in then if ref.kind is not AccountKind.AVAILABLE)
+    if user_side > 0:  # a credit taken back
+        return _taken(x, available, counter, user, asset)
+    return [(mine(AccountKind.AVAILABLE), x), (counter, -x)]
 
 
 def _postings(event: PaymentEvent, outcome: Outcome, available: Decimal,
@@ -81,9 +152,7 @@ def _postings(event: PaymentEvent, outcome: Outcome, available: Decimal,
         found = [(mine(AccountKind.PENDING), -x), (mine(AccountKind.AVAILABLE), x)]
     elif kind is SettlementType.DEPOSIT_REVERSED and outcome in (Outcome.APPLIED,
                                                                  Outcome.SHORTFALL):
-        debited, owed = reversal_split(x, available)
-        found = [(mine(AccountKind.AVAILABLE), -debited),
-                 (AccountRef.platform(AccountKind.RECEIVABLE, asset), -owed), (custody(), x)]
+        found = _taken(x, available, custody(), user, asset)
     elif outcome is not Outcome.APPLIED or event.settles_credited:
         found = []
     elif kind is SettlementType.DEPOSIT_FINALIZED:
@@ -95,7 +164,4 @@ def _postings(event: PaymentEvent, outcome: Outcome, available: Decimal,
         sign = 1 if kind.is_credit else -1
         found = [(mine(AccountKind.AVAILABLE), sign * x),
                  (AccountRef(AccountKind.SETTLEMENT, event.provider, asset), -sign * x)]
-    found = [(ref, amount) for ref, amount in found if amount != ZERO]
-    if sum((amount for _, amount in found), ZERO) != ZERO:
-        raise UnbalancedTransferError(f"{event.event_id} {kind}: postings {found} do not sum to 0")
     return found

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from paystream.schema.amounts import AMOUNT_PATTERN
-from paystream.schema.events import EventType
+from paystream.schema.events import GATEWAY_EVENT_TYPES
 
 
 class EventResult(BaseModel):
@@ -110,7 +110,7 @@ PAYMENT_BODY = {
     "required": ["event_id", "event_type", "user_id", "amount"],
     "properties": {
         "event_id": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$"},
-        "event_type": {"type": "string", "enum": [t.value for t in EventType]},
+        "event_type": {"type": "string", "enum": [t.value for t in GATEWAY_EVENT_TYPES]},
         "user_id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
         "amount": {"type": "string", "pattern": f"^{AMOUNT_PATTERN.pattern}$",
                    "description": "decimal string: > 0, at most 18 decimals, below 10^20"},
@@ -118,6 +118,15 @@ PAYMENT_BODY = {
         "asset": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,200}$",
                   "description": "one of PAYMENTS_ASSETS (default USD); any other asset "
                                  "is a 400 unsupported_asset"},
+        "hold_id": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$",
+                    "description": "withdrawal_settled / withdrawal_failed: the event id of"
+                                   " the withdrawal_requested whose hold it closes"},
+        "reverses": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$",
+                     "description": "refund / chargeback: the event id of the credit it"
+                                    " reverses (at most its amount, minus earlier ones)"},
+        "fee": {"type": "string", "pattern": f"^(0|{AMOUNT_PATTERN.pattern})$",
+                "description": "withdrawal_requested: held with the amount;"
+                               " withdrawal_settled: charged (at most the held fee)"},
     },
 }
 

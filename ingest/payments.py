@@ -20,9 +20,12 @@ from paystream.schema.db import Cursor
 from paystream.schema.events import (
     ASSET_PATTERN,
     EVENT_ID_PATTERN,
+    GATEWAY_EVENT_TYPES,
     USER_ID_PATTERN,
+    EventError,
     EventType,
     PaymentEvent,
+    parse_fee,
 )
 from paystream.schema.outbox import WriteOutcome, write_events
 
@@ -30,7 +33,9 @@ PROVIDER = "payments"
 # On-chain event ids ("ETH_MAINNET:0x<hash>:...") belong to chain providers; a gateway
 # must not be able to occupy (and so block) the id of a real chain deposit.
 CHAIN_EVENT_ID = re.compile(r"[A-Z0-9_]+:0x[0-9a-f]{64}(:.*)?")
-EVENT_TYPES = ", ".join(t.value for t in EventType)
+EVENT_TYPES = ", ".join(t.value for t in GATEWAY_EVENT_TYPES)
+# The types that may carry a fee: it is held with the request, charged at settlement.
+FEE_TYPES = (EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED)
 # A chain asset ("ETH_MAINNET:native", "ETH_MAINNET:0x<contract>"): only a chain provider
 # reports those, and the ledger holds them until their block is final.
 CHAIN_ASSET = re.compile(r"[A-Z0-9_]+:.*")
@@ -52,8 +57,25 @@ def parse_payment(obj: Any, default_asset: str,
     try:
         event_type = EventType(raw_type)
     except ValueError:
+        event_type = None
+    if event_type not in GATEWAY_EVENT_TYPES:
         raise PayloadError(f"event_type must be one of {EVENT_TYPES}, got {raw_type[:40]!r}",
-                           code="invalid_event_type") from None
+                           code="invalid_event_type")
+    assert event_type is not None
+    reference = None
+    if event_type.reference_field is not None:
+        reference = _text(obj, event_type.reference_field, EVENT_ID_PATTERN)
+        if reference == event_id:
+            raise PayloadError(f"{event_type.reference_field} names the event itself")
+    fee = None
+    if obj.get("fee") is not None:
+        if event_type not in FEE_TYPES:
+            raise PayloadError(f"fee is only for {', '.join(t.value for t in FEE_TYPES)}",
+                               code="unexpected_field")
+        try:
+            fee = parse_fee(obj["fee"])
+        except EventError as exc:
+            raise PayloadError(exc.detail, code="invalid_fee") from None
     user_id = _text(obj, "user_id", USER_ID_PATTERN)
     if "amount" not in obj:
         raise PayloadError("amount is required", code="missing_field")
@@ -70,7 +92,8 @@ def parse_payment(obj: Any, default_asset: str,
                            f"{':' + why if why else ''} (allowed: {', '.join(sorted(allowed))})",
                            code="unsupported_asset")
     return PaymentEvent(event_id=event_id, event_type=event_type, user_id=user_id,
-                        asset=asset, amount=amount, provider=PROVIDER)
+                        asset=asset, amount=amount, provider=PROVIDER, reference=reference,
+                        fee=fee)
 
 
 def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> str:

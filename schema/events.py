@@ -41,12 +41,50 @@ MAX_RAW_VALUE = 2**256 - 1
 class EventType(StrEnum):
     DEPOSIT = "deposit"
     AIRDROP = "airdrop"
-    WITHDRAWAL = "withdrawal"
+    WITHDRAWAL = "withdrawal"          # one-shot: requested and settled at once
     WITHDRAWAL_FEE = "withdrawal_fee"
+    # Two-phase withdrawals (holds): `reference` is the request's event id (wire
+    # `hold_id`) on the three that close a hold.
+    WITHDRAWAL_REQUESTED = "withdrawal_requested"  # available -> held (amount + fee)
+    WITHDRAWAL_SETTLED = "withdrawal_settled"      # held -> paid out, the rest released
+    WITHDRAWAL_FAILED = "withdrawal_failed"        # held -> available
+    HOLD_EXPIRED = "hold_expired"                  # idem, from the expiry scheduler
+    # Reversals of an applied event (`reference`, wire `reverses`): a gateway's refund or
+    # chargeback of a credit, an operator's revert of any plain event.
+    REFUND = "refund"
+    CHARGEBACK = "chargeback"
+    REVERT = "revert"
+    # Operator adjustments (provider `operator`), with a `reason`.
+    ADJUSTMENT_CREDIT = "adjustment_credit"
+    ADJUSTMENT_DEBIT = "adjustment_debit"
 
     @property
     def is_credit(self) -> bool:
-        return self in (EventType.DEPOSIT, EventType.AIRDROP)
+        """Adds to available without any check (a first credit creates the balance)."""
+        return self in (EventType.DEPOSIT, EventType.AIRDROP, EventType.ADJUSTMENT_CREDIT)
+
+    @property
+    def closes_hold(self) -> bool:
+        return self in (EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
+                        EventType.HOLD_EXPIRED)
+
+    @property
+    def is_reversal(self) -> bool:
+        return self in (EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT)
+
+    @property
+    def reference_field(self) -> str | None:
+        """The wire name of the event id this type must name, if any."""
+        if self.closes_hold:
+            return "hold_id"
+        return "reverses" if self.is_reversal else None
+
+
+# What a gateway may send (the rest come from the operator and the expiry scheduler).
+GATEWAY_EVENT_TYPES = (EventType.DEPOSIT, EventType.AIRDROP, EventType.WITHDRAWAL,
+                       EventType.WITHDRAWAL_FEE, EventType.WITHDRAWAL_REQUESTED,
+                       EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
+                       EventType.REFUND, EventType.CHARGEBACK)
 
 
 class SettlementType(StrEnum):
@@ -72,6 +110,20 @@ class SettlementType(StrEnum):
     def is_credit(self) -> bool:
         return False
 
+    # What EventType answers too: a settlement names its deposit in `chain`, not in
+    # a reference, and is no hold or reversal of the second phase.
+    @property
+    def closes_hold(self) -> bool:
+        return False
+
+    @property
+    def is_reversal(self) -> bool:
+        return False
+
+    @property
+    def reference_field(self) -> str | None:
+        return None
+
 
 class EventError(ValueError):
     """A payment event that breaks the contract; `reason` is a short machine label."""
@@ -94,6 +146,13 @@ class PaymentEvent:
     # On-chain identity and block of a chain deposit (network, tx_hash, block_number,
     # block_hash, log_index / trace_address, token_contract, raw_value, removed ...).
     chain: dict[str, Any] | None = field(default=None)
+    # The event this one acts on: the hold (withdrawal_requested's id) a settle, failure
+    # or expiry closes, or the event a refund, chargeback or revert reverses.
+    reference: str | None = None
+    # The fee a withdrawal request holds with its amount (or a settlement charges).
+    fee: Decimal | None = None
+    # Why an operator adjusted or reverted (free text, for the record).
+    reason: str | None = None
 
     @property
     def is_chain_deposit(self) -> bool:
@@ -127,6 +186,15 @@ class PaymentEvent:
             wire["occurred_at"] = self.occurred_at
         if self.chain is not None:
             wire["chain"] = self.chain
+        # Optional fields are left out when unset: the hashes of the events stored before
+        # they existed stay the same.
+        field_name = self.event_type.reference_field
+        if field_name is not None and self.reference is not None:
+            wire[field_name] = self.reference
+        if self.fee is not None:
+            wire["fee"] = format_amount(self.fee) if self.fee > 0 else "0"
+        if self.reason is not None:
+            wire["reason"] = self.reason
         return wire
 
     def content_hash(self) -> str:
@@ -204,8 +272,29 @@ def parse_wire(obj: object) -> PaymentEvent:
         deposit_id = (chain or {}).get("deposit_event_id")
         if not isinstance(deposit_id, str) or not EVENT_ID_PATTERN.fullmatch(deposit_id):
             raise EventError("malformed", f"{event_type} needs chain.deposit_event_id")
+    reference = None
+    reference_field = event_type.reference_field if isinstance(event_type, EventType) else None
+    if reference_field is not None:
+        reference = _text(obj, reference_field, EVENT_ID_PATTERN)
+    fee = None
+    if obj.get("fee") is not None:
+        fee = parse_fee(obj["fee"])
+    reason = obj.get("reason")
+    if reason is not None and (not isinstance(reason, str) or not 1 <= len(reason) <= 500):
+        raise EventError("malformed", "reason must be a string of 1 to 500 characters")
     return PaymentEvent(event_id, event_type, user_id, asset, amount, provider,
-                        occurred_at if isinstance(occurred_at, str) else None, chain)
+                        occurred_at if isinstance(occurred_at, str) else None, chain,
+                        reference, fee, reason)
+
+
+def parse_fee(value: object) -> Decimal:
+    """A fee: an amount string, or "0" (none)."""
+    if value == "0":
+        return Decimal(0)
+    try:
+        return parse_amount(value)
+    except AmountError as exc:
+        raise EventError("invalid_fee", f"fee: {exc}") from None
 
 
 def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> str:

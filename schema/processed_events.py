@@ -40,13 +40,27 @@ class Outcome(StrEnum):
     REVERSED = "reversed"  # a credited chain deposit whose credit was reversed
     SHORTFALL = "shortfall"  # a reversal available could not fully cover
     ACCOUNT_FLAGGED = "account_flagged"  # a debit refused: the user owes a shortfall
+    HOLD_NOT_OPEN = "hold_not_open"  # closing a hold that is not open (or not theirs)
+    EXCEEDS_HOLD = "exceeds_hold"  # settling more than the hold's amount or fee
+    INVALID_REVERSAL = "invalid_reversal"  # reversing what it may not reverse
+    EXCEEDS_ORIGINAL = "exceeds_original"  # reversing more than is left of the original
+
+    @property
+    def is_rejection(self) -> bool:
+        """Final, and no money moved: the event's status becomes `rejected`."""
+        return self in REJECTIONS
 
 
 # Both lists are written out (an allow-list each): a new outcome must be placed in one.
 WAITING_OUTCOMES: tuple[str, ...] = (Outcome.PENDING_FINALITY.value, Outcome.CREDITED.value)
 FINAL_OUTCOMES: tuple[str, ...] = (
     Outcome.APPLIED.value, Outcome.INSUFFICIENT_FUNDS.value, Outcome.REORGED.value,
-    Outcome.REVERSED.value, Outcome.SHORTFALL.value, Outcome.ACCOUNT_FLAGGED.value)
+    Outcome.REVERSED.value, Outcome.SHORTFALL.value, Outcome.ACCOUNT_FLAGGED.value,
+    Outcome.HOLD_NOT_OPEN.value, Outcome.EXCEEDS_HOLD.value, Outcome.INVALID_REVERSAL.value,
+    Outcome.EXCEEDS_ORIGINAL.value)
+REJECTIONS = frozenset({Outcome.INSUFFICIENT_FUNDS, Outcome.ACCOUNT_FLAGGED,
+                        Outcome.HOLD_NOT_OPEN, Outcome.EXCEEDS_HOLD,
+                        Outcome.INVALID_REVERSAL, Outcome.EXCEEDS_ORIGINAL})
 
 # From this many rows on, record() sends them by COPY: below it, COPY's two extra round
 # trips (create the staging table, COPY) cost more than it saves. Measured on the 2-core

@@ -36,7 +36,7 @@ def events(*records: Record):
     (rec("e", "deposit", "u", "1", raw=b"\xff\xfe not json"), "malformed_json"),
     (rec("e", "deposit", "u", 1.5), "invalid_amount"),
     (rec("e", "deposit", "u", "-1"), "invalid_amount"),
-    (rec("e", "refund", "u", "1", headers={"event_id": "e", "event_type": "refund"}),
+    (rec("e", "bonus", "u", "1", headers={"event_id": "e", "event_type": "bonus"}),
      "unknown_event_type"),
     (rec("e", "deposit", "u", "1", headers={"event_type": "deposit"}), "missing_header"),
     (rec("e", "deposit", "u", "1", headers={"event_id": "x", "event_type": "deposit"}),

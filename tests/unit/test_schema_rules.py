@@ -58,7 +58,7 @@ def test_wire_round_trip_keeps_amount_exact_and_a_string():
 
 @pytest.mark.parametrize(("mutate", "reason"), [
     (lambda w: w.pop("user_id"), "missing_field"),
-    (lambda w: w.update(event_type="refund"), "unknown_event_type"),
+    (lambda w: w.update(event_type="bonus"), "unknown_event_type"),
     (lambda w: w.update(amount=50.1), "invalid_amount"),
     (lambda w: w.update(amount="-1"), "invalid_amount"),
     (lambda w: w.update(user_id="bad id with spaces"), "malformed"),
