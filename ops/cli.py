@@ -27,6 +27,7 @@ from paystream.operator_cli import (
 
 if TYPE_CHECKING:  # imported on use: `paystream --help` must not need the Kafka client
     from paystream.ops.health import HealthChecker, HealthSettings
+    from paystream.ops.operator_events import Written
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,6 +95,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sf_resolve.add_argument("--resolution", required=True,
                             help="what happened (recovered off-platform, written off, ...)")
     sf_resolve.set_defaults(func=_shortfalls_resolve)
+
+    adj = sub.add_parser("adjust", help="credit or debit a user's available balance"
+                         " (an adjustment event through the outbox)")
+    adj.add_argument("--user", required=True, metavar="USER_ID")
+    adj.add_argument("--asset", required=True)
+    adj.add_argument("--amount", required=True, metavar="±X",
+                     help="positive credits, negative debits (a debit available cannot"
+                          " cover opens a shortfall)")
+    adj.add_argument("--reason", required=True, help="why, for the record")
+    adj.add_argument("--idempotency-key", required=True, metavar="KEY",
+                     help="the same key is the same adjustment: a rerun records nothing")
+    adj.set_defaults(func=_adjust)
+
+    rev = sub.add_parser("revert", help="reverse what is left of an applied event"
+                         " (a revert event through the outbox)")
+    rev.add_argument("event_id")
+    rev.add_argument("--reason", required=True, help="why, for the record")
+    rev.set_defaults(func=_revert)
+
+    hl = sub.add_parser("holds", help="withdrawals in flight")
+    hl_sub = hl.add_subparsers(dest="holds_cmd", required=True, metavar="ACTION")
+    hl_list = hl_sub.add_parser("list", help="open holds (oldest first)")
+    hl_list.add_argument("--user", metavar="USER_ID")
+    hl_list.set_defaults(func=_holds_list)
+    hl_exp = hl_sub.add_parser("expire", help="void the holds past their expiry"
+                               " (hold_expired events through the outbox)")
+    hl_exp.add_argument("--loop", action="store_true", help="keep going, every --interval")
+    hl_exp.add_argument("--interval", type=float, default=5.0, metavar="SECONDS")
+    hl_exp.add_argument("--limit", type=int, default=500, help="holds per round")
+    hl_exp.set_defaults(func=_holds_expire)
 
     dlq = sub.add_parser("dlq", help="inspect and replay dead letters")
     dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
@@ -285,6 +316,97 @@ def _shortfalls_resolve(args: argparse.Namespace) -> int:
     print(f"shortfall {row.id} resolved: {row.user_id} owed {format_amount(row.amount)} "
           f"{row.asset}; {state}")
     return EXIT_OK
+
+
+def _written(command: str, written: Written) -> None:
+    from paystream.schema.amounts import format_amount
+
+    event = written.event
+    state = ("recorded" if written.outcome.value == "accepted"
+             else "already recorded (nothing written)")
+    print(f"{command}: {event.event_id} ({event.event_type.value} of"
+          f" {format_amount(event.amount)} {event.asset} for {event.user_id}) {state};"
+          f" trace {written.trace_id}. The ledger applies it: `paystream balances --user"
+          f" {event.user_id}`")
+
+
+def _adjust(args: argparse.Namespace) -> int:
+    from decimal import Decimal, InvalidOperation
+
+    from paystream.ops.operator_events import OperatorEventError, adjust
+    from paystream.schema.amounts import AmountError, parse_amount
+
+    text = args.amount.strip()
+    try:
+        Decimal(text)
+        magnitude = parse_amount(text.lstrip("+-"))
+    except (InvalidOperation, AmountError) as exc:
+        print(f"adjust: --amount {text!r}: {exc or 'not a decimal number'}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    amount = -magnitude if text.startswith("-") else magnitude
+    try:
+        with transaction("paystream-adjust") as cur:
+            written = adjust(cur, user_id=args.user, asset=args.asset, amount=amount,
+                             reason=args.reason, idempotency_key=args.idempotency_key)
+    except OperatorEventError as exc:
+        print(f"adjust: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    _written("adjust", written)
+    return EXIT_OK
+
+
+def _revert(args: argparse.Namespace) -> int:
+    from paystream.ops.operator_events import OperatorEventError, revert
+
+    try:
+        with transaction("paystream-revert") as cur:
+            written = revert(cur, args.event_id, args.reason)
+    except OperatorEventError as exc:
+        print(f"revert: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    _written("revert", written)
+    return EXIT_OK
+
+
+def _holds_list(args: argparse.Namespace) -> int:
+    from paystream.schema.amounts import format_amount
+
+    with transaction("paystream-holds") as cur:
+        cur.execute("SELECT hold_id, user_id, asset, amount, fee, state, expires_at"
+                    " FROM holds WHERE state IN ('held', 'expiring')"
+                    " AND (%s::text IS NULL OR user_id = %s) ORDER BY created_at LIMIT 500",
+                    (args.user, args.user))
+        rows = cur.fetchall()
+    if not rows:
+        print("holds: none open")
+        return EXIT_OK
+    print(format_table(("hold_id", "user", "asset", "amount", "fee", "state", "expires_at"),
+                       [(h, u, a, format_amount(m), format_amount(f) if f else "0", st,
+                         e.isoformat()) for h, u, a, m, f, st, e in rows],
+                       right_aligned={3, 4}))
+    return EXIT_OK
+
+
+def _holds_expire(args: argparse.Namespace) -> int:
+    import time
+
+    import structlog
+
+    from paystream.ops.operator_events import expire_holds
+
+    log = structlog.get_logger("ops.holds")
+    while True:
+        with transaction("paystream-holds-expire") as cur:
+            written = expire_holds(cur, args.limit)
+        for w in written:
+            log.info("hold_expired", trace_id=w.trace_id, event_id=w.event.event_id,
+                     hold_id=w.event.reference, user_id=w.event.user_id)
+        if not args.loop:
+            print(f"holds expire: {len(written)} hold(s) past their expiry voided")
+            return EXIT_OK
+        # A full round is taken again at once: a backlog drains without waiting.
+        if len(written) < args.limit:
+            time.sleep(args.interval)
 
 
 def _dlq_list(args: argparse.Namespace) -> int:

@@ -63,6 +63,8 @@ def services(ingest_port: int) -> list[Service]:
                 "metrics http://127.0.0.1:9404/metrics (pending deposits, RPC breaker)"),
         Service("connector-watchdog", "paystream.stack.cli", ["stack", "watchdog"],
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
+        Service("hold-expiry", "paystream.ops.cli", ["holds", "expire", "--loop"],
+                "voids withdrawal holds past PAYSTREAM_HOLD_TTL_S (logs only)"),
         Service("health", "paystream.ops.cli",
                 ["health", "--serve-metrics", "9403", "--bind", "127.0.0.1"],
                 "metrics http://127.0.0.1:9403/metrics (stuck events, slot WAL, lag)"),

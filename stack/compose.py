@@ -93,6 +93,7 @@ SERVICES = (
     Service("dlq-mirror", "mirror", kafka_security.role_for_group("dlq-mirror")),
     Service("finality", "finality"),
     Service("connector-watchdog", None, connect_rest=True),
+    Service("hold-expiry", "ops"),
 )
 SETUP = "setup"
 UIDS = {"kafka": KAFKA_UID, "connect": CONNECT_UID, SETUP: PAYSTREAM_UID,

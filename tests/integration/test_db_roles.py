@@ -26,7 +26,7 @@ LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "op
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "processed_events", "accounts", "transfers", "postings", "user_entries",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
-          "account_shortfalls", "schema_migrations")
+          "account_shortfalls", "holds", "event_reversals", "schema_migrations")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -53,6 +53,10 @@ EXPECTED: dict[DbRole, Grants] = {
                                       "final_block_number", "final_block_hash",
                                       "final_log_index", "verdict_reason"}},
         "account_shortfalls": {"SELECT": ALL, "INSERT": ALL},
+        "holds": {"SELECT": ALL, "INSERT": ALL,
+                  "UPDATE": {"state", "closed_by", "settled_amount", "settled_fee",
+                             "closed_at"}},
+        "event_reversals": {"SELECT": ALL, "INSERT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
     },
     "mirror": {
@@ -76,9 +80,12 @@ EXPECTED: dict[DbRole, Grants] = {
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
         "dead_letter_queue": {"SELECT": ALL, "UPDATE": {"status", "last_seen_at"}},
-        "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
+        # The operator's adjust / revert and the hold expiry scheduler record events.
+        "payment_events": {"SELECT": ALL, "INSERT": ALL,
+                           "UPDATE": {"status", "status_changed_at"}},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         "account_shortfalls": {"SELECT": ALL, "UPDATE": {"resolved_at", "resolution"}},
+        "holds": {"SELECT": ALL, "UPDATE": {"state"}},
     },
     "cdc": {
         "outbox": {"SELECT": ALL},
