@@ -91,6 +91,21 @@ bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finali
 	$(BENCH) bench/finality_rpc_bench.py
 	$(BENCH) bench/finality_e2e_bench.py
 
+# Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
+# --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`
+# only draws from the latest files, so it takes seconds.
+RESULTS := docs/benchmarks/data
+.PHONY: bench-results bench-ledger-scale bench-report
+bench-ledger-scale: stack-up  ## bench-ledger at 1, 2 and 3 processes (30,000 events)
+	$(BENCH) bench/ledger_scale.py --results $(RESULTS)/ledger-scale.json
+
+bench-results: stack-up bench-ledger-scale
+	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS) --results $(RESULTS)/ingest.json
+	$(BENCH) bench/e2e_latency.py --results $(RESULTS)/e2e.json
+
+bench-report: install
+	$(BENCH) bench/report.py
+
 # One consumer group in the foreground (metrics on :9401 / :9402).
 .PHONY: consume-ledger consume-dlq-mirror
 consume-ledger: install
