@@ -86,10 +86,14 @@ class LivePrometheus:
         return result
 
     def target_port(self, job: str) -> int:
-        """The port Prometheus scrapes `job` on (what a test's process must listen on)."""
-        for target in prometheus.api(self.cfg, "/api/v1/targets")["activeTargets"]:
-            if target["labels"]["job"] == job:
-                return int(target["labels"]["instance"].rsplit(":", 1)[1])
+        """The port Prometheus scrapes `job` on (what a test's process must listen on).
+        A Prometheus that just started lists its targets a moment after it is ready."""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            for target in prometheus.api(self.cfg, "/api/v1/targets")["activeTargets"]:
+                if target["labels"]["job"] == job:
+                    return int(target["labels"]["instance"].rsplit(":", 1)[1])
+            time.sleep(0.2)
         raise AssertionError(f"Prometheus scrapes no job {job}")
 
     def wait_scraped(self, job: str, timeout_s: float = 30) -> None:
