@@ -30,8 +30,10 @@ status: install
 	$(BIN)/paystream stack status
 
 # The main job: the whole pipeline on the local stack, in the foreground (Ctrl-C stops
-# the paystream processes; `make stack-down` stops the stack).
-run: stack-up
+# the paystream processes; `make stack-down` stops the stack). Prometheus too (~50 MiB,
+# docs/operations.md#prometheus): the alerts and the dashboard need it.
+run: install
+	$(BIN)/paystream stack up --prometheus
 	$(BIN)/paystream run
 
 # mypy and import-linter cannot follow pyproject's package-dir mapping, so they run in
@@ -51,9 +53,15 @@ lint: install typecheck-view
 
 # The tests get a stack of their own (state dir and ports below), so their events never
 # reach the `make run` stack's ledger, and `make run` after `make test` starts clean.
+# The test stack's Prometheus (tests/integration/test_alerts_fire.py, test_dashboard.py)
+# scrapes metrics ports of its own, never the `make run` processes'.
+TEST_PROMETHEUS := PAYSTREAM_PROMETHEUS=1 PAYSTREAM_PROMETHEUS_PORT=9096 \
+	PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S=1 PAYSTREAM_INGEST_ADMIN_PORT=8011 \
+	PAYSTREAM_LEDGER_METRICS_PORT=9411 PAYSTREAM_DLQ_MIRROR_METRICS_PORT=9412 \
+	PAYSTREAM_HEALTH_METRICS_PORT=9413 PAYSTREAM_FINALITY_METRICS_PORT=9414
 TEST_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test PAYSTREAM_PG_PORT=5434 \
 	PAYSTREAM_KAFKA_PORT=9094 PAYSTREAM_CONTROLLER_PORT=9095 PAYSTREAM_CONNECT_PORT=8084 \
-	PAYSTREAM_ANVIL_PORT=8546
+	PAYSTREAM_ANVIL_PORT=8546 $(TEST_PROMETHEUS)
 
 # Unit tests need no services; integration tests run against the test stack.
 test: install lint
@@ -82,6 +90,21 @@ bench-e2e: stack-up  ## webhook 2xx -> applied latency through the whole pipelin
 bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finalized -> credited
 	$(BENCH) bench/finality_rpc_bench.py
 	$(BENCH) bench/finality_e2e_bench.py
+
+# Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
+# --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`
+# only draws from the latest files, so it takes seconds.
+RESULTS := docs/benchmarks/data
+.PHONY: bench-results bench-ledger-scale bench-report
+bench-ledger-scale: stack-up  ## bench-ledger at 1, 2 and 3 processes (30,000 events)
+	$(BENCH) bench/ledger_scale.py --results $(RESULTS)/ledger-scale.json
+
+bench-results: stack-up bench-ledger-scale
+	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS) --results $(RESULTS)/ingest.json
+	$(BENCH) bench/e2e_latency.py --results $(RESULTS)/e2e.json
+
+bench-report: install
+	$(BENCH) bench/report.py
 
 # One consumer group in the foreground (metrics on :9401 / :9402).
 .PHONY: consume-ledger consume-dlq-mirror

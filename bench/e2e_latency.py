@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import aiohttp
 import httpx
+import results  # bench/, on sys.path as the script's folder
 
 from paystream.chaos import processes as px
 from paystream.ingest import standard_webhooks
@@ -40,6 +41,7 @@ from paystream.stack.settings import StackSettings
 
 SENDERS = 2  # sender processes: one asyncio loop tops out near 1,000 requests/s
 POLL_S = 0.01
+RECOVERY_SPACING_S = 30.0  # between two faults of phase 2
 
 
 def sender(url: str, secret: bytes, users: list[str], prefix: str, rate: float,
@@ -179,7 +181,10 @@ def main() -> None:
                         help="seconds after the last send before an event counts as lost")
     parser.add_argument("--fault-rate", type=float, default=200)
     parser.add_argument("--skip-faults", action="store_true")
+    parser.add_argument("--results", metavar="FILE",
+                        help="also write the figures as JSON (bench/report.py plots them)")
     args = parser.parse_args()
+    figures: dict[str, object] = {"latency_ms": {}, "recovery_s": {}}
 
     s = StackSettings.from_env()
     run_id = secrets.token_hex(3)
@@ -218,6 +223,7 @@ def main() -> None:
                                       args.one_at_a_time, args.timeout)
             print(f"e2e one-at-a-time: p50 {pct(lat, 0.5):.0f} ms p99 {pct(lat, 0.99):.0f} ms "
                   f"lost {lost} ({len(lat)} applied, min {min(lat, default=0):.0f} ms)")
+            figures["latency_ms"]["one at a time"] = results.quantiles(lat)  # type: ignore[index]
         for rate in args.rates:
             watcher.latencies.clear()
             started = time.monotonic()
@@ -237,20 +243,28 @@ def main() -> None:
             took = time.monotonic() - started
             print(f"e2e {rate:.0f}/s: p50 {pct(lat, 0.5):.0f} ms p99 {pct(lat, 0.99):.0f} ms "
                   f"lost {lost}")
+            figures["latency_ms"][f"{rate:.0f}/s"] = results.quantiles(lat)  # type: ignore[index]
             print(f"  offered {rate:.0f}/s for {args.seconds:.0f} s: {len(lat)} applied "
                   f"({len(lat) / args.seconds:.0f}/s achieved), p95 {pct(lat, 0.95):.0f} ms, "
                   f"max {max(lat, default=0):.0f} ms (drained {took - args.seconds:.1f} s "
                   f"after the last send; load {os.getloadavg()[0]:.2f})")
         if not args.skip_faults:
-            recoveries(s, ingest, ledger, watcher, url, secret, users, run_id, args, port)
+            figures["recovery_s"] = recoveries(s, ingest, ledger, watcher, url, secret, users,
+                                               run_id, args, port)
     finally:
         ledger.stop()
         ingest.stop()
+    figures["fault_rate"] = args.fault_rate
+    # A recovery loop gives up this long after the fault: a figure at or above it means
+    # "not drained in time", not a recovery time.
+    figures["recovery_cap_s"] = RECOVERY_SPACING_S - 1
+    results.write(args.results, "e2e", "none: the targets (p50 <= 150 ms, p99 <= 500 ms at "
+                  "500/s; recovery after a consumer SIGKILL <= 15 s)", figures)
 
 
 def recoveries(s: StackSettings, ingest: px.Managed, ledger: px.Managed, watcher: Watcher,
                url: str, secret: bytes, users: list[str], run_id: str,
-               args: argparse.Namespace, port: int) -> None:
+               args: argparse.Namespace, port: int) -> dict[str, float]:
     def restart_ingest() -> None:
         ingest.kill()
         ingest.start()
@@ -263,7 +277,8 @@ def recoveries(s: StackSettings, ingest: px.Managed, ledger: px.Managed, watcher
         ("postgres restart", lambda: (px.kill_postgres(s), px.restart_postgres(s))),
         ("ingest restart", restart_ingest),
     ]
-    spacing = 30.0
+    spacing = RECOVERY_SPACING_S
+    recovered: dict[str, float] = {}
     procs = start_senders(url, secret, users, f"e2e-{run_id}-faults", args.fault_rate,
                           spacing * (len(faults) + 1), answers=watcher.answers)
     t0 = time.monotonic()
@@ -279,11 +294,13 @@ def recoveries(s: StackSettings, ingest: px.Managed, ledger: px.Managed, watcher
             time.sleep(POLL_S)
             if time.monotonic() - at > spacing - 1:
                 break
+        recovered[name] = round(time.monotonic() - at, 2)
         print(f"recovery after {name}: {time.monotonic() - at:.1f} s "
               f"(fault injected and the backlog of accepted events drained, "
               f"at {args.fault_rate:.0f} webhooks/s)")
     for p in procs:
         p.join(timeout=spacing * 3)
+    return recovered
 
 
 if __name__ == "__main__":

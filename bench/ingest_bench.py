@@ -38,7 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from wrk_load import run_wrk  # noqa: E402  (bench/, on sys.path as the script's folder)
+import results  # noqa: E402  (bench/, on sys.path as the script's folder)
+from wrk_load import run_wrk  # noqa: E402
 
 from paystream.schema.db import database_url, where  # noqa: E402
 from paystream.schema.events import PAYMENTS_TOPIC  # noqa: E402
@@ -297,6 +298,8 @@ def main() -> int:
                              "aiohttp open-loop generator, which schedules every send)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="bare/ingest alternations per phase (medians are reported)")
+    parser.add_argument("--results", metavar="FILE",
+                        help="also write the figures as JSON (bench/report.py plots them)")
     args = parser.parse_args()
     CLIENT["saturation"] = args.client
 
@@ -377,6 +380,15 @@ def main() -> int:
           f"({commits / max(delivered, 1):.3f} per delivery; pg_stat_database, the "
           "stack's own transactions included)")
     print(f"load average at the end: {load_average()}")
+    results.write(args.results, "ingest", "a bare FastAPI endpoint (bench/ingest_baseline.py) "
+                  "served the same way, phases alternated", {
+                      "rate": args.rate,
+                      # Every round's fixed-rate latencies, pooled, per side.
+                      "fixed_rate_ms": {side: results.quantiles(
+                          [x for r in rate[side] for x in r.latencies_ms]) for side in sides},
+                      "saturation_rps": {side: [r.rps for r in best[side]] for side in sides},
+                      "p99_ms_per_round": {side: [r.pct(0.99) for r in rate[side]]
+                                           for side in sides}})
     return 0
 
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paystream.credentials import write_private
-from paystream.env import env_int, env_str
+from paystream.env import env_int
 from paystream.launch import paystream_argv
 from paystream.stack.settings import StackSettings
+from paystream.stack.targets import metrics_targets, port_of
 
 RESTART_DELAY_S = 2.0
 
@@ -46,28 +47,28 @@ class Service:
 
 
 def services(ingest_port: int) -> list[Service]:
-    admin_host = env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1")
-    admin_port = env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001)
+    # The metrics ports are the ones the stack's Prometheus scrapes (stack/targets.py).
+    admin, ledger, mirror, health, finality = (t.address for t in metrics_targets())
     candidates = [
         Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
                 f"http://127.0.0.1:{ingest_port} (/webhooks/*, /healthz); admin "
-                f"http://{admin_host}:{admin_port} (/docs, /metrics, /readyz)"),
+                f"http://{admin} (/docs, /metrics, /readyz)"),
         Service("ledger", "paystream.consume",
-                ["consume", "ledger", "--metrics-port", "9401"],
-                "metrics http://127.0.0.1:9401/metrics"),
+                ["consume", "ledger", "--metrics-port", str(port_of("ledger"))],
+                f"metrics http://{ledger}/metrics"),
         Service("dlq-mirror", "paystream.consume",
-                ["consume", "dlq-mirror", "--metrics-port", "9402"],
-                "metrics http://127.0.0.1:9402/metrics"),
+                ["consume", "dlq-mirror", "--metrics-port", str(port_of("dlq-mirror"))],
+                f"metrics http://{mirror}/metrics"),
         Service("finality", "paystream.consume",
-                ["consume", "finality", "--metrics-port", "9404"],
-                "metrics http://127.0.0.1:9404/metrics (pending deposits, RPC breaker)"),
+                ["consume", "finality", "--metrics-port", str(port_of("finality"))],
+                f"metrics http://{finality}/metrics (pending deposits, RPC breaker)"),
         Service("connector-watchdog", "paystream.stack.cli", ["stack", "watchdog"],
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
         Service("hold-expiry", "paystream.ops.cli", ["holds", "expire", "--loop"],
                 "voids withdrawal holds past PAYSTREAM_HOLD_TTL_S (logs only)"),
         Service("health", "paystream.ops.cli",
-                ["health", "--serve-metrics", "9403", "--bind", "127.0.0.1"],
-                "metrics http://127.0.0.1:9403/metrics (stuck events, slot WAL, lag)"),
+                ["health", "--serve-metrics", str(port_of("health")), "--bind", "127.0.0.1"],
+                f"metrics http://{health}/metrics (stuck events, slot WAL, lag)"),
     ]
     return [s for s in candidates if importlib.util.find_spec(s.module) is not None]
 

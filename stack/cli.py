@@ -10,8 +10,11 @@ from paystream.stack.settings import StackSettings
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stack = sub.add_parser("stack", help="run the local stack (Postgres, Kafka, Connect)")
     ssub = stack.add_subparsers(dest="stack_command", required=True, metavar="ACTION")
-    ssub.add_parser("up", help="install, start and configure everything (idempotent)") \
-        .set_defaults(func=_up)
+    up = ssub.add_parser("up", help="install, start and configure everything (idempotent)")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also start Prometheus, scraping every paystream process with the "
+                         "alert rules loaded (as PAYSTREAM_PROMETHEUS=1 does)")
+    up.set_defaults(func=_up)
     ssub.add_parser("down", help="stop every component; data is kept") \
         .set_defaults(func=_down)
     ssub.add_parser("status", help="a table of components; non-zero if one is unhealthy") \
@@ -28,7 +31,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     watchdog.add_argument("--interval", type=float, default=5.0, help="seconds between checks")
     watchdog.set_defaults(func=_watchdog)
     logs = ssub.add_parser("logs", help="show the tail of the components' logs")
-    logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil"])
+    logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil",
+                                                        "prometheus"])
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=_logs)
@@ -39,7 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     from paystream.stack import stack
-    return stack.up(StackSettings.from_env())
+    return stack.up(StackSettings.from_env(), with_prometheus=args.prometheus)
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -32,9 +32,9 @@ NEEDS = (
     Need("java", "default-jre-headless", "Kafka (KRaft), Kafka Connect and Debezium"),
     Need("mvn", "maven", "resolves the Kafka, Connect and Debezium jars (connectors/pom.xml)"),
     Need("npm", "npm", "anvil, the local Ethereum node, ships in the npm registry"),
-    # promtool checks and unit-tests the alert rules; the server it ships with is not
-    # started.
-    Need("promtool", "prometheus", "the alert rules' checks and unit tests"),
+    # promtool checks and unit-tests the alert rules; the server it ships with runs
+    # when asked (`stack up --prometheus`, stack/prometheus.py).
+    Need("promtool", "prometheus", "the alert rules' checks and tests; the Prometheus server"),
     Need("wrk", "wrk", "the load generator of bench/ingest_bench.py at saturation"),
 )
 POSTGRES_PACKAGE = "postgresql"

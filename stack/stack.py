@@ -19,7 +19,7 @@ from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
-from paystream.stack import anvil, compose, connect, kafka, postgres
+from paystream.stack import anvil, compose, connect, kafka, postgres, prometheus
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
 from paystream.stack.settings import StackSettings
@@ -41,10 +41,11 @@ def _step(name: str, action: Callable[[], object]) -> object:
     return result
 
 
-def up(s: StackSettings) -> int:
+def up(s: StackSettings, with_prometheus: bool = False) -> int:
     print(f"paystream stack up (state: {s.state_dir})")
     started = time.monotonic()
     try:
+        prom = prometheus.PrometheusConfig.from_env()
         s.state_dir.mkdir(parents=True, exist_ok=True)
         s.run_dir.mkdir(parents=True, exist_ok=True)
         s.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,8 @@ def up(s: StackSettings) -> int:
         _step("anvil (npm)", lambda: anvil.ensure_installed(s))
         _step(f"anvil start :{anvil.AnvilConfig.from_env().port}", lambda: anvil.start(s))
         _configure(s)
+        if with_prometheus or prom.enabled:
+            _step(f"prometheus start :{prom.port}", lambda: prometheus.start(s, prom))
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1
@@ -150,6 +153,7 @@ def down(s: StackSettings) -> int:
     try:
         # Producers of data stop first: the chain and Connect, then the broker, then
         # the database.
+        _step("prometheus stop", lambda: prometheus.stop(s))
         _step("anvil stop", lambda: anvil.stop(s))
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
@@ -187,9 +191,23 @@ def status(s: StackSettings) -> int:
          anvil.version(s), _health(anvil_ok), "-"),
         ("kcat", "-", "-", kcat_version, "installed" if kcat else "missing", "-"),
     ]
+    prom_ok = _prometheus_row(s, rows)
     print(format_table(("component", "port", "pid", "version", "health", "rss"), rows))
-    ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok
+    ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok and prom_ok
     return 0 if ok else 1
+
+
+def _prometheus_row(s: StackSettings, rows: list[tuple[str, str, str, str, str, str]]
+                    ) -> bool:
+    """Prometheus's row when it is asked for or running; False if asked for and down."""
+    cfg = prometheus.PrometheusConfig.from_env()
+    pid = read_pid(prometheus.pid_file(s))
+    if not cfg.enabled and pid is None:
+        return True
+    ok = prometheus.healthy(s, cfg)
+    rows.append(("prometheus", str(cfg.port), str(pid or "-"), prometheus.version(s, cfg),
+                 _health(ok), kafka.jvm_rss_mib(pid)))
+    return ok or not cfg.enabled
 
 
 def _health(ok: bool) -> str:
@@ -201,6 +219,7 @@ LOGS = {
     "kafka": kafka.log_file,
     "connect": connect.log_file,
     "anvil": anvil.log_file,
+    "prometheus": prometheus.log_file,
 }
 
 

@@ -16,3 +16,18 @@ def test_status_lists_every_component_healthy():
         assert "healthy" in rows[component], rows[component]
     assert "RUNNING" in rows["connector"]
     assert "4.3.0" in rows["kafka"]
+
+
+def test_status_shows_prometheus_when_the_stack_runs_it():
+    """`make test` starts the test stack with PAYSTREAM_PROMETHEUS=1: its row is there,
+    healthy, with the port it was asked for."""
+    from paystream.stack.prometheus import PrometheusConfig
+
+    cfg = PrometheusConfig.from_env()
+    assert cfg.enabled, "run the tests on a stack with PAYSTREAM_PROMETHEUS=1 (make test does)"
+    done = subprocess.run(paystream_argv("stack", "status"), capture_output=True, text=True,
+                          timeout=60)
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:]}
+    assert "prometheus" in rows, done.stdout
+    assert rows["prometheus"][1] == str(cfg.port)
+    assert rows["prometheus"][4] == "healthy", done.stdout

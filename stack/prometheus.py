@@ -1,0 +1,218 @@
+"""Prometheus: Debian's server (package `prometheus`, which also ships promtool), started
+by `paystream stack up` when asked (`--prometheus` or PAYSTREAM_PROMETHEUS=1), scraping
+every paystream process (stack/targets.py) with the shipped alert rules loaded.
+
+Bound to 127.0.0.1; its data, its generated configuration and its log live under the
+state dir. The configuration is JSON (which is YAML): no YAML library needed. Rules
+files dropped into <state_dir>/prometheus/rules.d/ are loaded too, after a reload
+(`reload`, SIGHUP); the alert tests put a time-compressed copy of the shipped rules
+there (tests/support/prometheus.py), and never touch ops/prometheus/alerts.yml.
+
+Settings are this component's own variables:
+  PAYSTREAM_PROMETHEUS                    1: `stack up` starts it (as --prometheus does)
+  PAYSTREAM_PROMETHEUS_PORT               9090
+  PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S  15 (also the rules' evaluation interval)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from paystream.env import env_float, env_int, env_str
+from paystream.stack.process import (
+    StackError,
+    read_pid,
+    run,
+    start_detached,
+    stop_pid,
+    wait_until,
+)
+from paystream.stack.settings import StackSettings
+from paystream.stack.targets import metrics_targets
+
+COMPONENT = "prometheus"
+# The shipped rules, where setuptools puts ops/ next to stack/ (a checkout or an install).
+SHIPPED_RULES = Path(__file__).resolve().parents[1] / "ops" / "prometheus" / "alerts.yml"
+# A local stack's history: enough to look at yesterday's run, bounded on a laptop disk.
+RETENTION = "3d"
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    enabled: bool = False
+    port: int = 9090
+    scrape_interval_s: float = 15.0
+
+    @classmethod
+    def from_env(cls) -> PrometheusConfig:
+        interval = env_float("PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S", 15.0)
+        if not 0.5 <= interval <= 300:
+            raise StackError(COMPONENT, "PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S must be "
+                             f"between 0.5 and 300, got {interval:g}")
+        return cls(enabled=env_str("PAYSTREAM_PROMETHEUS", "0") == "1",
+                   port=env_int("PAYSTREAM_PROMETHEUS_PORT", 9090),
+                   scrape_interval_s=interval)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def home(s: StackSettings) -> Path:
+    return s.state_dir / "prometheus"
+
+
+def config_file(s: StackSettings) -> Path:
+    return home(s) / "prometheus.yml"
+
+
+def rules_dir(s: StackSettings) -> Path:
+    return home(s) / "rules.d"
+
+
+def data_dir(s: StackSettings) -> Path:
+    return home(s) / "data"
+
+
+def pid_file(s: StackSettings) -> Path:
+    return s.run_dir / "prometheus.pid"
+
+
+def log_file(s: StackSettings) -> Path:
+    return s.logs_dir / "prometheus.log"
+
+
+def _duration(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
+
+
+def config(s: StackSettings, cfg: PrometheusConfig) -> dict[str, Any]:
+    """The scrape configuration: one job per paystream process, Prometheus itself, the
+    shipped rules and whatever rules.d holds."""
+    interval = _duration(cfg.scrape_interval_s)
+    # A scrape must end before the next one starts; the health exporter runs its checks
+    # (Postgres, Kafka, Connect) inside the scrape, so give it all of the interval.
+    jobs = [{"job_name": "prometheus",
+             "static_configs": [{"targets": [f"127.0.0.1:{cfg.port}"]}]}]
+    jobs += [{"job_name": t.job, "static_configs": [{"targets": [t.address]}]}
+             for t in metrics_targets()]
+    return {
+        "global": {"scrape_interval": interval, "scrape_timeout": interval,
+                   "evaluation_interval": interval,
+                   "external_labels": {"stack": str(s.state_dir)}},
+        "rule_files": [str(SHIPPED_RULES), str(rules_dir(s) / "*.yml")],
+        "scrape_configs": jobs,
+    }
+
+
+def write_config(s: StackSettings, cfg: PrometheusConfig) -> bool:
+    """Write the configuration (checked by promtool first); True if it changed."""
+    rules_dir(s).mkdir(parents=True, exist_ok=True)
+    data_dir(s).mkdir(parents=True, exist_ok=True)
+    text = json.dumps(config(s, cfg), indent=2) + "\n"
+    path = config_file(s)
+    if path.exists() and path.read_text() == text:
+        return False
+    candidate = path.with_suffix(".new.yml")
+    candidate.write_text(text)
+    run(["promtool", "check", "config", str(candidate)], COMPONENT)
+    candidate.replace(path)
+    return True
+
+
+def command(s: StackSettings, cfg: PrometheusConfig) -> list[str]:
+    return [_binary(), f"--config.file={config_file(s)}",
+            f"--storage.tsdb.path={data_dir(s)}",
+            f"--storage.tsdb.retention.time={RETENTION}",
+            f"--web.listen-address=127.0.0.1:{cfg.port}",
+            # The UI's links must not point at a hostname nobody can resolve.
+            f"--web.external-url={cfg.url}"]
+
+
+def _binary() -> str:
+    found = shutil.which("prometheus")
+    if found is None:
+        raise StackError(COMPONENT, "the prometheus binary is missing "
+                         "(Debian package `prometheus`; `paystream stack up` installs it)")
+    return found
+
+
+def api(cfg: PrometheusConfig, path: str, params: dict[str, str] | None = None,
+        timeout: float = 5.0) -> Any:
+    """One GET on Prometheus's HTTP API; its `data`, or RuntimeError with its error."""
+    resp = httpx.get(f"{cfg.url}{path}", params=params, timeout=timeout)
+    body = resp.json()
+    if body.get("status") != "success":
+        raise RuntimeError(f"{path}: {body.get('errorType')}: {body.get('error')}")
+    return body["data"]
+
+
+def healthy(s: StackSettings, cfg: PrometheusConfig | None = None) -> bool:
+    """Ready, and ours: running with this stack's configuration file (another stack's
+    Prometheus, or Debian's own service, may hold the port)."""
+    c = cfg or PrometheusConfig.from_env()
+    try:
+        ready = httpx.get(f"{c.url}/-/ready", timeout=3).status_code == 200
+        return ready and api(c, "/api/v1/status/flags").get("config.file") == str(
+            config_file(s))
+    except (httpx.HTTPError, ValueError, RuntimeError):
+        return False
+
+
+def start(s: StackSettings, cfg: PrometheusConfig) -> str | bool:
+    """Write the configuration and start Prometheus, or reload a running one whose
+    configuration changed; wait until it is ready. True if started."""
+    changed = write_config(s, cfg)
+    if read_pid(pid_file(s)) is not None:
+        if changed:
+            reload(s, cfg)
+            return "configuration reloaded"
+        return False
+    try:
+        httpx.get(f"{cfg.url}/-/ready", timeout=2)
+        raise StackError(COMPONENT, f"port {cfg.port} is already taken by another server "
+                         "(another stack? Debian's prometheus service? set "
+                         "PAYSTREAM_PROMETHEUS_PORT)")
+    except httpx.HTTPError:
+        pass  # nothing listens: the port is ours to take
+    start_detached(command(s, cfg), pid_file=pid_file(s), out_file=log_file(s),
+                   cwd=home(s))
+    wait_until(COMPONENT, "ready", lambda: healthy(s, cfg), timeout=60, log=log_file(s),
+               pid_file=pid_file(s), interval=0.2)
+    return True
+
+
+def reload(s: StackSettings, cfg: PrometheusConfig) -> None:
+    """Re-read the configuration and every rules file (SIGHUP), and wait until the
+    rules in rules.d are loaded: Prometheus answers SIGHUP asynchronously."""
+    pid = read_pid(pid_file(s))
+    if pid is None:
+        raise StackError(COMPONENT, "not running (paystream stack up --prometheus)",
+                         log_file(s))
+    wanted = {p.name for p in rules_dir(s).glob("*.yml")} | {SHIPPED_RULES.name}
+    os.kill(pid, signal.SIGHUP)
+
+    def loaded() -> bool:
+        groups = api(cfg, "/api/v1/rules")["groups"]
+        return {Path(g["file"]).name for g in groups} == wanted
+    wait_until(COMPONENT, "reloaded with every rules file", loaded, timeout=30,
+               log=log_file(s), pid_file=pid_file(s), interval=0.2)
+
+
+def stop(s: StackSettings) -> bool:
+    return stop_pid(pid_file(s), timeout=30)
+
+
+def version(s: StackSettings, cfg: PrometheusConfig) -> str:
+    try:
+        return str(api(cfg, "/api/v1/status/buildinfo")["version"])
+    except (httpx.HTTPError, ValueError, RuntimeError, KeyError):
+        return "-"
