@@ -26,7 +26,7 @@ from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import PaymentEvent, parse_wire
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
-from paystream.schema.transfers import signed
+from paystream.schema.transfers import sql_amount
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def apply_one(conn: Connection, event: PaymentEvent) -> Outcome | None:
         cur.execute("INSERT INTO postings (transfer_id, account_id, asset, amount) VALUES "
                     + ", ".join(["(%s, %s, %s, %s)"] * len(moved)),
                     [v for ref, amount in moved
-                     for v in (transfer_id, ids[ref], ref.asset, signed(amount))])
+                     for v in (transfer_id, ids[ref], ref.asset, sql_amount(amount))])
         delta = sum(amount for ref, amount in moved if ref.kind.value == "available")
         cur.execute("UPDATE balances SET balance = balance + %s, updated_at = now()"
                     " WHERE user_id = %s AND asset = %s", (delta, event.user_id, event.asset))
