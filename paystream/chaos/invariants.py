@@ -59,27 +59,73 @@ class ExpectedBooks:
 
     outcomes: dict[str, str] = field(default_factory=dict)        # event id -> outcome
     balances: dict[tuple[str, str], Decimal] = field(default_factory=dict)  # user, asset
+    held: dict[tuple[str, str], Decimal] = field(default_factory=dict)      # user, asset
+    # The available-book entries each event must have written: [] or [(user, asset, delta)].
+    entries: dict[str, list[JournalRow]] = field(default_factory=dict)
+
+
+JournalRow = tuple[str, str, Decimal]  # user, asset, delta
 
 
 def expected_books(sent: list[Request]) -> ExpectedBooks:
     """Replay each user's accepted events in the order their answers came back (the
-    order the ledger applies them in, see chaos.sender): a deposit always credits, a
-    debit applies iff the available balance covers it, else it is refused."""
+    order the ledger applies them in, see chaos.sender), by the rules of docs/ledger.md
+    written out again here: a deposit always credits; a debit or a hold applies iff
+    available covers it and the user is not flagged; a close needs its hold open (a
+    settle pays the hold out of held, a failure puts it back); a refund takes back at
+    most what is left of its deposit, and what available cannot cover is a shortfall
+    that flags the user."""
     books = ExpectedBooks()
     moves = [r for r in accepted_events(sent).values() if r.kind in MONEY]
+    open_holds: dict[str, Decimal] = {}   # hold id -> amount, applied and not closed
+    refundable: dict[str, Decimal] = {}   # deposit id -> what is left of it
+    flagged: set[str] = set()
     for req in sorted(moves, key=lambda r: r.answered_seq or 0):
         key = (req.user_id, req.asset)
         balance = books.balances.get(key, Decimal(0))
         amount = Decimal(req.amount)
-        if req.event_type == "deposit":
-            books.balances[key] = balance + amount
-        elif balance >= amount:
-            books.balances[key] = balance - amount
-        else:
-            books.outcomes[req.event_id] = Outcome.INSUFFICIENT_FUNDS.value
-            continue
-        books.outcomes[req.event_id] = Outcome.APPLIED.value
+        outcome, delta = _replay(req, amount, balance, open_holds, refundable, flagged)
+        books.outcomes[req.event_id] = outcome.value
+        books.entries[req.event_id] = [(req.user_id, req.asset, delta)] if delta else []
+        if delta:
+            books.balances[key] = balance + delta
+        if outcome is Outcome.APPLIED and req.event_type == "deposit":
+            refundable[req.event_id] = amount
+        held = books.held.get(key, Decimal(0))
+        if outcome is Outcome.APPLIED and req.kind is Kind.HOLD:
+            open_holds[req.event_id] = amount
+            books.held[key] = held + amount
+        elif outcome is Outcome.APPLIED and req.kind is Kind.CLOSE:
+            books.held[key] = held - amount
     return books
+
+
+def _replay(req: Request, amount: Decimal, balance: Decimal, open_holds: dict[str, Decimal],
+            refundable: dict[str, Decimal], flagged: set[str]) -> tuple[Outcome, Decimal]:
+    """One event's outcome and its available-book delta."""
+    kind = req.event_type
+    if kind == "deposit":
+        return Outcome.APPLIED, amount
+    if req.kind is Kind.CLOSE:
+        if open_holds.pop(req.reference or "", None) is None:
+            return Outcome.HOLD_NOT_OPEN, Decimal(0)
+        return Outcome.APPLIED, (amount if kind == "withdrawal_failed" else Decimal(0))
+    if req.kind is Kind.REFUND:
+        left = refundable.get(req.reference or "")
+        if left is None:
+            return Outcome.INVALID_REVERSAL, Decimal(0)
+        if amount > left:
+            return Outcome.EXCEEDS_ORIGINAL, Decimal(0)
+        refundable[req.reference or ""] = left - amount
+        if balance >= amount:
+            return Outcome.APPLIED, -amount
+        flagged.add(req.user_id)
+        return Outcome.SHORTFALL, -balance
+    if req.user_id in flagged:
+        return Outcome.ACCOUNT_FLAGGED, Decimal(0)
+    if balance >= amount:
+        return Outcome.APPLIED, -amount
+    return Outcome.INSUFFICIENT_FUNDS, Decimal(0)
 
 
 def pending_count(cur: Cursor, sent: list[Request]) -> int:
@@ -111,9 +157,6 @@ def forged_pending_count(cur: Cursor, forged: Sequence[Forgery]) -> int:
                 " WHERE d.event_id = w.e AND d.error_reason = w.r)",
                 ([e for e, _ in wanted], [r for _, r in wanted]))
     return _count(cur)
-
-
-JournalRow = tuple[str, str, Decimal]  # user, asset, delta
 
 
 def check(cur: Cursor, sent: list[Request], users: list[str],
@@ -162,12 +205,12 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
         if outcome != books.outcomes[event_id]:
             v.violations.append(f"{event_id}: {outcome}, but the sender's record in "
                                 f"{req.user_id}'s order says {books.outcomes[event_id]}")
-        sign = 1 if req.event_type == "deposit" else -1
-        expected = [(req.user_id, req.asset, sign * Decimal(req.amount))]
-        if outcome == "applied" and entries != expected:
-            v.violations.append(f"{event_id}: applied with journal {entries}, sent {expected}")
-        if outcome == "insufficient_funds" and (entries or status != "rejected"):
-            v.violations.append(f"{event_id}: rejected but journal {entries}, status {status}")
+        expected = books.entries[event_id]
+        if entries != expected:
+            v.violations.append(f"{event_id}: {outcome} with available entries {entries},"
+                                f" the sender's record says {expected}")
+        if Outcome(outcome).is_rejection and status != "rejected":
+            v.violations.append(f"{event_id}: {outcome} but status {status}")
         if amount != Decimal(req.amount):
             v.violations.append(f"{event_id}: stored amount {amount} != sent {req.amount}")
 
@@ -262,6 +305,14 @@ def _check_balances(cur: Cursor, v: InvariantReport, users: list[str],
         if key[0] in users and key[1] in ASSETS and have != want:
             v.violations.append(f"balance {key[0]}/{key[1]} = {have}, the sender's record "
                                 f"says {want}")
+    # Withdrawals in flight: what the holds still open hold, and nothing else.
+    cur.execute("SELECT user_id, asset, held FROM balances WHERE user_id = ANY(%s)"
+                " AND held <> 0", (users,))
+    held = {(u, a): h for u, a, h in cur.fetchall()}
+    for key in sorted(set(held) | {k for k, h in books.held.items() if h}):
+        if held.get(key, Decimal(0)) != books.held.get(key, Decimal(0)):
+            v.violations.append(f"held {key[0]}/{key[1]} = {held.get(key, 0)}, the sender's"
+                                f" record says {books.held.get(key, 0)}")
 
 
 # --- chain deposits -------------------------------------------------------------------

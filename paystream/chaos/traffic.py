@@ -26,16 +26,21 @@ class Kind(StrEnum):
     POISON = "poison"                # accepted, but for an unknown user: dead-lettered
     HOSTILE = "hostile"              # a valid deposit in an odd form: applied exactly
     HOSTILE_CHAIN = "hostile_chain"  # a signed Alchemy delivery nothing may credit: 200
+    HOLD = "hold"                    # a withdrawal_requested: available -> held (or refused)
+    CLOSE = "close"                  # a settle or failure of an answered hold (maybe closed)
+    REFUND = "refund"                # a refund of an answered deposit (maybe too much)
 
 
 # Shares of the mix; redeliveries ~10% as the issue asks.
-MIX = ((Kind.DEPOSIT, 0.47), (Kind.WITHDRAWAL, 0.27), (Kind.REDELIVERY, 0.10),
+MIX = ((Kind.DEPOSIT, 0.42), (Kind.WITHDRAWAL, 0.20), (Kind.REDELIVERY, 0.10),
        (Kind.CONFLICT, 0.03), (Kind.INVALID, 0.05), (Kind.POISON, 0.03),
-       (Kind.HOSTILE, 0.04), (Kind.HOSTILE_CHAIN, 0.01))
+       (Kind.HOSTILE, 0.04), (Kind.HOSTILE_CHAIN, 0.01), (Kind.HOLD, 0.05),
+       (Kind.CLOSE, 0.04), (Kind.REFUND, 0.03))
 # Kinds that record a new event when accepted (and so must be accepted: 2xx).
-NEW_EVENTS = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.POISON, Kind.HOSTILE)
+NEW_EVENTS = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.POISON, Kind.HOSTILE, Kind.HOLD,
+              Kind.CLOSE, Kind.REFUND)
 # Kinds whose accepted events move the sender's users' money, in the order answered.
-MONEY = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE)
+MONEY = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE, Kind.HOLD, Kind.CLOSE, Kind.REFUND)
 HOSTILE_FLAVOURS = ("tiny", "precision", "exponent", "escaped", "decorated")
 HOSTILE_CHAIN_FLAVOURS = ("block-beyond-int64", "nft", "stranger", "removed-log")
 
@@ -53,6 +58,7 @@ class Request:
     webhook_id: str
     bad_signature: bool = False
     original: Request | None = None  # what a redelivery or conflict repeats
+    reference: str | None = None     # the hold a close names, the deposit a refund does
     endpoint: str = "payments"       # the webhook path: payments or alchemy
     # Filled in by the sender:
     status: int | None = None
@@ -69,6 +75,8 @@ class TrafficPlan:
         self.users = [f"chaos-{run_id}-u{i}" for i in range(users)]
         self.seq = 0
         self.answered_ok: list[Request] = []  # accepted originals, for redeliveries
+        self.answered_holds: list[Request] = []  # accepted holds, for their closes
+        self.answered_deposits: list[Request] = []  # accepted deposits, for refunds
         # Set once the chain driver has registered them (hostile Alchemy deliveries).
         self.network = "ETH_MAINNET"
         self.chain_addresses: list[str] = []
@@ -83,7 +91,9 @@ class TrafficPlan:
 
     def next(self) -> Request:
         kind = self.rng.choices([k for k, _ in MIX], [w for _, w in MIX])[0]
-        if kind in (Kind.REDELIVERY, Kind.CONFLICT) and not self.answered_ok:
+        if ((kind in (Kind.REDELIVERY, Kind.CONFLICT) and not self.answered_ok)
+                or (kind is Kind.CLOSE and not self.answered_holds)
+                or (kind is Kind.REFUND and not self.answered_deposits)):
             kind = Kind.DEPOSIT
         if kind is Kind.REDELIVERY:
             orig = self.rng.choice(self.answered_ok)
@@ -94,8 +104,25 @@ class TrafficPlan:
             amount = str(Decimal(orig.amount) + Decimal("0.01"))
             return self._build(kind, orig.event_type, orig.user_id, orig.asset, amount,
                                event_id=orig.event_id, original=orig)
+        if kind is Kind.CLOSE:
+            # Any answered hold, closed already or not (then: hold_not_open).
+            hold = self.rng.choice(self.answered_holds)
+            event_type = self.rng.choice(("withdrawal_settled", "withdrawal_settled",
+                                          "withdrawal_failed"))
+            return self._build(kind, event_type, hold.user_id, hold.asset, hold.amount,
+                               reference=hold.event_id)
+        if kind is Kind.REFUND:
+            # Up to the whole deposit: several refunds of one may add up to too much.
+            deposit = self.rng.choice(self.answered_deposits)
+            cents = int(Decimal(deposit.amount) * 100)
+            amount = str(Decimal(self.rng.randint(1, max(cents, 1))).scaleb(-2))
+            return self._build(kind, "refund", deposit.user_id, deposit.asset, amount,
+                               reference=deposit.event_id)
         user = self.rng.choice(self.users)
         asset = self.rng.choice(ASSETS)
+        if kind is Kind.HOLD:
+            return self._build(kind, "withdrawal_requested", user, asset,
+                               self._amount(1, 300))
         if kind is Kind.WITHDRAWAL:
             event_type = self.rng.choice(("withdrawal", "withdrawal", "withdrawal_fee"))
             return self._build(kind, event_type, user, asset, self._amount(1, 400))
@@ -116,20 +143,26 @@ class TrafficPlan:
                 if flavour == "float":
                     body["amount"] = float(req.amount)
                 else:
-                    body["event_type"] = "refund"
+                    body["event_type"] = "bonus"
                 req.body = json.dumps(body).encode()
             req.extra["flavour"] = flavour
             return req
         return self._build(kind, "deposit", user, asset, self._amount(1, 500))
 
     def _build(self, kind: Kind, event_type: str, user: str, asset: str, amount: str, *,
-               event_id: str | None = None, original: Request | None = None) -> Request:
+               event_id: str | None = None, original: Request | None = None,
+               reference: str | None = None) -> Request:
         event_id = event_id or self._event_id()
-        body = json.dumps({"event_id": event_id, "event_type": event_type, "user_id": user,
-                           "amount": amount, "asset": asset}).encode()
-        return Request(kind, event_id, event_type, user, asset, amount, body,
+        if original is not None:
+            reference = original.reference
+        fields: dict[str, Any] = {"event_id": event_id, "event_type": event_type,
+                                  "user_id": user, "amount": amount, "asset": asset}
+        if reference is not None:
+            fields["reverses" if event_type == "refund" else "hold_id"] = reference
+        return Request(kind, event_id, event_type, user, asset, amount,
+                       json.dumps(fields).encode(),
                        "msg_" + uuid.UUID(int=self.rng.getrandbits(128)).hex,
-                       original=original)
+                       original=original, reference=reference)
 
     def _hostile(self, user: str, asset: str) -> Request:
         """A deposit the gateway may send and the ingest must accept, in a form that
@@ -199,9 +232,14 @@ class TrafficPlan:
         return req
 
     def note_answer(self, req: Request) -> None:
-        if req.kind in (Kind.DEPOSIT, Kind.WITHDRAWAL) and req.status is not None \
-                and 200 <= req.status < 300:
+        if req.status is None or not 200 <= req.status < 300:
+            return
+        if req.kind in (Kind.DEPOSIT, Kind.WITHDRAWAL):
             self.answered_ok.append(req)
+        if req.kind is Kind.DEPOSIT:
+            self.answered_deposits.append(req)
+        elif req.kind is Kind.HOLD:
+            self.answered_holds.append(req)
 
 
 def _escaped(text: str) -> str:

@@ -82,3 +82,48 @@ def test_hostile_alchemy_deliveries_are_valid_json_for_the_runs_network():
             assert "hash" not in activity and "blockNum" not in activity
         else:
             assert activity["hash"] == req.event_id
+
+
+def _ref(kind: Kind, n: int, event_type: str, amount: str, seq: int, reference: str, *,
+         user: str = "u1") -> Request:
+    req = _req(kind, n, event_type, amount, seq, user=user)
+    req.reference = reference
+    return req
+
+
+def test_holds_closes_and_refunds_are_replayed_in_answer_order():
+    sent = [_req(Kind.DEPOSIT, 1, "deposit", "100", seq=1),
+            _req(Kind.HOLD, 2, "withdrawal_requested", "30", seq=2),
+            _ref(Kind.CLOSE, 3, "withdrawal_settled", "30", 3, "e2"),
+            _ref(Kind.CLOSE, 4, "withdrawal_failed", "30", 4, "e2"),   # closed already
+            _req(Kind.HOLD, 5, "withdrawal_requested", "50", seq=5),
+            _ref(Kind.CLOSE, 6, "withdrawal_failed", "50", 6, "e5"),   # back to available
+            _req(Kind.HOLD, 7, "withdrawal_requested", "71", seq=7),   # 70 available
+            _ref(Kind.CLOSE, 8, "withdrawal_settled", "71", 8, "e7"),  # never placed
+            _req(Kind.HOLD, 9, "withdrawal_requested", "20", seq=9)]   # still open
+    books = expected_books(sent)
+    assert books.outcomes == {"e1": "applied", "e2": "applied", "e3": "applied",
+                              "e4": "hold_not_open", "e5": "applied", "e6": "applied",
+                              "e7": "insufficient_funds", "e8": "hold_not_open",
+                              "e9": "applied"}
+    assert books.balances == {("u1", "USD"): Decimal(50)}
+    assert books.held == {("u1", "USD"): Decimal(20)}
+    # A settle moves nothing on the available book; a failure gives the amount back.
+    assert books.entries["e3"] == [] and books.entries["e6"] == [("u1", "USD", Decimal(50))]
+
+
+def test_refunds_never_exceed_the_deposit_and_a_shortfall_flags_the_user():
+    sent = [_req(Kind.DEPOSIT, 1, "deposit", "100", seq=1),
+            _ref(Kind.REFUND, 2, "refund", "60", 2, "e1"),
+            _ref(Kind.REFUND, 3, "refund", "41", 3, "e1"),       # 40 left: too much
+            _req(Kind.WITHDRAWAL, 4, "withdrawal", "35", seq=4),  # 40 -> 5
+            _ref(Kind.REFUND, 5, "refund", "40", 5, "e1"),       # 5 taken, 35 owed
+            _req(Kind.DEPOSIT, 6, "deposit", "10", seq=6),
+            _req(Kind.WITHDRAWAL, 7, "withdrawal", "1", seq=7),   # flagged
+            _ref(Kind.REFUND, 8, "refund", "1", 8, "nope")]
+    books = expected_books(sent)
+    assert [books.outcomes[f"e{i}"] for i in range(1, 9)] == [
+        "applied", "applied", "exceeds_original", "applied", "shortfall", "applied",
+        "account_flagged", "invalid_reversal"]
+    assert books.entries["e5"] == [("u1", "USD", Decimal(-5))]
+    assert books.balances == {("u1", "USD"): Decimal(10)}
