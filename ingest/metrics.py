@@ -21,10 +21,12 @@ class IngestMetrics:
         self.requests = Counter(
             "paystream_ingest_requests", "HTTP requests answered",
             ["endpoint", "status"], registry=self.registry)
-        # Time from the first byte of the request to the answer, per route.
+        # Time from the first byte of the request to the answer, per route and class of
+        # answer (2xx, 4xx, 5xx: a fast refusal must not hide a slow acceptance; the
+        # class, not the code, keeps the series few).
         self.latency = Histogram(
             "paystream_ingest_request_duration_seconds", "Time to answer a request",
-            ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
+            ["endpoint", "status_class"], buckets=LATENCY_BUCKETS, registry=self.registry)
         # Payment events by outcome: accepted (new, sent to the outbox), duplicate
         # (identical redelivery), conflict (same id, other content: 409), ignored
         # (a transfer recorded as a notice, never credited).
@@ -59,7 +61,7 @@ class IngestMetrics:
         children = self._answered.get((endpoint, status))
         if children is None:
             children = (self.requests.labels(endpoint, str(status)),
-                        self.latency.labels(endpoint))
+                        self.latency.labels(endpoint, f"{status // 100}xx"))
             self._answered[(endpoint, status)] = children
         children[0].inc()
         children[1].observe(seconds)
