@@ -41,8 +41,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Context, Decimal, localcontext
 
+import orjson
+
 from paystream.consumers.failures import PoisonError
-from paystream.consumers.ledger_postings import Posting, postings, reversal_split
+from paystream.consumers.ledger_postings import SECOND_PHASE, Posting, postings, reversal_split
 from paystream.consumers.records import Record
 from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.balances import BalanceKey
@@ -84,7 +86,7 @@ def read_event(record: Record) -> Candidate:
     if record.value is None:
         raise PoisonError("empty_value", "the message has no value")
     try:
-        obj = json.loads(record.value)
+        obj = _loads(record.value)
     except (UnicodeDecodeError, ValueError) as exc:
         raise PoisonError("malformed_json", f"value is not JSON: {exc}") from None
     try:
@@ -116,6 +118,16 @@ def read_event(record: Record) -> Candidate:
             raise PoisonError("invalid_chain_identity", str(exc)) from None
     key = idempotency_key(event.event_id, event.event_type.value)
     return Candidate(record, event, key, headers.get("trace_id"))
+
+
+def _loads(value: bytes) -> object:
+    """orjson first (a fifth of json's time on the hot path); what orjson refuses and
+    json reads (an integer past 64 bits, NaN) is read by json, so no record's fate
+    depends on which parser ran."""
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return json.loads(value)
 
 
 def _raw_header(record: Record, name: str) -> str | None:
@@ -216,11 +228,7 @@ def decide_second_phase(event: PaymentEvent, available: Decimal, flagged: bool,
 
 
 def is_second_phase(event: PaymentEvent) -> bool:
-    kind = event.event_type
-    return isinstance(kind, EventType) and (
-        kind.closes_hold or kind.is_reversal or kind in (
-            EventType.WITHDRAWAL_REQUESTED, EventType.ADJUSTMENT_CREDIT,
-            EventType.ADJUSTMENT_DEBIT))
+    return event.event_type in SECOND_PHASE
 
 
 def effects(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,

@@ -35,14 +35,19 @@ So custody[network, asset] is minus the chain deposits the ledger holds on that 
 
 from __future__ import annotations
 
-from decimal import Context, Decimal, localcontext
+from decimal import Context, Decimal, getcontext, localcontext
 
 from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.holds import Hold
-from paystream.schema.processed_events import Outcome
+from paystream.schema.processed_events import REJECTIONS, Outcome
 
 ZERO = Decimal(0)
+# Holds, their closes, reversals and adjustments: posted by _second_phase.
+SECOND_PHASE = frozenset({
+    EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
+    EventType.HOLD_EXPIRED, EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT,
+    EventType.ADJUSTMENT_CREDIT, EventType.ADJUSTMENT_DEBIT})
 # Exact for any sum of a few NUMERIC(38,18) amounts (the default context keeps 28 digits).
 EXACT = Context(prec=60)
 Posting = tuple[AccountRef, Decimal]
@@ -69,21 +74,25 @@ def postings(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
     `network` is the chain of a chain deposit or of the deposit a settlement settles;
     `hold` the hold a settle, failure or expiry closes; `original` what a reversal
     reverses."""
+    if outcome in REJECTIONS:
+        return []
+    if getcontext().prec >= EXACT.prec:  # the planner's batch context: exact already
+        return _checked(event, outcome, available, network, hold, original)
     with localcontext(EXACT):  # unary minus rounds to the context's precision too
-        if outcome.is_rejection:
-            return []
-        kind = event.event_type
-        if isinstance(kind, EventType) and (kind.closes_hold or kind.is_reversal or kind in (
-                EventType.WITHDRAWAL_REQUESTED, EventType.ADJUSTMENT_CREDIT,
-                EventType.ADJUSTMENT_DEBIT)):
-            found = _second_phase(event, available, hold, original)
-        else:
-            found = _postings(event, outcome, available, network)
-        found = [(ref, amount) for ref, amount in found if amount != ZERO]
-        if sum((amount for _, amount in found), ZERO) != ZERO:
-            raise UnbalancedTransferError(
-                f"{event.event_id} {kind}: postings {found} do not sum to 0")
-        return found
+        return _checked(event, outcome, available, network, hold, original)
+
+
+def _checked(event: PaymentEvent, outcome: Outcome, available: Decimal, network: str | None,
+             hold: Hold | None, original: PaymentEvent | None) -> list[Posting]:
+    if event.event_type in SECOND_PHASE:
+        found = _second_phase(event, available, hold, original)
+    else:
+        found = _postings(event, outcome, available, network)
+    found = [(ref, amount) for ref, amount in found if amount]
+    if sum(amount for _, amount in found) != ZERO:
+        raise UnbalancedTransferError(
+            f"{event.event_id} {event.event_type}: postings {found} do not sum to 0")
+    return found
 
 
 def _taken(x: Decimal, available: Decimal, counter: AccountRef, user: str,
@@ -101,7 +110,7 @@ def _second_phase(event: PaymentEvent, available: Decimal, hold: Hold | None,
     x, user, asset, kind = event.amount, event.user_id, event.asset, event.event_type
 
     def mine(k: AccountKind) -> AccountRef:
-        return AccountRef.user(k, user, asset)
+        return AccountRef(k, user, asset)
 
     adjustments = AccountRef.platform(AccountKind.ADJUSTMENTS, asset)
     if kind is EventType.WITHDRAWAL_REQUESTED:
@@ -135,8 +144,8 @@ def _postings(event: PaymentEvent, outcome: Outcome, available: Decimal,
               network: str | None) -> list[Posting]:
     x, user, asset = event.amount, event.user_id, event.asset
 
-    def mine(kind: AccountKind) -> AccountRef:
-        return AccountRef.user(kind, user, asset)
+    def mine(kind: AccountKind) -> AccountRef:  # one of USER_KINDS, never input
+        return AccountRef(kind, user, asset)
 
     def custody() -> AccountRef:
         assert network is not None, f"{event.event_id}: a chain posting needs its network"

@@ -83,7 +83,7 @@ def test_an_applied_deposit_journaled_under_another_user_is_a_violation(db):
     with db.cursor() as cur:
         _applied_deposit(cur, event_id, user, "5", journal_user=other)
         verdict = check(cur, [_request(Kind.DEPOSIT, event_id, user)], [user, other])
-    assert any(f"{event_id}: applied with journal" in v for v in verdict.violations)
+    assert any(f"{event_id}: applied with available entries" in v for v in verdict.violations)
     # Both balances also disagree with the sender's record: 0 vs 5 and 5 vs 0.
     assert any(f"balance {user}/USD = 0, the sender's record says 5" in v
                for v in verdict.violations)
