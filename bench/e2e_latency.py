@@ -298,8 +298,16 @@ def recoveries(s: StackSettings, ingest: px.Managed, ledger: px.Managed, watcher
         print(f"recovery after {name}: {time.monotonic() - at:.1f} s "
               f"(fault injected and the backlog of accepted events drained, "
               f"at {args.fault_rate:.0f} webhooks/s)")
+    # Keep draining their answers while they finish: a process that put data on a queue
+    # exits only once it has been read, so a bare join() here waited for ever.
+    deadline = time.monotonic() + spacing * 3
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        watcher.step()
+        time.sleep(POLL_S)
     for p in procs:
-        p.join(timeout=spacing * 3)
+        if p.is_alive():
+            p.terminate()
+        p.join(5)
     return recovered
 
 
