@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from bench import cpu_usage, per_event_ledger
+from bench import cpu_usage, per_event_ledger, results
 from paystream.consumers.settings import ConsumerSettings
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
@@ -156,6 +156,8 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=3, help="ledger processes in the group")
     ap.add_argument("--batch-size", type=int, default=SHIPPED_BATCH_SIZE,
                     help="the ledger's --batch-size (default: the shipped default)")
+    ap.add_argument("--results", metavar="FILE", help="also write the figures as JSON"
+                    " (bench/results.py; bench/ledger_scale.py and bench/report.py read it)")
     args = ap.parse_args()
     pgdata = StackSettings.from_env().pg_data
     p = args.processes
@@ -209,6 +211,14 @@ def main() -> int:
     print(cpu_line(f"baseline ({p})", len(base_msgs), base_py, base_pg))
     print(cpu_line("baseline (1)", len(base1_msgs), base1_py, base1_pg))
     print("targets: ledger group >= 20,000 events/s; >= 20x the baseline at equal processes")
+    results.write(args.results, "ledger", f"the per-event double-entry applier with {p}"
+                  " process(es) and with 1, on other events of the same mix, in the same run",
+                  {"processes": p, "batch_size": args.batch_size, "events": len(group_msgs),
+                   "ledger": group.steady, "single": single.steady, "baseline": base,
+                   "baseline_single": base1,
+                   "cpu_us_per_event": {
+                       "ledger_python": group.python_cpu_s / steady_events * 1e6,
+                       "ledger_postgres": group.postgres_cpu_s / steady_events * 1e6}})
     return 1 if failed else 0
 
 

@@ -1,42 +1,38 @@
 """Ledger throughput against the number of processes in the group: bench/ledger_bench.py
-run once per process count, its closing lines read (`ledger: N events/s`,
-`per-event baseline: N events/s`), the figures written as JSON for bench/report.py.
+run once per process count, its results file read (the group's rate and the per-event
+baseline at the same process count), the figures written as JSON for bench/report.py.
 
     make bench-ledger-scale   (or: python bench/ledger_scale.py --processes 1 2 3 --events 30000)
 
 There is no scale benchmark of its own yet: this is bench-ledger as it stands, repeated.
-It parses the bench's stdout rather than changing it (another change owns that file);
-a line it cannot find fails the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import results  # bench/, on sys.path as the script's folder
 
-LINE = {"ledger": re.compile(r"^ledger: ([\d,]+) events/s$", re.M),
-        "baseline": re.compile(r"^per-event baseline: ([\d,]+) events/s$", re.M)}
-
 
 def one_run(processes: int, events: int, baseline_events: int) -> dict[str, float]:
-    cmd = [sys.executable, str(Path(__file__).with_name("ledger_bench.py")),
-           "--processes", str(processes), "--events", str(events),
-           "--baseline-events", str(baseline_events)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-    sys.stdout.write(done.stdout)
-    if done.returncode != 0:
-        raise SystemExit(f"ledger_bench.py --processes {processes} failed:\n{done.stderr}")
-    found = {k: rx.search(done.stdout) for k, rx in LINE.items()}
-    missing = [k for k, m in found.items() if m is None]
-    if missing:
-        raise SystemExit(f"ledger_bench.py printed no {missing} line; its output changed")
-    return {k: float(m.group(1).replace(",", "")) for k, m in found.items() if m}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ledger.json"
+        cmd = [sys.executable, str(Path(__file__).with_name("ledger_bench.py")),
+               "--processes", str(processes), "--events", str(events),
+               "--baseline-events", str(baseline_events), "--results", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+        sys.stdout.write(done.stdout)
+        if done.returncode != 0 or not out.exists():
+            raise SystemExit(f"ledger_bench.py --processes {processes} failed:\n"
+                             f"{done.stderr[-2000:]}")
+        figures = json.loads(out.read_text())["figures"]
+    return {"ledger": float(figures["ledger"]), "baseline": float(figures["baseline"])}
 
 
 def main() -> None:
