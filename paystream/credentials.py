@@ -44,11 +44,16 @@ def _path(name: str, directory: Path | None) -> Path:
     return (directory or secrets_dir()) / name
 
 
-def write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str, *, private_folder: bool = True) -> None:
     """Write `text` to `path`, readable by its owner only from the first byte: a fresh
-    file opened 0600 in a 0700 folder, then renamed over the old one (atomic)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
+    file opened 0600, then renamed over the old one (atomic), in a folder made 0700
+    unless `private_folder` is False (a file of the state dir, which the postgres user
+    must still traverse to reach the data dir)."""
+    if private_folder:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

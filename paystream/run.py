@@ -89,7 +89,10 @@ def dev_secrets(state_dir: Path) -> dict[str, str]:
                 secrets.token_bytes(32)).decode(),
         }
         # 0600 from its first byte (a write then a chmod leaves a moment it is readable).
-        write_private(path, "".join(f"{k}={v}\n" for k, v in stored.items()))
+        # The state dir keeps its mode: made 0700, the postgres user could no longer
+        # reach .stack/pgdata and the next `stack up` failed (Permission denied).
+        write_private(path, "".join(f"{k}={v}\n" for k, v in stored.items()),
+                      private_folder=False)
     return {k: os.environ.get(k) or v for k, v in stored.items()}
 
 

@@ -129,6 +129,9 @@ def start(s: StackSettings) -> bool:
     log.touch()
     pw = pwd.getpwnam(OS_USER)
     os.chown(log, pw.pw_uid, pw.pw_gid)
+    # Again at every start, not only at initdb: a state dir made 0700 since (an older
+    # `paystream run` did so writing dev-secrets.env) must not keep Postgres down.
+    _make_traversable(s.pg_data)
     _as_postgres([_bin("pg_ctl"), "-D", str(s.pg_data), "-l", str(log), "-w", "-t", "60",
                   "start"], s, timeout=90)
     wait_until(COMPONENT, "accepting connections", lambda: _superuser_ping(s),

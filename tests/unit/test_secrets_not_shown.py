@@ -100,3 +100,17 @@ def test_dev_secrets_are_private_from_the_first_byte(
     assert [(flags & os.O_EXCL, mode) for p, flags, mode in opened
             if "dev-secrets.env" in p] == [(os.O_EXCL, 0o600)]
     assert run.dev_secrets(tmp_path / "state") == values  # kept across restarts
+
+
+def test_dev_secrets_leave_the_state_dir_traversable(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The postgres user reaches <state>/pgdata through the state dir: writing the dev
+    secrets there made it 0700 once, and the next `stack up` failed (Permission denied)."""
+    monkeypatch.delenv("ALCHEMY_SIGNING_KEY", raising=False)
+    monkeypatch.delenv("PAYMENTS_WEBHOOK_SECRET", raising=False)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    os.chmod(state, 0o755)
+    run.dev_secrets(state)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o755
+    assert stat.S_IMODE((state / "dev-secrets.env").stat().st_mode) == 0o600
