@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from paystream.schema.accounts import USER_KINDS, AccountKind
-from paystream.schema.db import Cursor
+from paystream.schema.db import Cursor, one_row
 from paystream.schema.transfers import signed
 
 # (network, asset) -> what the deposit addresses of that network hold on chain, or None
@@ -60,6 +60,14 @@ def _scope(users: Sequence[str] | None) -> tuple[str, dict[str, object]]:
             " JOIN accounts a ON a.account_id = q.account_id"
             " WHERE a.owner = ANY(%(users)s::text[]) AND a.kind = ANY(%(kinds)s::text[]))",
             {"users": list(users), "kinds": [k.value for k in USER_KINDS]})
+
+
+def count_transfers(cur: Cursor, users: Sequence[str] | None = None) -> int:
+    """Transfers in scope: all, or those posting to `users`' accounts."""
+    scope, params = _scope(users)
+    cur.execute("SELECT count(DISTINCT p.transfer_id) FROM postings p WHERE true" + scope,
+                params)
+    return int(one_row(cur)[0])
 
 
 def find_transfer_problems(cur: Cursor, users: Sequence[str] | None = None

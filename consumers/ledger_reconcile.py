@@ -44,6 +44,7 @@ from paystream.consumers.ledger_conservation import (
     ChainBalances,
     CustodyMismatch,
     TransferProblem,
+    count_transfers,
     find_custody_mismatches,
     find_transfer_problems,
     unbalanced_assets,
@@ -204,8 +205,9 @@ def reconcile(conn: Connection, *, users: Sequence[str] | None = None,
     custody against the chain deposits (and the chain itself, through `chain`), in one
     consistent snapshot."""
     with snapshot(conn) as cur:
-        cur.execute("SELECT now(), (SELECT count(*) FROM transfers)")
-        at, transfers = one_row(cur)
+        cur.execute("SELECT now()")
+        at = one_row(cur)[0]
+        transfers = count_transfers(cur, users)
         checked, mismatches = find_mismatches(cur, users=users)
         flagged = open_shortfalls(cur, users=users)
         problems = find_transfer_problems(cur, users)

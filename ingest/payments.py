@@ -57,8 +57,8 @@ def parse_payment(obj: Any, default_asset: str,
         raise PayloadError("event_id has the form of an on-chain event id, which is "
                            "reserved for chain providers")
     if event_id.startswith(RESERVED_PREFIXES):
-        raise PayloadError(f"event_id may not start with {' or '.join(RESERVED_PREFIXES)}:"
-                           " reserved for the operator's and the scheduler's events")
+        raise PayloadError(f"event_id may not start with {' or '.join(RESERVED_PREFIXES)}"
+                           " (reserved for the operator's and the scheduler's events)")
     raw_type = _text(obj, "event_type", None)
     try:
         event_type = EventType(raw_type)
