@@ -39,12 +39,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from decimal import Context, Decimal, localcontext
+from decimal import Decimal, localcontext
 
 import orjson
 
 from paystream.consumers.failures import PoisonError
-from paystream.consumers.ledger_postings import SECOND_PHASE, Posting, postings, reversal_split
+from paystream.consumers.ledger_postings import (
+    EXACT,
+    SECOND_PHASE,
+    Posting,
+    postings,
+    reversal_split,
+)
 from paystream.consumers.records import Record
 from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.balances import BalanceKey
@@ -66,7 +72,8 @@ ZERO = Decimal(0)
 # 0 + 99999999999999999999.999999999999999999 (a valid NUMERIC(38,18) amount) became
 # 1E+20 and overflowed the column, and a balance past 10^10 with 18 decimals was rounded.
 # 60 digits hold any sum of a batch of amounts below 10^20 with 18 decimals exactly.
-PLAN_CONTEXT = Context(prec=60)
+# The postings' context (one owner): postings() skips its own inside this one.
+PLAN_CONTEXT = EXACT
 
 
 @dataclass(frozen=True)

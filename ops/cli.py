@@ -370,19 +370,17 @@ def _revert(args: argparse.Namespace) -> int:
 
 def _holds_list(args: argparse.Namespace) -> int:
     from paystream.schema.amounts import format_amount
+    from paystream.schema.holds import open_holds
 
     with transaction("paystream-holds") as cur:
-        cur.execute("SELECT hold_id, user_id, asset, amount, fee, state, expires_at"
-                    " FROM holds WHERE state IN ('held', 'expiring')"
-                    " AND (%s::text IS NULL OR user_id = %s) ORDER BY created_at LIMIT 500",
-                    (args.user, args.user))
-        rows = cur.fetchall()
+        rows = open_holds(cur, args.user)
     if not rows:
         print("holds: none open")
         return EXIT_OK
     print(format_table(("hold_id", "user", "asset", "amount", "fee", "state", "expires_at"),
-                       [(h, u, a, format_amount(m), format_amount(f) if f else "0", st,
-                         e.isoformat()) for h, u, a, m, f, st, e in rows],
+                       [(h.hold_id, h.user_id, h.asset, format_amount(h.amount),
+                         format_amount(h.fee) if h.fee else "0", h.state.value,
+                         expires.isoformat()) for h, expires in rows],
                        right_aligned={3, 4}))
     return EXIT_OK
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
@@ -80,6 +81,15 @@ def close(cur: Cursor, closed: Sequence[tuple[str, HoldState, str, Decimal | Non
         "UPDATE holds SET state = %s, closed_by = %s, settled_amount = %s, settled_fee = %s,"
         " closed_at = now() WHERE hold_id = %s",
         [(state.value, by, amount, fee, hold_id) for hold_id, state, by, amount, fee in closed])
+
+
+def open_holds(cur: Cursor, user_id: str | None = None, limit: int = 500
+               ) -> list[tuple[Hold, datetime]]:
+    """Open holds (held or expiring), oldest first, with their expiry: all users' or one's."""
+    cur.execute(f"SELECT {_COLUMNS}, expires_at FROM holds WHERE state IN ('held', 'expiring')"
+                " AND (%s::text IS NULL OR user_id = %s) ORDER BY created_at LIMIT %s",
+                (user_id, user_id, limit))
+    return [(_hold(row), row[7]) for row in cur.fetchall()]
 
 
 def claim_expired(cur: Cursor, limit: int) -> list[Hold]:
