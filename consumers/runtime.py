@@ -14,6 +14,7 @@ partitions resume and the same messages are read again.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import signal
 import time
@@ -155,6 +156,8 @@ class BatchConsumer:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        # kill -USR1 <pid> prints every thread's stack: where a slow shutdown waits.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     # -- one batch ---------------------------------------------------------------------
 

@@ -221,10 +221,21 @@ class ConsumerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def terminate(self, timeout_s: float = 30) -> int:
+    def terminate(self, timeout_s: float = 70) -> int:
+        # A clean stop leaves the group, and leaving waits for a rebalance in progress:
+        # the broker ends it within max.poll.interval.ms (30 s here) when a slow member
+        # does not rejoin (seen in CI under load). The watchdog bounds the whole stop at
+        # 2 x max.poll.interval.ms (exit 4, stacks dumped), so 70 s sees either outcome.
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout_s)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            # Where it waits: the consumer prints its threads' stacks on SIGUSR1.
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            raise AssertionError(f"still running {timeout_s} s after SIGTERM:\n"
+                                 f"{self.tail(80)}") from None
 
     def kill(self) -> int:
         if self.alive():
