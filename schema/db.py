@@ -47,6 +47,25 @@ ROLE_NAMES: dict[DbRole, str] = {
     "ops": "paystream_ops",  # the operator commands
     "cdc": "paystream_cdc",  # Kafka Connect's Debezium connector (REPLICATION)
 }
+# Server-side defaults of each role's sessions (`ALTER ROLE ... SET`, run by `stack up`
+# and `stack setup` with the roles: stack/postgres.py). Server-side, so they hold for
+# every connection of the role, through a transaction-pooling PgBouncer too, where a
+# session `SET` would stay on whichever server connection ran it and a libpq `options`
+# startup parameter is refused. Bounded waits turn a stuck database into an error the
+# consumers' retry loop sees (55P03, 57014: transient, the batch is retried) instead of
+# a batch held past max.poll.interval.ms. The ingest bounds its own transactions more
+# tightly (ingest/store.py: SET LOCAL, PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS); the
+# owner (migrations) and the operator commands (a full reconcile) keep no limit.
+ROLE_SETTINGS: dict[DbRole, dict[str, str]] = {
+    "ingest": {"lock_timeout": "2s", "statement_timeout": "2s",
+               "idle_in_transaction_session_timeout": "10s"},
+    "ledger": {"lock_timeout": "10s", "statement_timeout": "30s"},
+    "mirror": {"lock_timeout": "10s", "statement_timeout": "30s"},
+    "finality": {"lock_timeout": "10s", "statement_timeout": "30s"},
+}
+# Roles that always reach Postgres itself, never a pooler: the owner runs the migrations
+# under a session advisory lock (schema/migrate.py), the CDC role replicates.
+SERVER_ONLY_ROLES: frozenset[DbRole] = frozenset({"owner", "cdc"})
 # An explicit DSN per role, for a Postgres run elsewhere (names spelled in full: the
 # docs test finds them). Kafka Connect's role has none: Connect reads its credentials
 # from PAYSTREAM_PG_USER / PAYSTREAM_PG_PASSWORD (connectors/config).
@@ -95,6 +114,17 @@ class PostgresAddress:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
+        """Where paystream processes connect: the stack's PgBouncer when
+        PAYSTREAM_DB_VIA_PGBOUNCER=1 (stack/pgbouncer.py), else Postgres itself."""
+        if env_str("PAYSTREAM_DB_VIA_PGBOUNCER", "0", env) == "1":
+            return cls(host="127.0.0.1", port=pgbouncer_port(env),
+                       db=env_str("PAYSTREAM_PG_DB", "paystream", env))
+        return cls.direct_from_env(env)
+
+    @classmethod
+    def direct_from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
+        """Postgres itself, never a pooler: the stack, the migrations (a session
+        advisory lock) and Debezium (a replication connection) need the server."""
         return cls(host=env_str("PAYSTREAM_PG_HOST", "127.0.0.1", env),
                    port=env_int("PAYSTREAM_PG_PORT", 5433, env),
                    db=env_str("PAYSTREAM_PG_DB", "paystream", env))
@@ -119,7 +149,10 @@ def database_url(role: DbRole, env: Mapping[str, str] | None = None, *,
         explicit = source.get(name) if name else None
         if explicit:
             return explicit
-    return (address or PostgresAddress.from_env()).dsn(role)
+    if address is None:
+        address = (PostgresAddress.direct_from_env(env) if role in SERVER_ONLY_ROLES
+                   else PostgresAddress.from_env(env))
+    return address.dsn(role)
 
 
 def where(dsn: str) -> str:
@@ -130,6 +163,11 @@ def where(dsn: str) -> str:
         return "the configured database"
     return (f"{parts.get('user', '?')}@{parts.get('host', 'localhost')}:"
             f"{parts.get('port', '5432')}/{parts.get('dbname', '')}")
+
+
+def pgbouncer_port(env: Mapping[str, str] | None = None) -> int:
+    """The stack's PgBouncer port (PAYSTREAM_PGBOUNCER_PORT); the one reader of it."""
+    return env_int("PAYSTREAM_PGBOUNCER_PORT", 6432, env)
 
 
 def kafka_port() -> int:

@@ -19,7 +19,7 @@ from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
-from paystream.stack import anvil, compose, connect, kafka, postgres, prometheus
+from paystream.stack import anvil, compose, connect, kafka, pgbouncer, postgres, prometheus
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
 from paystream.stack.settings import StackSettings
@@ -41,11 +41,12 @@ def _step(name: str, action: Callable[[], object]) -> object:
     return result
 
 
-def up(s: StackSettings, with_prometheus: bool = False) -> int:
+def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = False) -> int:
     print(f"paystream stack up (state: {s.state_dir})")
     started = time.monotonic()
     try:
         prom = prometheus.PrometheusConfig.from_env()
+        bouncer = pgbouncer.PgBouncerConfig.from_env()
         s.state_dir.mkdir(parents=True, exist_ok=True)
         s.run_dir.mkdir(parents=True, exist_ok=True)
         s.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,9 @@ def up(s: StackSettings, with_prometheus: bool = False) -> int:
         _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
         _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
         _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
+        if with_pgbouncer or bouncer.enabled:
+            _step("pgbouncer (debian)", pgbouncer.ensure_installed)
+            _step(f"pgbouncer start :{bouncer.port}", lambda: pgbouncer.start(s, bouncer))
         _step("jars (maven)", lambda: kafka.resolve_jars(s))
         _step("kafka secrets", lambda: ", ".join(kafka.ensure_secrets()) or False)
         _step("kafka storage format", lambda: kafka.format_storage(s))
@@ -157,6 +161,7 @@ def down(s: StackSettings) -> int:
         _step("anvil stop", lambda: anvil.stop(s))
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
+        _step("pgbouncer stop", lambda: pgbouncer.stop(s))
         _step("postgres stop", lambda: postgres.stop(s))
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
@@ -192,8 +197,10 @@ def status(s: StackSettings) -> int:
         ("kcat", "-", "-", kcat_version, "installed" if kcat else "missing", "-"),
     ]
     prom_ok = _prometheus_row(s, rows)
+    bouncer_ok = _pgbouncer_row(s, rows)
     print(format_table(("component", "port", "pid", "version", "health", "rss"), rows))
-    ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok and prom_ok
+    ok = (pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok and prom_ok
+          and bouncer_ok)
     return 0 if ok else 1
 
 
@@ -210,6 +217,19 @@ def _prometheus_row(s: StackSettings, rows: list[tuple[str, str, str, str, str, 
     return ok or not cfg.enabled
 
 
+def _pgbouncer_row(s: StackSettings, rows: list[tuple[str, str, str, str, str, str]]
+                   ) -> bool:
+    """PgBouncer's row when it is asked for or running; False if asked for and down."""
+    cfg = pgbouncer.PgBouncerConfig.from_env()
+    pid = read_pid(pgbouncer.pid_file(s))
+    if not cfg.enabled and pid is None:
+        return True
+    ok = pgbouncer.healthy(s, cfg)
+    rows.append(("pgbouncer", str(cfg.port), str(pid or "-"), pgbouncer.version(s, cfg),
+                 _health(ok), "-"))
+    return ok or not cfg.enabled
+
+
 def _health(ok: bool) -> str:
     return "healthy" if ok else "down"
 
@@ -220,6 +240,7 @@ LOGS = {
     "connect": connect.log_file,
     "anvil": anvil.log_file,
     "prometheus": prometheus.log_file,
+    "pgbouncer": pgbouncer.log_file,
 }
 
 
