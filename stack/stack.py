@@ -196,38 +196,30 @@ def status(s: StackSettings) -> int:
          anvil.version(s), _health(anvil_ok), "-"),
         ("kcat", "-", "-", kcat_version, "installed" if kcat else "missing", "-"),
     ]
-    prom_ok = _prometheus_row(s, rows)
-    bouncer_ok = _pgbouncer_row(s, rows)
+    prom, bouncer = prometheus.PrometheusConfig.from_env(), pgbouncer.PgBouncerConfig.from_env()
+    prom_ok = _optional_row(rows, "prometheus", prom.enabled, prom.port,
+                            read_pid(prometheus.pid_file(s)),
+                            lambda: (prometheus.healthy(s, prom), prometheus.version(s, prom)))
+    bouncer_ok = _optional_row(rows, "pgbouncer", bouncer.enabled, bouncer.port,
+                               read_pid(pgbouncer.pid_file(s)),
+                               lambda: (pgbouncer.healthy(s, bouncer),
+                                        pgbouncer.version(s, bouncer)))
     print(format_table(("component", "port", "pid", "version", "health", "rss"), rows))
     ok = (pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok and prom_ok
           and bouncer_ok)
     return 0 if ok else 1
 
 
-def _prometheus_row(s: StackSettings, rows: list[tuple[str, str, str, str, str, str]]
-                    ) -> bool:
-    """Prometheus's row when it is asked for or running; False if asked for and down."""
-    cfg = prometheus.PrometheusConfig.from_env()
-    pid = read_pid(prometheus.pid_file(s))
-    if not cfg.enabled and pid is None:
+def _optional_row(rows: list[tuple[str, str, str, str, str, str]], name: str, enabled: bool,
+                  port: int, pid: int | None, probe: Callable[[], tuple[bool, str]]) -> bool:
+    """The row of a component started only when asked (Prometheus, PgBouncer), shown when
+    it is asked for or running; False if asked for and down."""
+    if not enabled and pid is None:
         return True
-    ok = prometheus.healthy(s, cfg)
-    rows.append(("prometheus", str(cfg.port), str(pid or "-"), prometheus.version(s, cfg),
-                 _health(ok), kafka.jvm_rss_mib(pid)))
-    return ok or not cfg.enabled
-
-
-def _pgbouncer_row(s: StackSettings, rows: list[tuple[str, str, str, str, str, str]]
-                   ) -> bool:
-    """PgBouncer's row when it is asked for or running; False if asked for and down."""
-    cfg = pgbouncer.PgBouncerConfig.from_env()
-    pid = read_pid(pgbouncer.pid_file(s))
-    if not cfg.enabled and pid is None:
-        return True
-    ok = pgbouncer.healthy(s, cfg)
-    rows.append(("pgbouncer", str(cfg.port), str(pid or "-"), pgbouncer.version(s, cfg),
-                 _health(ok), "-"))
-    return ok or not cfg.enabled
+    ok, version = probe()
+    rows.append((name, str(port), str(pid or "-"), version, _health(ok),
+                 kafka.jvm_rss_mib(pid)))
+    return ok or not enabled
 
 
 def _health(ok: bool) -> str:
