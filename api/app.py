@@ -85,8 +85,10 @@ class ApiApp:
             await _not_found(scope, send)
 
 
-def _token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
-    return None if credentials is None else f"Bearer {credentials.credentials}"
+def _key(credentials: HTTPAuthorizationCredentials | None) -> str:
+    """The bearer token as a key, or 401 before any database work."""
+    return Authenticator.bearer(None if credentials is None
+                                else f"Bearer {credentials.credentials}")
 
 
 def _moment(at: datetime | None) -> str | None:
@@ -124,8 +126,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
                                      " postings (UTC when no offset is given)")] = None
                      ) -> dict[str, Any]:
         moment = _moment(at)
+        key = _key(credentials)
         with db.read() as cur:
-            auth.check(cur, _token(credentials), KeyScope.READ)
+            auth.check(cur, key, KeyScope.READ)
             if not users.exists(cur, user_id):
                 raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
             rows = books.read(cur, user_id, moment)
@@ -137,8 +140,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
              responses=ERRORS, summary="an event's status, outcome and ledger entries")
     def get_event(event_id: Annotated[str, Path(pattern=r"^[!-~]{1,200}$")],
                   credentials: Credentials) -> dict[str, Any]:
+        key = _key(credentials)
         with db.read() as cur:
-            auth.check(cur, _token(credentials), KeyScope.READ)
+            auth.check(cur, key, KeyScope.READ)
             found = reads.event(cur, event_id)
         if found is None:
             raise NotFoundError(f"no event {event_id[:200]!r}", code="unknown_event")
@@ -151,8 +155,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
                          limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50
                          ) -> dict[str, Any]:
         before = reads.parse_cursor(cursor)
+        key = _key(credentials)
         with db.read() as cur:
-            auth.check(cur, _token(credentials), KeyScope.READ)
+            auth.check(cur, key, KeyScope.READ)
             if not users.exists(cur, user_id):
                 raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
             items, next_cursor = reads.transactions(cur, user_id, before, limit)
@@ -163,8 +168,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
                                          "description": "the user existed already"}},
               summary="create a user")
     def post_user(body: models.NewUser, credentials: Credentials) -> JSONResponse:
+        key = _key(credentials)
         with db.write() as cur:
-            auth.check(cur, _token(credentials), KeyScope.WRITE)
+            auth.check(cur, key, KeyScope.WRITE)
             created = _user_rule(lambda: users.add_user(cur, body.user_id))
         return JSONResponse({"user_id": body.user_id, "created": created},
                             status_code=201 if created else 200)
@@ -176,8 +182,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
               summary="assign a deposit address to a user")
     def post_address(user_id: UserId, body: models.NewAddress,
                      credentials: Credentials) -> JSONResponse:
+        key = _key(credentials)
         with db.write() as cur:
-            auth.check(cur, _token(credentials), KeyScope.WRITE)
+            auth.check(cur, key, KeyScope.WRITE)
             created = _user_rule(lambda: users.add_address(cur, body.network, body.address,
                                                            user_id))
             network, address = users.normal_address(body.network, body.address)
@@ -189,8 +196,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     def get_addresses(user_id: UserId, credentials: Credentials,
                       limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = MAX_LIMIT
                       ) -> dict[str, Any]:
+        key = _key(credentials)
         with db.read() as cur:
-            auth.check(cur, _token(credentials), KeyScope.READ)
+            auth.check(cur, key, KeyScope.READ)
             if not users.exists(cur, user_id):
                 raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
             found = users.addresses(cur, user_id, limit)
@@ -208,14 +216,15 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
                             description="the same key with the same body answers the"
                                         " first answer again; with another body 409")]
                         ) -> JSONResponse:
-        key = withdrawals.check_idempotency_key(idempotency_key)
+        key = _key(credentials)
+        idem = withdrawals.check_idempotency_key(idempotency_key)
         wanted = withdrawals.parse_request(body.user_id, body.asset, body.amount,
                                            body.destination, settings.withdrawal_assets)
         with db.write() as cur:
-            key_id = auth.check(cur, _token(credentials), KeyScope.WRITE)
+            key_id = auth.check(cur, key, KeyScope.WRITE)
             try:
                 status, answer, replayed = withdrawals.request(
-                    cur, key_id=key_id, idempotency_key=key, wanted=wanted,
+                    cur, key_id=key_id, idempotency_key=idem, wanted=wanted,
                     provider=settings.withdrawal_provider, trace_id=_trace(request).trace_id)
             except ConflictError:
                 metrics.withdrawals.labels("conflict").inc()
@@ -227,8 +236,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
              responses=ERRORS, summary="a requested withdrawal's state")
     def get_withdrawal(withdrawal_id: Annotated[str, Path(max_length=200)],
                        credentials: Credentials) -> dict[str, Any]:
+        key = _key(credentials)
         with db.read() as cur:
-            auth.check(cur, _token(credentials), KeyScope.READ)
+            auth.check(cur, key, KeyScope.READ)
             found = reads.withdrawal(cur, withdrawal_id)
         if found is None:
             raise NotFoundError(f"no withdrawal {withdrawal_id[:200]!r}",

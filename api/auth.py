@@ -20,13 +20,23 @@ class Authenticator:
         # The routes run in a thread pool; the buckets were written for one event loop.
         self._lock = threading.Lock()
 
-    def check(self, cur: Cursor, authorization: str | None, scope: keys.Scope) -> str:
-        """The calling key's id, or a refusal: 401 (no or no live key), 403 (scope), 429
-        (its bucket is empty; Retry-After)."""
-        if authorization is None or not authorization[:len(BEARER)].lower() == BEARER:
+    @staticmethod
+    def bearer(authorization: str | None) -> str:
+        """The key an `Authorization: Bearer <key>` header carries; 401 (before any
+        database work) if there is none or it cannot be a key."""
+        if authorization is None or authorization[:len(BEARER)].lower() != BEARER:
             raise UnauthorizedError("an API key is required: Authorization: Bearer <key>",
                                     code="missing_api_key")
-        found = keys.live_key(cur, authorization[len(BEARER):].strip())
+        key = authorization[len(BEARER):].strip()
+        if keys.KEY_PATTERN.fullmatch(key) is None:
+            raise UnauthorizedError("the API key is not valid or was revoked",
+                                    code="invalid_api_key")
+        return key
+
+    def check(self, cur: Cursor, key: str, scope: keys.Scope) -> str:
+        """The calling key's id, or a refusal: 401 (no live key), 403 (scope), 429 (its
+        bucket is empty; Retry-After)."""
+        found = keys.live_key(cur, key)
         if found is None:
             raise UnauthorizedError("the API key is not valid or was revoked",
                                     code="invalid_api_key")

@@ -1,8 +1,9 @@
 """`paystream run`: the whole pipeline on the local stack, in the foreground.
 
 Starts every paystream process that exists (ingest, the ledger consumer, the DLQ
-mirror, the finality watcher, the merchant API, ...), restarts one that dies, prints where each listens, and stops them all on
-Ctrl-C / SIGTERM. The stack itself (Postgres, Kafka, Connect) is `paystream stack up`.
+mirror, the finality watcher, the merchant API, ...), restarts one that dies, prints
+where each listens, and stops them all on Ctrl-C / SIGTERM. The stack itself (Postgres,
+Kafka, Connect) is `paystream stack up`.
 """
 
 from __future__ import annotations
