@@ -74,9 +74,13 @@ test: install lint
 BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
-.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality
+.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
+
+API_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 2
+bench-api: stack-up  ## merchant API GET balances vs a bare FastAPI endpoint doing one read
+	$(BENCH) bench/api_bench.py $(API_BENCH_ARGS)
 
 bench-ledger: stack-up  ## the ledger group draining preloaded events vs a per-event applier
 	$(BENCH) bench/ledger_bench.py
