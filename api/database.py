@@ -75,9 +75,8 @@ class Database:
     @contextlib.contextmanager
     def read(self) -> Iterator[Cursor]:
         """A cursor in one REPEATABLE READ READ ONLY transaction."""
-        with self._connection() as conn, snapshot(conn) as cur:
-            cur.execute("SET LOCAL statement_timeout = %s",
-                        (self._settings.db_statement_timeout_ms,))
+        with self._connection() as conn, snapshot(
+                conn, statement_timeout_ms=self._settings.db_statement_timeout_ms) as cur:
             yield cur
 
     @contextlib.contextmanager

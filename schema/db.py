@@ -156,7 +156,7 @@ def connect(dsn: str, *, connect_timeout: int = 5,
 
 
 @contextlib.contextmanager
-def snapshot(conn: Connection) -> Iterator[Cursor]:
+def snapshot(conn: Connection, *, statement_timeout_ms: int | None = None) -> Iterator[Cursor]:
     """A cursor inside one REPEATABLE READ, READ ONLY transaction: every read through it
     sees the same committed state.
 
@@ -166,7 +166,8 @@ def snapshot(conn: Connection) -> Iterator[Cursor]:
     server connection); one explicit transaction does. Works on a consumer's own
     connection too (autocommit off) provided no transaction is open: autocommit is
     switched on for the duration so psycopg2 does not open its own (READ COMMITTED)
-    transaction before our BEGIN.
+    transaction before our BEGIN. `statement_timeout_ms`: a SET LOCAL sent with the
+    BEGIN (one round trip), scoped to this transaction as PgBouncer needs.
     """
     if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
         raise RuntimeError("a snapshot needs a connection with no open transaction")
@@ -174,7 +175,11 @@ def snapshot(conn: Connection) -> Iterator[Cursor]:
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if statement_timeout_ms is None:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            else:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+                            " SET LOCAL statement_timeout = %s", (statement_timeout_ms,))
             try:
                 yield cur
             except BaseException:

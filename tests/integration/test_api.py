@@ -23,6 +23,7 @@ from paystream.schema.events import EventType, PaymentEvent
 from tests.support.api import ApiServer, api_server, bearer, new_key
 from tests.support.consumers import record_of, store_events, wire_message
 from tests.support.ids import unique
+from tests.support.ingest import random_address
 from tests.support.ledger import ledger_apply
 
 _offsets = count(10_000)
@@ -169,7 +170,7 @@ def test_users_and_addresses_are_created_once_and_an_address_credits_one_user(
     assert again.status_code == 200 and again.json() == {"user_id": user, "created": False}
     _error(httpx.post(f"{api.url}/v1/users", json={"user_id": "has space"},
                       headers=bearer(key)), 400, "invalid_request")
-    address = "0x" + "Ab" * 20
+    address = "0x" + random_address()[2:].upper()  # stored lower-cased
     path = f"{api.url}/v1/users/{user}/deposit-addresses"
     added = httpx.post(path, json={"network": "eth_mainnet", "address": address},
                        headers=bearer(key))
