@@ -129,9 +129,11 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
         key = _key(credentials)
         with db.read() as cur:
             auth.check(cur, key, KeyScope.READ)
-            if not users.exists(cur, user_id):
-                raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
             rows = books.read(cur, user_id, moment)
+            # A user's balances and accounts exist only for a user (balances' foreign
+            # key; the ledger's accounts): asked only when there are none.
+            if not rows and not users.exists(cur, user_id):
+                raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
         return {"user_id": user_id, "at": at, "balances": [
             {"asset": r.asset, "available": signed(r.balance), "pending": signed(r.pending),
              "held": signed(r.held)} for r in rows]}
@@ -158,9 +160,9 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
         key = _key(credentials)
         with db.read() as cur:
             auth.check(cur, key, KeyScope.READ)
-            if not users.exists(cur, user_id):
-                raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
             items, next_cursor = reads.transactions(cur, user_id, before, limit)
+            if not items and not users.exists(cur, user_id):
+                raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
         return {"items": items, "next_cursor": next_cursor}
 
     @app.post("/v1/users", response_model=models.User, status_code=201,

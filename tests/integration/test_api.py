@@ -269,6 +269,10 @@ def test_history_pages_newest_first_and_stays_correct_while_entries_arrive(
            "invalid_cursor")
     _error(httpx.get(path, headers=bearer(key), params={"limit": 501}), 400,
            "invalid_request")
+    _error(httpx.get(f"{api.url}/v1/users/{unique('ghost')}/transactions",
+                     headers=bearer(key)), 404, "unknown_user")
+    empty = httpx.get(f"{api.url}/v1/users/{_user(db)}/transactions", headers=bearer(key))
+    assert empty.json() == {"items": [], "next_cursor": None}
 
 
 # --- withdrawals -------------------------------------------------------------------------
