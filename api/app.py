@@ -278,6 +278,13 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
         return JSONResponse(error_body("invalid_request", _validation_reason(exc),
                                        _trace(request).trace_id), status_code=400)
 
+    @app.exception_handler(Exception)
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        # The JSON 500 of every route; the RequestObserver outside logs the exception
+        # (Starlette re-raises it after this answer), never to the caller.
+        return JSONResponse(error_body("internal_error", "unexpected server error",
+                                       _trace(request).trace_id), status_code=500)
+
     return ApiApp(app, metrics, settings.admin_port)
 
 

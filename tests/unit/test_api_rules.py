@@ -132,3 +132,16 @@ def test_the_public_port_serves_v1_and_the_admin_port_the_docs() -> None:
 def test_settings_out_of_range_are_refused(change: dict, match: str) -> None:
     with pytest.raises(SettingsError, match=match):
         ApiSettings(**change)
+
+
+def test_a_bug_is_a_json_500_in_the_error_format() -> None:
+    app = create_app(ApiSettings(admin_port=80))
+
+    @app.api.get("/boom")
+    def boom() -> None:
+        raise RuntimeError("a bug")
+
+    answer = TestClient(app.__call__, raise_server_exceptions=False).get("/boom")
+    assert answer.status_code == 500
+    assert answer.json()["code"] == "internal_error"
+    assert "a bug" not in answer.text
