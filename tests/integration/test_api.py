@@ -344,3 +344,46 @@ def test_a_withdrawal_request_that_cannot_be_one_is_refused_and_writes_nothing(
     _error(httpx.get(f"{api.url}/v1/withdrawals/api:withdrawal:{'0' * 32}",
                      headers=bearer(key)), 404, "unknown_withdrawal")
 
+
+
+# --- transactions: one snapshot per read, nothing left in the session ------------------
+
+def test_a_read_is_one_repeatable_read_snapshot_and_leaves_no_session_state() -> None:
+    from paystream.api.database import Database
+    from paystream.api.settings import ApiSettings
+
+    database = Database(ApiSettings.from_env())  # as the API's role, as `paystream api`
+    try:
+        with database.read() as cur:
+            cur.execute("SELECT current_setting('transaction_isolation'),"
+                        " current_setting('transaction_read_only'),"
+                        " current_setting('statement_timeout'), current_user,"
+                        " txid_current_if_assigned() IS NULL")
+            assert cur.fetchone() == ("repeatable read", "on", "2s", "paystream_api", True)
+            cur.execute("SELECT now(), clock_timestamp()")
+            first = cur.fetchone()[0]
+            time.sleep(0.02)
+            cur.execute("SELECT now()")
+            assert cur.fetchone()[0] == first  # one transaction for the whole block
+        with database.write() as cur:
+            cur.execute("SELECT current_setting('transaction_isolation'),"
+                        " current_setting('statement_timeout')")
+            assert cur.fetchone() == ("read committed", "2s")
+        # Between transactions the session is as Postgres made it: a pooler may hand the
+        # server connection to anyone (PgBouncer transaction mode).
+        with database.read() as cur:
+            pass
+        conn = database._slots.get_nowait()
+        try:
+            assert conn is not None and conn.autocommit
+            with conn.cursor() as cur:
+                cur.execute("SELECT current_setting('statement_timeout'),"
+                            " current_setting('transaction_isolation'),"
+                            " (SELECT count(*) FROM pg_prepared_statements),"
+                            " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                            "  AND pid = pg_backend_pid())")
+                assert cur.fetchone() == ("0", "read committed", 0, 0)
+        finally:
+            database._slots.put(conn)
+    finally:
+        database.close()
