@@ -37,7 +37,7 @@ def one_row(cur: Cursor) -> tuple[Any, ...]:
 # already has) owns the database and every table and only runs the migrations (`paystream
 # stack up`, `paystream migrate`); every long-running process logs in as its own role,
 # granted exactly what its SQL does (schema/migrations/0007_roles.sql).
-DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc"]
+DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc", "api"]
 ROLE_NAMES: dict[DbRole, str] = {
     "owner": "paystream",
     "ingest": "paystream_ingest",
@@ -46,6 +46,7 @@ ROLE_NAMES: dict[DbRole, str] = {
     "finality": "paystream_finality",
     "ops": "paystream_ops",  # the operator commands
     "cdc": "paystream_cdc",  # Kafka Connect's Debezium connector (REPLICATION)
+    "api": "paystream_api",  # the merchant API (migration 0010)
 }
 # Server-side defaults of each role's sessions (`ALTER ROLE ... SET`, run by `stack up`
 # and `stack setup` with the roles: stack/postgres.py). Server-side, so they hold for
@@ -76,6 +77,7 @@ ROLE_URL_VARIABLES: dict[DbRole, str] = {
     "mirror": "PAYSTREAM_MIRROR_DATABASE_URL",
     "finality": "PAYSTREAM_FINALITY_DATABASE_URL",
     "ops": "PAYSTREAM_OPS_DATABASE_URL",
+    "api": "PAYSTREAM_API_DATABASE_URL",
 }
 
 
@@ -192,7 +194,7 @@ def connect(dsn: str, *, connect_timeout: int = 5,
 
 
 @contextlib.contextmanager
-def snapshot(conn: Connection) -> Iterator[Cursor]:
+def snapshot(conn: Connection, *, statement_timeout_ms: int | None = None) -> Iterator[Cursor]:
     """A cursor inside one REPEATABLE READ, READ ONLY transaction: every read through it
     sees the same committed state.
 
@@ -202,7 +204,8 @@ def snapshot(conn: Connection) -> Iterator[Cursor]:
     server connection); one explicit transaction does. Works on a consumer's own
     connection too (autocommit off) provided no transaction is open: autocommit is
     switched on for the duration so psycopg2 does not open its own (READ COMMITTED)
-    transaction before our BEGIN.
+    transaction before our BEGIN. `statement_timeout_ms`: a SET LOCAL sent with the
+    BEGIN (one round trip), scoped to this transaction as PgBouncer needs.
     """
     if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
         raise RuntimeError("a snapshot needs a connection with no open transaction")
@@ -210,7 +213,11 @@ def snapshot(conn: Connection) -> Iterator[Cursor]:
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if statement_timeout_ms is None:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            else:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+                            " SET LOCAL statement_timeout = %s", (statement_timeout_ms,))
             try:
                 yield cur
             except BaseException:

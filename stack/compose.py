@@ -94,6 +94,7 @@ SERVICES = (
     Service("finality", "finality"),
     Service("connector-watchdog", None, connect_rest=True),
     Service("hold-expiry", "ops"),
+    Service("api", "api"),
 )
 SETUP = "setup"
 UIDS = {"kafka": KAFKA_UID, "connect": CONNECT_UID, SETUP: PAYSTREAM_UID,

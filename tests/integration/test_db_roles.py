@@ -22,11 +22,13 @@ from tests.support.consumers import create_topic, produce
 from tests.support.ingest import ingest_server
 
 ALL = "*"  # every column
-LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc")
+LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc",
+                                   "api")
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "processed_events", "accounts", "transfers", "postings", "user_entries",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
-          "account_shortfalls", "holds", "event_reversals", "schema_migrations")
+          "account_shortfalls", "holds", "event_reversals", "schema_migrations",
+          "api_keys", "api_withdrawals", "api_idempotency")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -86,6 +88,21 @@ EXPECTED: dict[DbRole, Grants] = {
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         "account_shortfalls": {"SELECT": ALL, "UPDATE": {"resolved_at", "resolution"}},
         "holds": {"SELECT": ALL, "UPDATE": {"state"}},
+        # `paystream apikeys create / list / revoke`.
+        "api_keys": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"revoked_at"}},
+    },
+    # The merchant API (migration 0010): reads what it reports, creates users and
+    # addresses, requests withdrawals through the outbox with its own two tables.
+    "api": {
+        **{t: {"SELECT": ALL} for t in (
+            "balances", "processed_events", "holds", "accounts", "transfers", "postings",
+            "user_entries", "api_keys")},
+        "users": {"SELECT": ALL, "INSERT": ALL},
+        "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
+        "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+        "api_withdrawals": {"SELECT": ALL, "INSERT": ALL},
+        "api_idempotency": {"SELECT": ALL, "INSERT": ALL},
     },
     "cdc": {
         "outbox": {"SELECT": ALL},
@@ -214,6 +231,16 @@ REFUSED = [
     ("ledger", "TRUNCATE dead_letter_queue"),
     ("ledger", "CREATE TABLE paystream_test_not_allowed (x int)"),
     ("ledger", "DROP TABLE balances"),
+    ("api", "UPDATE balances SET balance = balance + 1 WHERE false"),
+    ("api", "INSERT INTO postings (transfer_id, account_id, asset, amount)"
+            " VALUES (1, 1, 'USD', 1)"),
+    ("api", "UPDATE payment_events SET status = 'applied' WHERE false"),
+    ("api", "UPDATE api_keys SET revoked_at = NULL WHERE false"),
+    ("api", "INSERT INTO api_keys (key_id, name, key_hash, scopes) VALUES"
+            " ('ak_0000000000000000', 'x', repeat('0', 64), '{read}')"),
+    ("api", "UPDATE api_idempotency SET response = '{}' WHERE false"),
+    ("api", "SELECT * FROM dead_letter_queue"),
+    ("api", "SELECT * FROM chain_deposits"),
 ]
 
 
