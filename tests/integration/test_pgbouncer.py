@@ -155,3 +155,37 @@ def test_the_ingest_behind_the_bouncer_writes_and_keeps_its_own_timeouts(bouncer
     with db.cursor() as cur:
         cur.execute("SELECT amount FROM payment_events WHERE event_id = %s", (event_id,))
         assert cur.fetchone()[0] == Decimal("3.5")
+
+
+def test_the_merchant_api_behind_the_bouncer_reads_and_writes_once(bouncer, db) -> None:
+    """Issue 18's "works behind a transaction-pooling PgBouncer": users, addresses,
+    balances, and concurrent withdrawals under one Idempotency-Key (its wait on the
+    table's key happens inside one pooled transaction) give one event."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support.api import api_server, bearer, new_key
+    from tests.support.ingest import random_address
+
+    _, key = new_key("read,write")
+    user = unique("pgb-api-u")
+    with api_server(VIA_BOUNCER, workers=2) as api:
+        made = httpx.post(f"{api.url}/v1/users", json={"user_id": user}, headers=bearer(key))
+        assert made.status_code == 201, made.text
+        added = httpx.post(f"{api.url}/v1/users/{user}/deposit-addresses", headers=bearer(key),
+                           json={"network": "ETH_MAINNET", "address": random_address()})
+        assert added.status_code == 201, added.text
+        shown = httpx.get(f"{api.url}/v1/users/{user}/balances", headers=bearer(key))
+        assert shown.status_code == 200 and shown.json()["user_id"] == user, shown.text
+        body = {"user_id": user, "asset": "USD", "amount": "2", "destination": "acct-1"}
+        headers = {**bearer(key), "Idempotency-Key": unique("pgb-idem")}
+        with ThreadPoolExecutor(6) as threads:
+            answers = list(threads.map(lambda _: httpx.post(
+                f"{api.url}/v1/withdrawals", json=body, headers=headers, timeout=30), range(6)))
+        assert {a.status_code for a in answers} == {202}, [a.text for a in answers]
+        assert len({a.json()["withdrawal_id"] for a in answers}) == 1
+    with db.cursor() as cur:
+        cur.execute("SELECT event_type FROM payment_events WHERE user_id = %s", (user,))
+        assert cur.fetchall() == [("withdrawal_requested",)]
+    # SHOW POOLS: database, user, ...: the API had a pool of its own in the bouncer.
+    assert ("paystream", "paystream_api") in {(str(r[0]), str(r[1]))
+                                              for r in pgbouncer.show(bouncer, "POOLS")}
