@@ -152,8 +152,8 @@ def database_url(role: DbRole, env: Mapping[str, str] | None = None, *,
         if explicit:
             return explicit
     if address is None:
-        address = (PostgresAddress.direct_from_env(env) if role in SERVER_ONLY_ROLES
-                   else PostgresAddress.from_env(env))
+        address = (PostgresAddress.direct_from_env() if role in SERVER_ONLY_ROLES
+                   else PostgresAddress.from_env())
     return address.dsn(role)
 
 
