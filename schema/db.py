@@ -37,7 +37,7 @@ def one_row(cur: Cursor) -> tuple[Any, ...]:
 # already has) owns the database and every table and only runs the migrations (`paystream
 # stack up`, `paystream migrate`); every long-running process logs in as its own role,
 # granted exactly what its SQL does (schema/migrations/0007_roles.sql).
-DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc"]
+DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc", "notifier"]
 ROLE_NAMES: dict[DbRole, str] = {
     "owner": "paystream",
     "ingest": "paystream_ingest",
@@ -46,6 +46,7 @@ ROLE_NAMES: dict[DbRole, str] = {
     "finality": "paystream_finality",
     "ops": "paystream_ops",  # the operator commands
     "cdc": "paystream_cdc",  # Kafka Connect's Debezium connector (REPLICATION)
+    "notifier": "paystream_notifier",  # the notifier: its consumer and its sender
 }
 # An explicit DSN per role, for a Postgres run elsewhere (names spelled in full: the
 # docs test finds them). Kafka Connect's role has none: Connect reads its credentials
@@ -57,6 +58,7 @@ ROLE_URL_VARIABLES: dict[DbRole, str] = {
     "mirror": "PAYSTREAM_MIRROR_DATABASE_URL",
     "finality": "PAYSTREAM_FINALITY_DATABASE_URL",
     "ops": "PAYSTREAM_OPS_DATABASE_URL",
+    "notifier": "PAYSTREAM_NOTIFIER_DATABASE_URL",
 }
 
 

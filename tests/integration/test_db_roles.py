@@ -22,11 +22,15 @@ from tests.support.consumers import create_topic, produce
 from tests.support.ingest import ingest_server
 
 ALL = "*"  # every column
-LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc")
+NOTIFY_TABLES = ("notification_endpoints", "notification_intents", "notification_deliveries",
+                 "notification_attempts")
+LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc",
+                                   "notifier")
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "processed_events", "accounts", "transfers", "postings", "user_entries",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
-          "account_shortfalls", "holds", "event_reversals", "schema_migrations")
+          "account_shortfalls", "holds", "event_reversals", "schema_migrations",
+          *NOTIFY_TABLES)
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -74,8 +78,27 @@ EXPECTED: dict[DbRole, Grants] = {
         "ingest_notices": {"SELECT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
     },
+    "notifier": {
+        "notification_endpoints": {"SELECT": ALL,
+                                   "UPDATE": {"failing_since", "disabled_at",
+                                              "disabled_reason"}},
+        "notification_intents": {"SELECT": ALL, "INSERT": ALL},
+        "notification_deliveries": {"SELECT": ALL, "INSERT": ALL,
+                                    "UPDATE": {"state", "attempts", "next_attempt_at",
+                                               "claimed_until", "claim_id", "last_status",
+                                               "last_error", "delivered_at"}},
+        "notification_attempts": {"SELECT": ALL, "INSERT": ALL},
+    },
     "ops": {
         **{t: {"SELECT": ALL} for t in TABLES},
+        # Never the secrets: written on add (rotation goes through the owner's
+        # rotate_notification_secret), never read back.
+        "notification_endpoints": {
+            "SELECT": {"endpoint_id", "url", "user_id", "event_types",
+                       "previous_secret_until", "created_at", "failing_since", "disabled_at",
+                       "disabled_reason"},
+            "INSERT": {"endpoint_id", "url", "user_id", "event_types", "secret"},
+            "UPDATE": {"failing_since", "disabled_at", "disabled_reason"}},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
@@ -214,6 +237,17 @@ REFUSED = [
     ("ledger", "TRUNCATE dead_letter_queue"),
     ("ledger", "CREATE TABLE paystream_test_not_allowed (x int)"),
     ("ledger", "DROP TABLE balances"),
+    # The signing keys: only the notifier reads them; nobody else reads them either.
+    ("ops", "SELECT secret FROM notification_endpoints"),
+    ("ops", "SELECT previous_secret FROM notification_endpoints"),
+    ("ops", "UPDATE notification_endpoints SET url = 'http://x' WHERE false"),
+    ("ledger", "SELECT * FROM notification_endpoints"),
+    ("ingest", "SELECT * FROM notification_endpoints"),
+    ("notifier", "UPDATE notification_endpoints SET secret = 'x' WHERE false"),
+    ("notifier", "SELECT * FROM balances"),
+    ("notifier", "DELETE FROM notification_deliveries WHERE false"),
+    ("notifier", "UPDATE notification_intents SET data = '{}' WHERE false"),
+    ("mirror", "SELECT rotate_notification_secret('ep_x', 'x', '1 hour')"),
 ]
 
 
