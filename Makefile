@@ -39,7 +39,7 @@ run: install
 # mypy and import-linter cannot follow pyproject's package-dir mapping, so they run in
 # .typecheck/, a view of symlinks laid out as the installed package (paystream/schema ->
 # schema/, ...). Errors name paystream/<folder>/<file>.py.
-VIEW_DIRS := schema ingest consumers finality ops stack connectors
+VIEW_DIRS := schema ingest consumers finality ops stack connectors notify
 typecheck-view:
 	@rm -rf .typecheck && mkdir -p .typecheck/paystream
 	@for d in $(VIEW_DIRS); do ln -s ../../$$d .typecheck/paystream/$$d; done

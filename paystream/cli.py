@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "paystream.ingest.cli",
     "paystream.consume",
     "paystream.ops.cli",
+    "paystream.notify.cli",
     "paystream.run",
     "paystream.chaos.cli",
 )

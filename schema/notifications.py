@@ -165,7 +165,7 @@ def parse_intent(obj: object) -> Intent:
     if not isinstance(obj, dict):
         raise IntentError("malformed", "an intent is a JSON object")
     try:
-        kind = IntentType(obj.get("type"))
+        kind = IntentType(str(obj.get("type")))
     except ValueError:
         raise IntentError("unknown_intent_type", f"unknown type {obj.get('type')!r}") from None
     data = obj.get("data")
