@@ -22,8 +22,8 @@ class Target:
 
 
 def metrics_targets() -> tuple[Target, ...]:
-    """The ingest's admin listener, both consumer groups, the health exporter and the
-    finality watcher."""
+    """The ingest's admin listener, the consumer groups (ledger, DLQ mirror, notifier),
+    the health exporter and the finality watcher."""
     return (
         Target("ingest", env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001),
                env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1")),
@@ -31,6 +31,7 @@ def metrics_targets() -> tuple[Target, ...]:
         Target("dlq-mirror", env_int("PAYSTREAM_DLQ_MIRROR_METRICS_PORT", 9402)),
         Target("health", env_int("PAYSTREAM_HEALTH_METRICS_PORT", 9403)),
         Target("finality", env_int("PAYSTREAM_FINALITY_METRICS_PORT", 9404)),
+        Target("notifier", env_int("PAYSTREAM_NOTIFIER_METRICS_PORT", 9405)),
     )
 
 

@@ -12,7 +12,7 @@ from itertools import count
 from paystream.launch import paystream_argv
 from paystream.schema.db import Connection
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
-from paystream.schema.notifications import intent_id, IntentType
+from paystream.schema.notifications import IntentType, intent_id
 from tests.integration.test_notify_delivery import PORT
 from tests.support.consumers import ProcessPool, record_of, store_events, wire_message
 from tests.support.ids import unique
