@@ -299,7 +299,8 @@ def test_components_started_as_in_production_log_in_as_their_own_roles(db, tmp_p
         import httpx
         assert httpx.get(srv.admin_url + "/readyz").status_code == 200
         assert _users_of(db, "paystream-ingest") == {"paystream_ingest"}
-    for kind, role in (("ledger", "paystream_ledger"), ("dlq-mirror", "paystream_mirror")):
+    for kind, role in (("ledger", "paystream_ledger"), ("dlq-mirror", "paystream_mirror"),
+                       ("notifier", "paystream_notifier")):
         # Fresh topics with one record that is not an event: the ledger dead-letters it,
         # the mirror stores it; either way the consumer opens its database connection.
         run = f"roles-test-{kind}-{time.monotonic_ns()}"
