@@ -1,13 +1,21 @@
 """`paystream endpoints add|list|disable|enable|rotate-secret` (the operator's webhook
-endpoints) and `paystream notify deliver` (a sender process of its own; `paystream
-consume notifier` runs one in its process already)."""
+endpoints), `paystream notifications list|show|redeliver|recover` (the deliveries) and
+`paystream notify deliver` (a sender process of its own; `paystream consume notifier`
+runs one in its process already)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from paystream.operator_cli import EXIT_CANNOT_RUN, EXIT_OK, database, format_table, transaction
+from paystream.operator_cli import (
+    EXIT_CANNOT_RUN,
+    EXIT_OK,
+    database,
+    format_table,
+    iso_moment,
+    transaction,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,6 +42,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="how long the old secret still signs (default "
                           "PAYSTREAM_NOTIFY_ROTATION_OVERLAP_S, 86400)")
     rot.set_defaults(func=_rotate)
+
+    nt = sub.add_parser("notifications", help="webhook deliveries: list, show, send again")
+    nt_sub = nt.add_subparsers(dest="notifications_cmd", required=True, metavar="ACTION")
+    ls = nt_sub.add_parser("list", help="the latest deliveries")
+    ls.add_argument("--user")
+    ls.add_argument("--state", choices=("pending", "delivered", "failed"))
+    ls.add_argument("--limit", type=int, default=50)
+    ls.set_defaults(func=_notifications_list)
+    sh = nt_sub.add_parser("show", help="an intent, its deliveries and every attempt")
+    sh.add_argument("intent_id")
+    sh.set_defaults(func=_notifications_show)
+    rd = nt_sub.add_parser("redeliver", help="send an intent again (same webhook-id)")
+    rd.add_argument("intent_id")
+    rd.add_argument("--endpoint", help="only to this endpoint (made if it had none)")
+    rd.set_defaults(func=_notifications_redeliver)
+    rc = nt_sub.add_parser("recover", help="send again what failed for good since T")
+    rc.add_argument("--since", type=iso_moment, required=True, metavar="TIMESTAMP",
+                    help="ISO 8601; deliveries made since then (UTC without an offset)")
+    rc.add_argument("--endpoint", help="only this endpoint's")
+    rc.set_defaults(func=_notifications_recover)
 
     notify = sub.add_parser("notify", help="the notification sender")
     n_sub = notify.add_subparsers(dest="notify_cmd", required=True, metavar="ACTION")
@@ -119,6 +147,70 @@ def _rotate(args: argparse.Namespace) -> int:
         return _refused("rotate-secret", exc)
     print(f"endpoint {args.endpoint_id}: new secret (the old one also signs for {overlap:g} s)")
     print(f"secret: {secret}")
+    return EXIT_OK
+
+
+def _notifications_list(args: argparse.Namespace) -> int:
+    from paystream.notify import operator
+
+    if not 1 <= args.limit <= 10_000:
+        print("paystream notifications list: --limit must be 1 to 10000", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    with database("paystream-notifications") as conn, conn.cursor() as cur:
+        rows = operator.list_slots(cur, user_id=args.user, state=args.state, limit=args.limit)
+    print(format_table(
+        ("intent", "type", "user", "endpoint", "state", "attempts", "last", "created"),
+        [(s.intent_id, s.type, s.user_id, s.endpoint_id, s.state, str(s.attempts),
+          s.last_error or (str(s.last_status) if s.last_status else "-"),
+          f"{s.created_at:%Y-%m-%d %H:%M:%S}") for s in rows], right_aligned={5}))
+    return EXIT_OK
+
+
+def _notifications_show(args: argparse.Namespace) -> int:
+    import json
+
+    from paystream.notify import operator
+
+    try:
+        with database("paystream-notifications") as conn, conn.cursor() as cur:
+            intent, slots, attempts = operator.show(cur, args.intent_id)
+    except operator.NotFound as exc:
+        print(f"paystream notifications show: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    print(f"{intent['id']} {intent['type']} for {intent['user_id']} at {intent['created_at']}"
+          f" (trace {intent['trace_id']})")
+    print(json.dumps(intent["data"], indent=2, sort_keys=True))
+    print(format_table(("endpoint", "state", "attempts", "delivered"),
+                       [(s.endpoint_id, s.state, str(s.attempts),
+                         f"{s.delivered_at:%Y-%m-%d %H:%M:%S}" if s.delivered_at else "-")
+                        for s in slots]))
+    print(format_table(("endpoint", "attempt", "started", "latency_s", "status", "error"),
+                       [(e, str(n), f"{at:%H:%M:%S.%f}"[:-3], f"{lat:.3f}",
+                         str(code) if code else "-", err or "-")
+                        for e, n, at, lat, code, err in attempts], right_aligned={1, 3}))
+    return EXIT_OK
+
+
+def _notifications_redeliver(args: argparse.Namespace) -> int:
+    from paystream.notify import operator
+
+    try:
+        with transaction("paystream-notifications") as cur:
+            count = operator.redeliver(cur, args.intent_id, args.endpoint)
+    except operator.NotFound as exc:
+        print(f"paystream notifications redeliver: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    print(f"{args.intent_id}: {count} deliveries due again (same webhook-id); a delivery a"
+          " sender holds right now is left to it")
+    return EXIT_OK
+
+
+def _notifications_recover(args: argparse.Namespace) -> int:
+    from paystream.notify import operator
+
+    with transaction("paystream-notifications") as cur:
+        count = operator.recover(cur, args.since, args.endpoint)
+    print(f"{count} failed deliveries since {args.since.isoformat()} due again")
     return EXIT_OK
 
 

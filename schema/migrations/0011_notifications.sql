@@ -123,3 +123,7 @@ REVOKE ALL ON FUNCTION rotate_notification_secret(TEXT, BYTEA, INTERVAL) FROM PU
 GRANT EXECUTE ON FUNCTION rotate_notification_secret(TEXT, BYTEA, INTERVAL) TO paystream_ops;
 GRANT SELECT ON notification_intents, notification_deliveries, notification_attempts
     TO paystream_ops;
+-- `paystream notifications redeliver | recover` (notify/operator.py): a slot due again,
+-- its schedule started over; a redelivery to an endpoint that had no slot makes one.
+GRANT INSERT (intent_id, endpoint_id) ON notification_deliveries TO paystream_ops;
+GRANT UPDATE (state, attempts, next_attempt_at) ON notification_deliveries TO paystream_ops;

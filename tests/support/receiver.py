@@ -8,7 +8,7 @@ verify is answered 401 and counted in `bad`. What a path answers:
   /flaky/<n>/<name>          500 to the first n requests of each webhook-id, then 200
   /refuse/<name>             400
   /fail/<name>               500, always
-  /hang/<name>               never answers (the connection stays open)
+  /hang/<name>               answers only when the receiver stops
 `received[path]` lists (webhook-id, parsed body) in arrival order, verified ones only.
 """
 
@@ -96,7 +96,9 @@ class Receiver:
             tries = self._tries[(path, webhook_id)]
         kind = path.split("/")[1]
         if kind == "hang":
-            await asyncio.sleep(3600)
+            assert self._stop is not None
+            await self._stop.wait()  # until the receiver stops
+            return web.Response(status=503)
         if kind == "refuse":
             return web.Response(status=400, text="not for us")
         if kind == "fail":
