@@ -8,6 +8,7 @@ whole design). In the batch transaction the commit protocol opened, `apply`:
      batch records nothing new;
   3. inserts one delivery slot per (intent, enabled endpoint that wants it), ON CONFLICT
      DO NOTHING on the slot's primary key (intent_id, endpoint_id).
+Steps 2 and 3 are schema/notification_slots.py's (the reminders record through it too).
 The batch commits, then its offsets (consumers/commit.py): a slot is durable before the
 record that caused it is acknowledged, and before anything is sent.
 
@@ -18,7 +19,6 @@ operator's way).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 import orjson
@@ -26,8 +26,9 @@ import orjson
 from paystream.consumers.dlq import DeadLetter
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record
+from paystream.schema import notification_slots
 from paystream.schema.db import Connection, Cursor, DbRole
-from paystream.schema.notifications import Intent, IntentError, parse_intent, wants
+from paystream.schema.notifications import Intent, IntentError, parse_intent
 
 
 class NotifierHandler:
@@ -52,34 +53,12 @@ class NotifierHandler:
             intents[intent.id] = (intent, record.header("trace_id"))
         if not intents:
             return result
-        # Step 2. The intents, once.
-        cur.execute(
-            "INSERT INTO notification_intents (intent_id, type, user_id, created_at, data,"
-            " trace_id) SELECT intent_id, type, user_id, created_at, data, trace_id"
-            " FROM jsonb_to_recordset(%s::jsonb) AS r(intent_id text, type text,"
-            " user_id text, created_at timestamptz, data jsonb, trace_id text)"
-            " ON CONFLICT (intent_id) DO NOTHING RETURNING intent_id",
-            (json.dumps([{"intent_id": i.id, "type": i.type.value, "user_id": i.user_id,
-                          "created_at": i.created_at, "data": i.data, "trace_id": t}
-                         for i, t in intents.values()]),))
-        fresh = {row[0] for row in cur.fetchall()}
-        result.outcomes["recorded"] += len(fresh)
-        result.outcomes["duplicate"] += len(intents) - len(fresh)
-        # Step 3. A slot per intent and endpoint that wants it (a redelivered intent
-        # too: its slots may not all have been inserted, ON CONFLICT keeps the others).
-        cur.execute("SELECT endpoint_id, user_id, event_types FROM notification_endpoints"
-                    " WHERE disabled_at IS NULL")
-        endpoints = cur.fetchall()
-        slots = [(i.id, endpoint_id) for i, _ in intents.values()
-                 for endpoint_id, user_id, patterns in endpoints
-                 if (user_id is None or user_id == i.user_id) and wants(patterns, i.type)]
-        if slots:
-            cur.execute(
-                "INSERT INTO notification_deliveries (intent_id, endpoint_id)"
-                " SELECT * FROM unnest(%s::text[], %s::text[])"
-                " ON CONFLICT (intent_id, endpoint_id) DO NOTHING",
-                ([s[0] for s in slots], [s[1] for s in slots]))
-            result.outcomes["slots"] += cur.rowcount
+        # Steps 2 and 3. The intents, once; a slot per intent and endpoint that wants
+        # it (a redelivered intent too: ON CONFLICT keeps the slots it has).
+        recorded = notification_slots.record(cur, list(intents.values()))
+        result.outcomes["recorded"] += recorded.fresh
+        result.outcomes["duplicate"] += len(intents) - recorded.fresh
+        result.outcomes["slots"] += recorded.slots
         return result
 
 

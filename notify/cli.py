@@ -69,6 +69,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     deliver.add_argument("--metrics-port", type=int, default=0,
                          help="Prometheus port (0: none)")
     deliver.set_defaults(func=_deliver)
+    remind = n_sub.add_parser("remind", help="make the scheduled reminders that are due")
+    remind.add_argument("--once", action="store_true",
+                        help="one scan, then exit (default: every PAYSTREAM_REMIND_PERIOD_S)")
+    remind.set_defaults(func=_remind)
 
 
 def _refused(action: str, exc: Exception) -> int:
@@ -234,4 +238,27 @@ def _deliver(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     Sender(settings).run(stop)
+    return EXIT_OK
+
+
+def _remind(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from paystream.logs import configure_logging
+    from paystream.notify import reminders
+    from paystream.notify.settings import ReminderSettings
+    from paystream.operator_cli import database
+
+    settings = ReminderSettings.from_env()
+    configure_logging("notify-reminders")
+    if args.once:
+        with database("paystream-remind", role="notifier") as conn:
+            made = reminders.remind_once(conn, settings)
+        print(f"{made} reminders made")
+        return EXIT_OK
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    reminders.run(settings, stop)
     return EXIT_OK

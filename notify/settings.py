@@ -54,14 +54,9 @@ class NotifySettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> NotifySettings:
-        raw = env_str("PAYSTREAM_NOTIFY_RETRY_DELAYS_S", None, environ)
-        delays: tuple[float, ...] = DEFAULT_RETRY_DELAYS_S
-        if raw is not None:
-            try:
-                delays = tuple(float(x) for x in raw.split(",") if x.strip())
-            except ValueError:
-                raise SettingsError("PAYSTREAM_NOTIFY_RETRY_DELAYS_S must be seconds "
-                                    f"separated by commas, got {raw!r}") from None
+        delays = _seconds_list("PAYSTREAM_NOTIFY_RETRY_DELAYS_S",
+                               env_str("PAYSTREAM_NOTIFY_RETRY_DELAYS_S", None, environ),
+                               DEFAULT_RETRY_DELAYS_S)
         return cls(
             retry_delays_s=delays,
             jitter=env_float("PAYSTREAM_NOTIFY_JITTER", 0.2, environ),
@@ -74,4 +69,52 @@ class NotifySettings:
                                       environ),
             rotation_overlap_s=env_float("PAYSTREAM_NOTIFY_ROTATION_OVERLAP_S", 86_400.0,
                                          environ),
+        )
+
+
+def _seconds_list(name: str, raw: str | None, default: tuple[float, ...]) -> tuple[float, ...]:
+    if raw is None:
+        return default
+    try:
+        return tuple(float(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        raise SettingsError(f"{name} must be seconds separated by commas, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class ReminderSettings:
+    # How often the scheduler looks for due reminders.
+    period_s: float = 60.0
+    # A reminder is due during this long after its moment. Wider than the period (three
+    # periods by default), so a scan always falls inside it, across a restart too; past
+    # it, a step nobody sent (the notifier was down) is skipped, never sent late.
+    window_s: float = 180.0
+    # An open shortfall is reminded this long after it opened, at each step.
+    shortfall_after_s: tuple[float, ...] = (3600.0, 86_400.0, 259_200.0)
+    # A chain deposit still waiting for finality this long after it was recorded.
+    deposit_after_s: float = 3600.0
+    # A hold this long before it expires.
+    hold_before_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.period_s <= 0 or self.window_s <= self.period_s:
+            raise SettingsError("PAYSTREAM_REMIND_WINDOW_S must be wider than "
+                                f"PAYSTREAM_REMIND_PERIOD_S (> 0): got {self.window_s} and "
+                                f"{self.period_s}")
+        if any(s <= 0 for s in (*self.shortfall_after_s, self.deposit_after_s,
+                                self.hold_before_s)):
+            raise SettingsError("PAYSTREAM_REMIND_*_S delays must be > 0")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ReminderSettings:
+        period = env_float("PAYSTREAM_REMIND_PERIOD_S", 60.0, environ)
+        return cls(
+            period_s=period,
+            window_s=env_float("PAYSTREAM_REMIND_WINDOW_S", 3 * period, environ),
+            shortfall_after_s=_seconds_list(
+                "PAYSTREAM_REMIND_SHORTFALL_AFTER_S",
+                env_str("PAYSTREAM_REMIND_SHORTFALL_AFTER_S", None, environ),
+                (3600.0, 86_400.0, 259_200.0)),
+            deposit_after_s=env_float("PAYSTREAM_REMIND_DEPOSIT_AFTER_S", 3600.0, environ),
+            hold_before_s=env_float("PAYSTREAM_REMIND_HOLD_BEFORE_S", 3600.0, environ),
         )

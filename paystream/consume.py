@@ -1,8 +1,9 @@
 """`paystream consume ledger | dlq-mirror | notifier | finality`: one consumer group on
 the consumer runtime (consumers/), or the chain finality watcher (finality/service.py, not
 a Kafka group: one thread per network of PAYSTREAM_FINALITY_NETWORKS, or --network). The
-notifier's process also runs a sender (notify/delivery.py) on a thread of its own, unless
---no-deliver (then `paystream notify deliver` processes send).
+notifier's process also runs a sender (notify/delivery.py) and the reminder scheduler
+(notify/reminders.py) on threads of their own, unless --no-deliver (then `paystream
+notify deliver` and `paystream notify remind` processes do).
 
 The command spans both packages, so it lives here, above them. The dead letters'
 commands (`paystream dlq`) are the operator's: ops/cli.py."""
@@ -148,18 +149,24 @@ def _with_sender(settings: ConsumerSettings, handler: Any) -> int:
 
     from paystream.consumers import metrics
     from paystream.consumers.runtime import BatchConsumer
+    from paystream.notify import reminders
     from paystream.notify.delivery import Sender
-    from paystream.notify.settings import NotifySettings
+    from paystream.notify.settings import NotifySettings, ReminderSettings
 
-    sender = Sender(NotifySettings.from_env())  # a bad setting refuses to start (exit 2)
+    # A bad setting refuses to start (exit 2), before anything runs.
+    notify_settings, remind_settings = NotifySettings.from_env(), ReminderSettings.from_env()
     stop = threading.Event()
-    thread = threading.Thread(target=sender.run, args=(stop,), name="notify-sender",
-                              daemon=True)
+    threads = [threading.Thread(target=Sender(notify_settings).run, args=(stop,),
+                                name="notify-sender", daemon=True),
+               threading.Thread(target=reminders.run, args=(remind_settings, stop),
+                                name="notify-reminders", daemon=True)]
     metrics.serve(settings.metrics_port)
-    thread.start()
+    for thread in threads:
+        thread.start()
     try:
         return BatchConsumer(settings, handler).run()
     finally:
         # The attempts in flight end within their timeout and are recorded.
         stop.set()
-        thread.join(timeout=NotifySettings.from_env().timeout_s + 5)
+        for thread in threads:
+            thread.join(timeout=notify_settings.timeout_s + 5)

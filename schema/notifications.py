@@ -58,6 +58,10 @@ class IntentType(StrEnum):
     BALANCE_REJECTED = "balance.rejected"      # a reversal or adjustment refused
     SHORTFALL_OPENED = "shortfall.opened"      # the user owes: debits refused
     SHORTFALL_RESOLVED = "shortfall.resolved"
+    # Scheduled reminders (notify/reminders.py), keyed `<kind>:<subject>:<cycle>`.
+    REMINDER_SHORTFALL_OPEN = "reminder.shortfall_open"  # still owed after 1 h, 24 h, 72 h
+    REMINDER_DEPOSIT_WAITING = "reminder.deposit_waiting"  # finality long overdue
+    REMINDER_HOLD_EXPIRING = "reminder.hold_expiring"  # a hold about to be voided
 
 
 _WITHDRAWALS = frozenset({EventType.WITHDRAWAL, EventType.WITHDRAWAL_FEE,

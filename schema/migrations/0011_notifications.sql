@@ -77,6 +77,15 @@ CREATE TABLE notification_attempts (
 CREATE INDEX notification_attempts_delivery
     ON notification_attempts (intent_id, endpoint_id);
 
+-- A scheduled reminder, claimed by its key `<kind>:<subject>:<cycle>` (the cycle names
+-- the occurrence: a second shortfall of the same user is a new cycle) in the transaction
+-- that records its intent and slots: a reminder is made once, whatever restarts.
+CREATE TABLE notification_reminders (
+    reminder_key  TEXT PRIMARY KEY,
+    intent_id     TEXT NOT NULL REFERENCES notification_intents (intent_id),
+    created_at    TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
 -- notifier: its own login role (stack/postgres.py creates it LOGIN on a local stack).
 DO $$
 BEGIN
@@ -98,6 +107,14 @@ GRANT SELECT, INSERT ON notification_intents, notification_deliveries TO paystre
 GRANT UPDATE (state, attempts, next_attempt_at, claimed_until, claim_id, last_status,
               last_error, delivered_at) ON notification_deliveries TO paystream_notifier;
 GRANT SELECT, INSERT ON notification_attempts TO paystream_notifier;
+-- The reminders (notify/reminders.py): their keys, and what they remind of.
+GRANT SELECT, INSERT ON notification_reminders TO paystream_notifier;
+GRANT SELECT (id, user_id, asset, source_event_id, amount, created_at, resolved_at)
+    ON account_shortfalls TO paystream_notifier;
+GRANT SELECT (event_id, network, user_id, asset, amount, state, recorded_at)
+    ON chain_deposits TO paystream_notifier;
+GRANT SELECT (hold_id, user_id, asset, amount, state, expires_at) ON holds
+    TO paystream_notifier;
 
 -- ops (notify/endpoints.py): adds, lists, disables and rotates endpoints, never reading
 -- a secret back; reads the intents, slots and attempts it reports on.
@@ -121,8 +138,8 @@ CREATE FUNCTION rotate_notification_secret(endpoint TEXT, new_secret BYTEA,
 $$;
 REVOKE ALL ON FUNCTION rotate_notification_secret(TEXT, BYTEA, INTERVAL) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rotate_notification_secret(TEXT, BYTEA, INTERVAL) TO paystream_ops;
-GRANT SELECT ON notification_intents, notification_deliveries, notification_attempts
-    TO paystream_ops;
+GRANT SELECT ON notification_intents, notification_deliveries, notification_attempts,
+    notification_reminders TO paystream_ops;
 -- `paystream notifications redeliver | recover` (notify/operator.py): a slot due again,
 -- its schedule started over; a redelivery to an endpoint that had no slot makes one.
 GRANT INSERT (intent_id, endpoint_id) ON notification_deliveries TO paystream_ops;

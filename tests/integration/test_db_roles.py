@@ -23,7 +23,7 @@ from tests.support.ingest import ingest_server
 
 ALL = "*"  # every column
 NOTIFY_TABLES = ("notification_endpoints", "notification_intents", "notification_deliveries",
-                 "notification_attempts")
+                 "notification_attempts", "notification_reminders")
 LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc",
                                    "notifier")
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
@@ -88,6 +88,13 @@ EXPECTED: dict[DbRole, Grants] = {
                                                "claimed_until", "claim_id", "last_status",
                                                "last_error", "delivered_at"}},
         "notification_attempts": {"SELECT": ALL, "INSERT": ALL},
+        "notification_reminders": {"SELECT": ALL, "INSERT": ALL},
+        "account_shortfalls": {"SELECT": {"id", "user_id", "asset", "source_event_id",
+                                          "amount", "created_at", "resolved_at"}},
+        "chain_deposits": {"SELECT": {"event_id", "network", "user_id", "asset", "amount",
+                                      "state", "recorded_at"}},
+        "holds": {"SELECT": {"hold_id", "user_id", "asset", "amount", "state",
+                             "expires_at"}},
     },
     "ops": {
         **{t: {"SELECT": ALL} for t in TABLES},

@@ -18,7 +18,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from paystream.env import SettingsError
 from paystream.notify.schedule import Verdict, judge, retry_delay
-from paystream.notify.settings import DEFAULT_RETRY_DELAYS_S, NotifySettings
+from paystream.notify.settings import DEFAULT_RETRY_DELAYS_S, NotifySettings, ReminderSettings
 from paystream.schema import standard_webhooks
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.notifications import (
@@ -181,3 +181,12 @@ def test_the_reference_implementations_signature_verifies_with_ours() -> None:
     headers = {"webhook-id": "msg_1", "webhook-timestamp": str(now),
                "webhook-signature": signature}
     assert standard_webhooks.verify(b'{"a":1}', headers, [key], tolerance_s=300) == "msg_1"
+
+
+def test_a_reminder_window_must_be_wider_than_the_period() -> None:
+    settings = ReminderSettings.from_env({"PAYSTREAM_REMIND_PERIOD_S": "10"})
+    assert settings.window_s == 30 > settings.period_s
+    with pytest.raises(SettingsError, match="wider than"):
+        ReminderSettings.from_env({"PAYSTREAM_REMIND_PERIOD_S": "60",
+                                   "PAYSTREAM_REMIND_WINDOW_S": "60"})
+    assert ReminderSettings.from_env({}).shortfall_after_s == (3600, 86_400, 259_200)
