@@ -12,7 +12,7 @@ Design (docs/notifications.md tells the same story with the failure scenarios):
      counted; it COMMITS the claim before sending anything (store.claim). At most
      PAYSTREAM_NOTIFY_PER_ENDPOINT slots of one endpoint are in flight in a process, so a
      hanging endpoint fills its own slots and no other's.
-  3. Each claimed slot is sent asynchronously (httpx, one pool for all endpoints, the
+  3. Each claimed slot is sent asynchronously (aiohttp, one pool for all endpoints, the
      whole attempt bounded by PAYSTREAM_NOTIFY_TIMEOUT_S), signed over the intent's body
      with webhook-id = the intent id, on every attempt of every sender.
   4. The answers are recorded together (store.record): every attempt, then each slot's
@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 
-import httpx
+import aiohttp
 import psycopg2
 import structlog
 
@@ -71,11 +71,11 @@ class Sender:
 
     async def _run(self, stop: threading.Event) -> None:
         s = self.settings
-        limits = httpx.Limits(max_connections=s.max_in_flight,
-                              max_keepalive_connections=s.max_in_flight)
         tasks: set[asyncio.Task[None]] = set()
-        async with httpx.AsyncClient(limits=limits, follow_redirects=False,
-                                     timeout=httpx.Timeout(s.timeout_s)) as client:
+        connector = aiohttp.TCPConnector(limit=s.max_in_flight, limit_per_host=0)
+        async with aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=s.timeout_s),
+                auto_decompress=False) as client:
             while not stop.is_set():
                 # Step 4 of the turn before: record what was answered since.
                 await self._record()
@@ -146,7 +146,7 @@ class Sender:
                 self._conn.close()
         self._conn = None
 
-    async def _attempt(self, client: httpx.AsyncClient, claim: store.Claim) -> None:
+    async def _attempt(self, client: aiohttp.ClientSession, claim: store.Claim) -> None:
         s = self.settings
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
@@ -158,12 +158,12 @@ class Sender:
         error: str | None = None
         try:
             async with asyncio.timeout(s.timeout_s):
-                async with client.stream("POST", claim.url, content=claim.body,
-                                         headers=headers) as response:
-                    status = response.status_code
+                async with client.post(claim.url, data=claim.body, headers=headers,
+                                       allow_redirects=False) as response:
+                    status = response.status
         except TimeoutError:
             error = f"no answer within {s.timeout_s:g} s"
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL aiohttp refuses
             error = f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_MAX]
         latency = time.perf_counter() - t0
         self._hooks.after_send()
