@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from paystream.consumers.settings import ConfigError, ConsumerSettings
@@ -145,8 +147,6 @@ def _consume(args: argparse.Namespace) -> int:
 def _with_sender(settings: ConsumerSettings, handler: Any) -> int:
     """The notifier consumer on this thread, a sender on another: the consumer records
     slots, the sender delivers them; neither waits for the other (notify/delivery.py)."""
-    import threading
-
     from paystream.consumers import metrics
     from paystream.consumers.runtime import BatchConsumer
     from paystream.notify import reminders
@@ -156,9 +156,10 @@ def _with_sender(settings: ConsumerSettings, handler: Any) -> int:
     # A bad setting refuses to start (exit 2), before anything runs.
     notify_settings, remind_settings = NotifySettings.from_env(), ReminderSettings.from_env()
     stop = threading.Event()
-    threads = [threading.Thread(target=Sender(notify_settings).run, args=(stop,),
+    threads = [threading.Thread(target=_or_stop, args=(Sender(notify_settings).run, stop),
                                 name="notify-sender", daemon=True),
-               threading.Thread(target=reminders.run, args=(remind_settings, stop),
+               threading.Thread(target=_or_stop,
+                                args=(lambda s: reminders.run(remind_settings, s), stop),
                                 name="notify-reminders", daemon=True)]
     metrics.serve(settings.metrics_port)
     for thread in threads:
@@ -170,3 +171,19 @@ def _with_sender(settings: ConsumerSettings, handler: Any) -> int:
         stop.set()
         for thread in threads:
             thread.join(timeout=notify_settings.timeout_s + 5)
+
+
+def _or_stop(loop: Callable[[threading.Event], None], stop: threading.Event) -> None:
+    """Run a notifier thread's loop; if it dies of a bug, stop the whole process (SIGTERM:
+    the consumer ends cleanly, `paystream run` restarts it) rather than keep recording
+    slots that nobody sends."""
+    import os
+    import signal
+
+    import structlog
+
+    try:
+        loop(stop)
+    except Exception:
+        structlog.get_logger("paystream.consume").exception("notifier_thread_died")
+        os.kill(os.getpid(), signal.SIGTERM)
