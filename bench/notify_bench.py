@@ -5,7 +5,8 @@
 
 A local receiver (aiohttp, a process of its own, answers 200) and one endpoint. Then:
   1. throughput: N intents recorded with their slots (schema/notification_slots.py, as
-     the notifier consumer records them), then `paystream notify deliver` sends them;
+     the notifier consumer records them), then `paystream notify deliver` (--senders
+     processes) sends them;
      rate = N / (last delivery recorded - first attempt started), from the database;
   2. baseline: N other intents sent by a naive sender in this process, one at a time:
      claim the slot, sign, POST (httpx, synchronous), record, commit, next;
@@ -113,6 +114,8 @@ def main() -> int:
     parser.add_argument("--baseline-intents", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--senders", type=int, default=1,
+                        help="`paystream notify deliver` processes (they share the slots)")
     args = parser.parse_args()
 
     port = free_port()
@@ -134,8 +137,9 @@ def main() -> int:
         naive_rate = _naive(conn, naive_ids, f"http://127.0.0.1:{port}/hook", key)
         # 1. Throughput: recorded, then one sender process drains them.
         ids = _record(conn, user, args.intents, f"{run}-burst")
-        sender = subprocess.Popen(paystream_argv("notify", "deliver"), env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        senders = [subprocess.Popen(paystream_argv("notify", "deliver"), env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   for _ in range(args.senders)]
         try:
             _wait_delivered(conn, ids, 300)
             rate = _rate(conn, ids)
@@ -151,8 +155,10 @@ def main() -> int:
                 time.sleep(tick)
             _wait_delivered(conn, steady, 120)
         finally:
-            sender.terminate()
-            sender.wait(30)
+            for sender in senders:
+                sender.terminate()
+            for sender in senders:
+                sender.wait(30)
         with conn, conn.cursor() as cur:
             cur.execute("SELECT extract(epoch FROM d.delivered_at - i.created_at)"
                         " FROM notification_deliveries d JOIN notification_intents i"
@@ -163,9 +169,9 @@ def main() -> int:
             endpoints.disable(cur, endpoint_id, "bench over")
         receiver.terminate()
     p = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]  # noqa: E731
-    print(f"deliveries/s   notifier sender {rate:8.0f}   naive one-at-a-time {naive_rate:6.0f}"
-          f"   ratio {rate / naive_rate:.1f}x   ({args.intents} and {args.baseline_intents}"
-          " intents, one endpoint, local receiver)")
+    print(f"deliveries/s   notifier sender x{args.senders} {rate:8.0f}   naive one-at-a-time"
+          f" {naive_rate:6.0f}   ratio {rate / naive_rate:.1f}x   ({args.intents} and"
+          f" {args.baseline_intents} intents, one endpoint, local receiver)")
     print(f"intent -> delivery at {args.rate:g}/s for {args.duration:g} s ({len(latencies)}"
           f" intents): p50 {p(0.5) * 1000:.0f} ms  p99 {p(0.99) * 1000:.0f} ms"
           f"  max {latencies[-1] * 1000:.0f} ms")

@@ -58,7 +58,6 @@ class NotifierHandler:
         recorded = notification_slots.record(cur, list(intents.values()))
         result.outcomes["recorded"] += recorded.fresh
         result.outcomes["duplicate"] += len(intents) - recorded.fresh
-        result.outcomes["slots"] += recorded.slots
         return result
 
 
