@@ -39,7 +39,7 @@ run: install
 # mypy and import-linter cannot follow pyproject's package-dir mapping, so they run in
 # .typecheck/, a view of symlinks laid out as the installed package (paystream/schema ->
 # schema/, ...). Errors name paystream/<folder>/<file>.py.
-VIEW_DIRS := schema ingest consumers finality ops stack connectors notify
+VIEW_DIRS := schema ingest consumers finality ops stack connectors api notify
 typecheck-view:
 	@rm -rf .typecheck && mkdir -p .typecheck/paystream
 	@for d in $(VIEW_DIRS); do ln -s ../../$$d .typecheck/paystream/$$d; done
@@ -61,7 +61,8 @@ TEST_PROMETHEUS := PAYSTREAM_PROMETHEUS=1 PAYSTREAM_PROMETHEUS_PORT=9096 \
 	PAYSTREAM_HEALTH_METRICS_PORT=9413 PAYSTREAM_FINALITY_METRICS_PORT=9414
 TEST_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test PAYSTREAM_PG_PORT=5434 \
 	PAYSTREAM_KAFKA_PORT=9094 PAYSTREAM_CONTROLLER_PORT=9095 PAYSTREAM_CONNECT_PORT=8084 \
-	PAYSTREAM_ANVIL_PORT=8546 $(TEST_PROMETHEUS)
+	PAYSTREAM_ANVIL_PORT=8546 PAYSTREAM_PGBOUNCER=1 PAYSTREAM_PGBOUNCER_PORT=6434 \
+	$(TEST_PROMETHEUS)
 
 # Unit tests need no services; integration tests run against the test stack.
 test: install lint
@@ -74,9 +75,13 @@ test: install lint
 BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
-.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-notify
+.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
+
+API_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 2
+bench-api: stack-up  ## merchant API GET balances vs a bare FastAPI endpoint doing one read
+	$(BENCH) bench/api_bench.py $(API_BENCH_ARGS)
 
 bench-ledger: stack-up  ## the ledger group draining preloaded events vs a per-event applier
 	$(BENCH) bench/ledger_bench.py

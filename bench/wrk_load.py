@@ -35,10 +35,12 @@ class WrkResult:
     wraps: int        # times the request list ran out (requests sent twice)
 
 
-def raw_request(url: str, body: bytes, headers: dict[str, str]) -> bytes:
-    """One complete HTTP/1.1 POST, as wrk sends it."""
+def raw_request(url: str, body: bytes, headers: dict[str, str], method: str = "POST"
+                ) -> bytes:
+    """One complete HTTP/1.1 request (a POST unless told), as wrk sends it."""
     parts = urlsplit(url)
-    lines = [f"POST {parts.path} HTTP/1.1", f"Host: {parts.netloc}",
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}",
              f"Content-Length: {len(body)}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     head = "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n"
@@ -48,14 +50,16 @@ def raw_request(url: str, body: bytes, headers: dict[str, str]) -> bytes:
 
 
 def run_wrk(url: str, reqs: list[tuple[bytes, dict[str, str]]], connections: int,
-            duration_s: float, threads: int = 1) -> WrkResult:
-    """Send `reqs` (body, headers) in order on `connections` keep-alive connections."""
+            duration_s: float, threads: int = 1, method: str = "POST") -> WrkResult:
+    """Send `reqs` (body, headers) in order on `connections` keep-alive connections
+    (GETs for bench/api_bench.py, where a repeat is no different request)."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise RuntimeError("wrk is not installed: `apt-get install wrk` "
                            "(make bench-ingest does it)")
     with tempfile.NamedTemporaryFile(prefix="paystream-wrk-", suffix=".req") as file:
-        file.write(b"\0".join(raw_request(url, body, headers) for body, headers in reqs))
+        file.write(b"\0".join(raw_request(url, body, headers, method)
+                              for body, headers in reqs))
         file.flush()
         done = subprocess.run(
             [wrk, f"-t{threads}", f"-c{connections}", f"-d{duration_s:.0f}s",

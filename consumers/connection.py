@@ -1,7 +1,8 @@
 """The consumer's one Postgres connection, reopened after it is lost.
 
-Timeouts turn a stuck database into an error the retry loop can see: a lock wait or a
-statement that hangs would otherwise hold the batch past max.poll.interval.ms.
+Its lock and statement timeouts are the role's server-side defaults
+(schema.db.ROLE_SETTINGS): they hold through a transaction-pooling PgBouncer, where a
+session SET run here would stay behind on one server connection.
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ import contextlib
 import psycopg2
 
 from paystream.schema.db import Connection, DbRole, connect, database_url
-
-LOCK_TIMEOUT_MS = 10_000  # 55P03 after this: transient, the batch is retried
-STATEMENT_TIMEOUT_MS = 30_000  # 57014 after this: transient, the batch is retried
 
 
 class Database:
@@ -33,10 +31,6 @@ class Database:
             conn = connect(self._dsn, application_name=self._application_name,
                            connect_timeout=5)
             conn.autocommit = False
-            with conn.cursor() as cur:
-                cur.execute("SET lock_timeout = %s", (LOCK_TIMEOUT_MS,))
-                cur.execute("SET statement_timeout = %s", (STATEMENT_TIMEOUT_MS,))
-            conn.commit()
             self._conn = conn
         return self._conn
 

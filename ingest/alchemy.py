@@ -30,7 +30,12 @@ from paystream.ingest.errors import IngestError, PayloadError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
 from paystream.ingest.recording import DeliveryWrite, Recorded, record
 from paystream.schema.amounts import AmountError, from_base_units
-from paystream.schema.chain import DepositError, ExpectedDeposit
+from paystream.schema.chain import (
+    ADDRESS_PATTERN,
+    NETWORK_PATTERN,
+    DepositError,
+    ExpectedDeposit,
+)
 from paystream.schema.db import Cursor
 from paystream.schema.events import (
     EVENT_ID_PATTERN,
@@ -47,11 +52,8 @@ FUNGIBLE_TOKEN_CATEGORIES = frozenset({"erc20", "token"})
 NATIVE_CATEGORIES = frozenset({"external", "internal"})
 NFT_CATEGORIES = frozenset({"erc721", "erc1155", "specialnft"})
 
-NETWORK_PATTERN = re.compile(r"[A-Z0-9_]{1,64}")
 TX_HASH_PATTERN = re.compile(r"0x[0-9a-fA-F]{64}")
 HEX_PATTERN = re.compile(r"0x[0-9a-fA-F]{0,128}")
-# EVM addresses are 0x + 40 hex; other chains' are alphanumeric. Lowercased for lookup.
-ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9]{20,128}")
 TRACE_PATTERN = re.compile(r"[A-Za-z0-9_]{1,64}")
 # The finality watcher names its verdicts "<deposit id>:finalized" (the longest suffix):
 # those must pass EVENT_ID_PATTERN too, so a deposit id leaves room for the suffix.

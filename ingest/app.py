@@ -33,7 +33,6 @@ from paystream.ingest.metrics import IngestMetrics
 from paystream.ingest.observe import TRACE_SCOPE_KEY, RequestObserver, internal_error
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.store import EventStore
-from paystream.ingest.trace import Trace
 from paystream.ingest.webhooks import (
     ALCHEMY_PATH,
     PAYMENTS_PATH,
@@ -43,6 +42,7 @@ from paystream.ingest.webhooks import (
 )
 from paystream.ingest.writer import GroupCommitWriter
 from paystream.logs import configure_logging
+from paystream.trace import Trace
 
 PUBLIC_API_PATHS = frozenset({"/healthz"})  # what the public port serves besides webhooks
 

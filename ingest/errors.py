@@ -6,20 +6,11 @@ by the app, so the status codes a provider can see are listed here and nowhere e
 
 from __future__ import annotations
 
+from paystream.http_errors import RateLimitError as RateLimitError  # re-exported
+from paystream.http_errors import RefusalError
 
-class IngestError(Exception):
-    """A request the ingest answers with `status`; `code` is a short machine label."""
-
-    status = 400
-    code = "bad_request"
-
-    def __init__(self, detail: str, *, code: str | None = None,
-                 retry_after: int | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        if code is not None:
-            self.code = code
-        self.retry_after = retry_after
+# The base of every refusal (paystream/http_errors.py, shared with the merchant API).
+IngestError = RefusalError
 
 
 class SignatureError(IngestError):
@@ -66,13 +57,6 @@ class MediaTypeError(IngestError):
 
     status = 415
     code = "unsupported_media_type"
-
-
-class RateLimitError(IngestError):
-    """429: the source spent its token bucket; Retry-After says when to come back."""
-
-    status = 429
-    code = "rate_limited"
 
 
 class DatabaseUnavailableError(IngestError):

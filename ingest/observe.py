@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from paystream.ingest import trace as tracing
+from paystream import trace as tracing
 from paystream.ingest.metrics import IngestMetrics
 
 TRACE_SCOPE_KEY = "paystream.trace"

@@ -34,8 +34,9 @@ PROVIDER = "payments"
 # must not be able to occupy (and so block) the id of a real chain deposit.
 CHAIN_EVENT_ID = re.compile(r"[A-Z0-9_]+:0x[0-9a-f]{64}(:.*)?")
 # The ids of operator adjustments / reverts and of scheduled hold expiries
-# (ops/operator_events.py): a gateway taking one could block that event.
-RESERVED_PREFIXES = ("op:", "sys:")
+# (ops/operator_events.py), and of the merchant API's withdrawal requests
+# (api/withdrawals.py): a gateway taking one could block that event.
+RESERVED_PREFIXES = ("op:", "sys:", "api:")
 EVENT_TYPES = ", ".join(t.value for t in GATEWAY_EVENT_TYPES)
 # The types that may carry a fee: it is held with the request, charged at settlement.
 FEE_TYPES = (EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED)
@@ -58,7 +59,7 @@ def parse_payment(obj: Any, default_asset: str,
                            "reserved for chain providers")
     if event_id.startswith(RESERVED_PREFIXES):
         raise PayloadError(f"event_id may not start with {' or '.join(RESERVED_PREFIXES)}"
-                           " (reserved for the operator's and the scheduler's events)")
+                           " (reserved for the operator's, the scheduler's and the API's events)")
     raw_type = _text(obj, "event_type", None)
     try:
         event_type = EventType(raw_type)

@@ -10,13 +10,12 @@ the admin port, as before from the public one).
 
 from __future__ import annotations
 
-import socket
-
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from paystream.env import SettingsError
 from paystream.ingest.settings import IngestSettings
+from paystream.launch import bind_listener
 
 APP = "paystream.ingest.app:create_app_from_env"
 PROTOCOL = "paystream.ingest.http_edge:EdgeProtocol"
@@ -40,23 +39,9 @@ def serve(settings: IngestSettings, host: str, port: int, workers: int) -> None:
     if settings.admin_port == port:
         raise SettingsError(f"PAYSTREAM_INGEST_ADMIN_PORT {port} is the public port")
     config = uvicorn_config(settings, host, port, workers)
-    sockets = [config.bind_socket(), _bind(settings.admin_host, settings.admin_port)]
+    sockets = [config.bind_socket(), bind_listener(settings.admin_host, settings.admin_port)]
     server = uvicorn.Server(config)
     if workers > 1:
         Multiprocess(config, sockets=sockets).run()
     else:
         server.run(sockets=sockets)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise SettingsError(f"cannot listen on the admin address {host}:{port}: {exc}") \
-            from None
-    sock.set_inheritable(True)
-    return sock

@@ -46,9 +46,9 @@ REJECTED_BY_DATABASE = (psycopg2.IntegrityError, psycopg2.DataError)
 # One savepoint name, re-used: RELEASE + SAVEPOINT in one round trip between
 # deliveries keeps the transaction one subtransaction deep (a deep stack of open
 # subtransactions overflows Postgres' per-backend subxid cache and slows every reader).
-# BEGIN is sent by us, with the first savepoint (connections are in autocommit mode):
-# every round trip is also a GIL hand-over between a writer thread and the event loop.
-FIRST_SAVEPOINT = "BEGIN; SAVEPOINT delivery"
+# BEGIN is sent by us, with the first savepoint (bounded_begin; connections are in
+# autocommit mode): every round trip is also a GIL hand-over between a writer thread
+# and the event loop.
 NEXT_SAVEPOINT = "RELEASE SAVEPOINT delivery; SAVEPOINT delivery"
 UNDO_DELIVERY = "ROLLBACK TO SAVEPOINT delivery"
 
@@ -92,18 +92,26 @@ class ConnectionPool:
             _close(conn)
 
 
+def bounded_begin(statement_timeout_ms: int) -> str:
+    """BEGIN, the group's bounded waits, the first savepoint: one round trip. A stuck
+    statement must not hold the provider past its timeout. SET LOCAL, not a session
+    setting or libpq `options`: it ends with the transaction, so it holds through a
+    transaction-pooling PgBouncer (which refuses `options`) and never stays behind on a
+    pooled server connection."""
+    ms = int(statement_timeout_ms)
+    return (f"BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms};"
+            f" SET LOCAL idle_in_transaction_session_timeout = {ms * 5}; SAVEPOINT delivery")
+
+
 class EventStore:
     def __init__(self, dsn: str, *, connect_timeout_s: int, statement_timeout_ms: int,
                  retry_after_s: int) -> None:
         self._retry_after_s = retry_after_s
+        self._begin = bounded_begin(statement_timeout_ms)
         self._pool = ConnectionPool(
             dsn,
             connect_timeout=connect_timeout_s,
             application_name="paystream-ingest",
-            # Bounded waits: a stuck statement must not hold the provider past its timeout.
-            options=f"-c statement_timeout={statement_timeout_ms}"
-                    f" -c lock_timeout={statement_timeout_ms}"
-                    f" -c idle_in_transaction_session_timeout={statement_timeout_ms * 5}",
             keepalives=1, keepalives_idle=30,
         )
 
@@ -145,7 +153,7 @@ class EventStore:
             with conn.cursor() as cur:
                 outcomes: list[Any] = []
                 for run in _runs(works):
-                    cur.execute(NEXT_SAVEPOINT if outcomes else FIRST_SAVEPOINT)
+                    cur.execute(NEXT_SAVEPOINT if outcomes else self._begin)
                     outcomes.extend(_run_together(cur, run) if isinstance(run, list)
                                     else [_one_delivery(cur, run)])
                 cur.execute("COMMIT")

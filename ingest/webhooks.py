@@ -27,6 +27,7 @@ import orjson
 import structlog
 from starlette.types import Receive, Scope, Send
 
+from paystream.http_errors import error_body
 from paystream.ingest import alchemy, alchemy_signature, payments, standard_webhooks
 from paystream.ingest.errors import (
     BodyTimeoutError,
@@ -36,13 +37,13 @@ from paystream.ingest.errors import (
 )
 from paystream.ingest.metrics import IngestMetrics
 from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
-from paystream.ingest.rate_limit import TokenBuckets
 from paystream.ingest.recording import Recorded
 from paystream.ingest.request_body import parse_json, read_bounded, require_json
 from paystream.ingest.settings import IngestSettings
-from paystream.ingest.trace import Trace
 from paystream.ingest.writer import GroupCommitWriter
+from paystream.rate_limit import TokenBuckets
 from paystream.schema.outbox import WriteOutcome
+from paystream.trace import Trace
 
 log = structlog.get_logger("ingest")
 ALCHEMY_PATH = "/webhooks/alchemy"
@@ -173,8 +174,7 @@ class Webhooks:
 
     def refusal(self, scope: Scope, provider: str, exc: IngestError) -> Answer:
         """The error answer for `exc`, counted and logged (every route's refusals)."""
-        body: dict[str, Any] = {"status": "error", "code": exc.code, "reason": exc.detail,
-                                "trace_id": _trace(scope).trace_id}
+        body = error_body(exc.code, exc.detail, _trace(scope).trace_id)
         if isinstance(exc, ConflictError):
             body["event_id"] = exc.event_id
             self._metrics.count_event(provider, WriteOutcome.CONFLICT.value)

@@ -214,10 +214,16 @@ class HealthChecker:
         conn = connect(self.settings.dsn, connect_timeout=max(1, int(self.settings.timeout_s)),
                        application_name="paystream-health")
         try:
-            conn.autocommit = True  # read-only single statements: no transaction held
+            # One read-only transaction for the checks, its timeout SET LOCAL: a session
+            # SET would stay behind on a transaction-pooling PgBouncer's server connection.
+            # Autocommit, so psycopg2 opens no transaction of its own before this BEGIN.
+            conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute("SET statement_timeout = %s", (int(self.settings.timeout_s * 1000),))
+                cur.execute("BEGIN READ ONLY; SET LOCAL statement_timeout = %s",
+                            (int(self.settings.timeout_s * 1000),))
             yield conn
+            with conn.cursor() as cur:
+                cur.execute("COMMIT")
         finally:
             conn.close()
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 import sys
 
+from paystream.env import SettingsError
+
 
 def paystream_argv(*args: str) -> list[str]:
     """The command line that runs `paystream ARGS` with this interpreter: no PATH lookup,
@@ -19,3 +21,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def bind_listener(host: str, port: int, what: str = "admin") -> socket.socket:
+    """A bound, inheritable TCP socket on host:port for a uvicorn server's second
+    listener (the ingest's and the API's admin port); SettingsError if it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SettingsError(f"cannot listen on the {what} address {host}:{port}: {exc}") \
+            from None
+    sock.set_inheritable(True)
+    return sock

@@ -1,8 +1,9 @@
 """`paystream run`: the whole pipeline on the local stack, in the foreground.
 
 Starts every paystream process that exists (ingest, the ledger consumer, the DLQ
-mirror), restarts one that dies, prints where each listens, and stops them all on
-Ctrl-C / SIGTERM. The stack itself (Postgres, Kafka, Connect) is `paystream stack up`.
+mirror, the finality watcher, the merchant API, ...), restarts one that dies, prints
+where each listens, and stops them all on Ctrl-C / SIGTERM. The stack itself (Postgres,
+Kafka, Connect) is `paystream stack up`.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ class Service:
         return self.proc
 
 
-def services(ingest_port: int) -> list[Service]:
+def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
     # The metrics ports are the ones the stack's Prometheus scrapes (stack/targets.py).
-    admin, ledger, mirror, health, finality, notifier = (t.address for t in metrics_targets())
+    admin, ledger, mirror, health, finality, api_admin, notifier = (
+        t.address for t in metrics_targets())
     candidates = [
         Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
                 f"http://127.0.0.1:{ingest_port} (/webhooks/*, /healthz); admin "
@@ -70,6 +72,9 @@ def services(ingest_port: int) -> list[Service]:
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
         Service("hold-expiry", "paystream.ops.cli", ["holds", "expire", "--loop"],
                 "voids withdrawal holds past PAYSTREAM_HOLD_TTL_S (logs only)"),
+        Service("api", "paystream.api.cli", ["api", "--port", str(api_port)],
+                f"http://127.0.0.1:{api_port} (/v1/*, merchant API); admin "
+                f"http://{api_admin} (/docs, /metrics, /readyz)"),
         Service("health", "paystream.ops.cli",
                 ["health", "--serve-metrics", str(port_of("health")), "--bind", "127.0.0.1"],
                 f"metrics http://{health}/metrics (stuck events, slot WAL, lag)"),
@@ -103,7 +108,7 @@ def dev_secrets(state_dir: Path) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     settings = StackSettings.from_env()
     env = {**os.environ, **settings.service_env(), **dev_secrets(settings.state_dir)}
-    todo = services(args.ingest_port)
+    todo = services(args.ingest_port, args.api_port)
     if not todo:
         print("no paystream services are installed yet; the stack is up:")
         return subprocess.call(paystream_argv("stack", "status"), env=env)
@@ -143,4 +148,5 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run ingest and the consumers on the local stack")
     p.add_argument("--ingest-port", type=int, default=env_int("PORT", 8000))
+    p.add_argument("--api-port", type=int, default=env_int("PAYSTREAM_API_PORT", 8100))
     p.set_defaults(func=run)

@@ -8,10 +8,17 @@ disagree on what a deposit is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+# A network's name (ETH_MAINNET) and a deposit address: what a chain provider reports
+# and what users and addresses are registered with (schema/users.py).
+NETWORK_PATTERN = re.compile(r"[A-Z0-9_]{1,64}")
+# EVM addresses are 0x + 40 hex; other chains' are alphanumeric. Lowercased for lookup.
+ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9]{20,128}")
 
 
 class DepositKind(StrEnum):

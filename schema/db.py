@@ -37,7 +37,8 @@ def one_row(cur: Cursor) -> tuple[Any, ...]:
 # already has) owns the database and every table and only runs the migrations (`paystream
 # stack up`, `paystream migrate`); every long-running process logs in as its own role,
 # granted exactly what its SQL does (schema/migrations/0007_roles.sql).
-DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc", "notifier"]
+DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc", "api",
+                 "notifier"]
 ROLE_NAMES: dict[DbRole, str] = {
     "owner": "paystream",
     "ingest": "paystream_ingest",
@@ -46,8 +47,29 @@ ROLE_NAMES: dict[DbRole, str] = {
     "finality": "paystream_finality",
     "ops": "paystream_ops",  # the operator commands
     "cdc": "paystream_cdc",  # Kafka Connect's Debezium connector (REPLICATION)
+    "api": "paystream_api",  # the merchant API (migration 0010)
     "notifier": "paystream_notifier",  # the notifier: its consumer and its sender
 }
+# Server-side defaults of each role's sessions (`ALTER ROLE ... SET`, run by `stack up`
+# and `stack setup` with the roles: stack/postgres.py). Server-side, so they hold for
+# every connection of the role, through a transaction-pooling PgBouncer too, where a
+# session `SET` would stay on whichever server connection ran it and a libpq `options`
+# startup parameter is refused. Bounded waits turn a stuck database into an error the
+# consumers' retry loop sees (55P03, 57014: transient, the batch is retried) instead of
+# a batch held past max.poll.interval.ms. The ingest bounds its own transactions more
+# tightly (ingest/store.py: SET LOCAL, PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS); the
+# owner (migrations) and the operator commands (a full reconcile) keep no limit.
+ROLE_SETTINGS: dict[DbRole, dict[str, str]] = {
+    "ingest": {"lock_timeout": "2s", "statement_timeout": "2s",
+               "idle_in_transaction_session_timeout": "10s"},
+    "ledger": {"lock_timeout": "10s", "statement_timeout": "30s"},
+    "mirror": {"lock_timeout": "10s", "statement_timeout": "30s"},
+    "finality": {"lock_timeout": "10s", "statement_timeout": "30s"},
+    "notifier": {"lock_timeout": "10s", "statement_timeout": "30s"},
+}
+# Roles that always reach Postgres itself, never a pooler: the owner runs the migrations
+# under a session advisory lock (schema/migrate.py), the CDC role replicates.
+SERVER_ONLY_ROLES: frozenset[DbRole] = frozenset({"owner", "cdc"})
 # An explicit DSN per role, for a Postgres run elsewhere (names spelled in full: the
 # docs test finds them). Kafka Connect's role has none: Connect reads its credentials
 # from PAYSTREAM_PG_USER / PAYSTREAM_PG_PASSWORD (connectors/config).
@@ -58,6 +80,7 @@ ROLE_URL_VARIABLES: dict[DbRole, str] = {
     "mirror": "PAYSTREAM_MIRROR_DATABASE_URL",
     "finality": "PAYSTREAM_FINALITY_DATABASE_URL",
     "ops": "PAYSTREAM_OPS_DATABASE_URL",
+    "api": "PAYSTREAM_API_DATABASE_URL",
     "notifier": "PAYSTREAM_NOTIFIER_DATABASE_URL",
 }
 
@@ -97,6 +120,17 @@ class PostgresAddress:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
+        """Where paystream processes connect: the stack's PgBouncer when
+        PAYSTREAM_DB_VIA_PGBOUNCER=1 (stack/pgbouncer.py), else Postgres itself."""
+        if env_str("PAYSTREAM_DB_VIA_PGBOUNCER", "0", env) == "1":
+            return cls(host="127.0.0.1", port=pgbouncer_port(env),
+                       db=env_str("PAYSTREAM_PG_DB", "paystream", env))
+        return cls.direct_from_env(env)
+
+    @classmethod
+    def direct_from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
+        """Postgres itself, never a pooler: the stack, the migrations (a session
+        advisory lock) and Debezium (a replication connection) need the server."""
         return cls(host=env_str("PAYSTREAM_PG_HOST", "127.0.0.1", env),
                    port=env_int("PAYSTREAM_PG_PORT", 5433, env),
                    db=env_str("PAYSTREAM_PG_DB", "paystream", env))
@@ -121,7 +155,10 @@ def database_url(role: DbRole, env: Mapping[str, str] | None = None, *,
         explicit = source.get(name) if name else None
         if explicit:
             return explicit
-    return (address or PostgresAddress.from_env()).dsn(role)
+    if address is None:
+        address = (PostgresAddress.direct_from_env(env) if role in SERVER_ONLY_ROLES
+                   else PostgresAddress.from_env(env))
+    return address.dsn(role)
 
 
 def where(dsn: str) -> str:
@@ -132,6 +169,11 @@ def where(dsn: str) -> str:
         return "the configured database"
     return (f"{parts.get('user', '?')}@{parts.get('host', 'localhost')}:"
             f"{parts.get('port', '5432')}/{parts.get('dbname', '')}")
+
+
+def pgbouncer_port(env: Mapping[str, str] | None = None) -> int:
+    """The stack's PgBouncer port (PAYSTREAM_PGBOUNCER_PORT); the one reader of it."""
+    return env_int("PAYSTREAM_PGBOUNCER_PORT", 6432, env)
 
 
 def kafka_port() -> int:
@@ -156,7 +198,7 @@ def connect(dsn: str, *, connect_timeout: int = 5,
 
 
 @contextlib.contextmanager
-def snapshot(conn: Connection) -> Iterator[Cursor]:
+def snapshot(conn: Connection, *, statement_timeout_ms: int | None = None) -> Iterator[Cursor]:
     """A cursor inside one REPEATABLE READ, READ ONLY transaction: every read through it
     sees the same committed state.
 
@@ -166,7 +208,8 @@ def snapshot(conn: Connection) -> Iterator[Cursor]:
     server connection); one explicit transaction does. Works on a consumer's own
     connection too (autocommit off) provided no transaction is open: autocommit is
     switched on for the duration so psycopg2 does not open its own (READ COMMITTED)
-    transaction before our BEGIN.
+    transaction before our BEGIN. `statement_timeout_ms`: a SET LOCAL sent with the
+    BEGIN (one round trip), scoped to this transaction as PgBouncer needs.
     """
     if conn.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
         raise RuntimeError("a snapshot needs a connection with no open transaction")
@@ -174,7 +217,11 @@ def snapshot(conn: Connection) -> Iterator[Cursor]:
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if statement_timeout_ms is None:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            else:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+                            " SET LOCAL statement_timeout = %s", (statement_timeout_ms,))
             try:
                 yield cur
             except BaseException:

@@ -14,6 +14,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--prometheus", action="store_true",
                     help="also start Prometheus, scraping every paystream process with the "
                          "alert rules loaded (as PAYSTREAM_PROMETHEUS=1 does)")
+    up.add_argument("--pgbouncer", action="store_true",
+                    help="also start PgBouncer in transaction pooling mode (as "
+                         "PAYSTREAM_PGBOUNCER=1 does); processes use it with "
+                         "PAYSTREAM_DB_VIA_PGBOUNCER=1")
     up.set_defaults(func=_up)
     ssub.add_parser("down", help="stop every component; data is kept") \
         .set_defaults(func=_down)
@@ -32,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     watchdog.set_defaults(func=_watchdog)
     logs = ssub.add_parser("logs", help="show the tail of the components' logs")
     logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil",
-                                                        "prometheus"])
+                                                        "prometheus", "pgbouncer"])
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=_logs)
@@ -43,7 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     from paystream.stack import stack
-    return stack.up(StackSettings.from_env(), with_prometheus=args.prometheus)
+    return stack.up(StackSettings.from_env(), with_prometheus=args.prometheus,
+                    with_pgbouncer=args.pgbouncer)
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -95,6 +95,7 @@ SERVICES = (
     Service("notifier", "notifier", kafka_security.role_for_group("notifier")),
     Service("connector-watchdog", None, connect_rest=True),
     Service("hold-expiry", "ops"),
+    Service("api", "api"),
 )
 SETUP = "setup"
 UIDS = {"kafka": KAFKA_UID, "connect": CONNECT_UID, SETUP: PAYSTREAM_UID,

@@ -52,6 +52,11 @@ def _apt_install(packages: list[str]) -> None:
         env=env, timeout=900)
 
 
+def install_package(package: str) -> None:
+    """One package a component installs only when it is asked for (PgBouncer)."""
+    _apt_install([package])
+
+
 def postgres_bin_dir() -> str | None:
     """The newest installed PostgreSQL server binaries (Debian keeps them off PATH)."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),

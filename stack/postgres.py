@@ -219,6 +219,11 @@ def role_statements(passwords: Mapping[db.DbRole, str]) -> list[str]:
             f"DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname ="
             f" {_literal(name)}) THEN CREATE ROLE \"{name}\"; END IF; END$$")
         statements.append(f'ALTER ROLE "{name}" WITH {attrs}')
+        # The role's session defaults (schema.db.ROLE_SETTINGS) are exactly the listed
+        # ones: RESET ALL first, so a setting dropped from the list does not linger.
+        statements.append(f'ALTER ROLE "{name}" RESET ALL')
+        for setting, value in db.ROLE_SETTINGS.get(role, {}).items():
+            statements.append(f'ALTER ROLE "{name}" SET {setting} = {_literal(value)}')
     return statements
 
 

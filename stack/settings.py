@@ -33,7 +33,7 @@ class StackSettings:
 
     @classmethod
     def from_env(cls) -> StackSettings:
-        pg = db.PostgresAddress.from_env()
+        pg = db.PostgresAddress.direct_from_env()
         return cls(
             state_dir=credentials.state_dir(),
             pg_host=pg.host,

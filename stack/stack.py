@@ -19,7 +19,7 @@ from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
-from paystream.stack import anvil, compose, connect, kafka, postgres, prometheus
+from paystream.stack import anvil, compose, connect, kafka, pgbouncer, postgres, prometheus
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
 from paystream.stack.settings import StackSettings
@@ -41,11 +41,12 @@ def _step(name: str, action: Callable[[], object]) -> object:
     return result
 
 
-def up(s: StackSettings, with_prometheus: bool = False) -> int:
+def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = False) -> int:
     print(f"paystream stack up (state: {s.state_dir})")
     started = time.monotonic()
     try:
         prom = prometheus.PrometheusConfig.from_env()
+        bouncer = pgbouncer.PgBouncerConfig.from_env()
         s.state_dir.mkdir(parents=True, exist_ok=True)
         s.run_dir.mkdir(parents=True, exist_ok=True)
         s.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,9 @@ def up(s: StackSettings, with_prometheus: bool = False) -> int:
         _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
         _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
         _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
+        if with_pgbouncer or bouncer.enabled:
+            _step("pgbouncer (debian)", pgbouncer.ensure_installed)
+            _step(f"pgbouncer start :{bouncer.port}", lambda: pgbouncer.start(s, bouncer))
         _step("jars (maven)", lambda: kafka.resolve_jars(s))
         _step("kafka secrets", lambda: ", ".join(kafka.ensure_secrets()) or False)
         _step("kafka storage format", lambda: kafka.format_storage(s))
@@ -157,6 +161,7 @@ def down(s: StackSettings) -> int:
         _step("anvil stop", lambda: anvil.stop(s))
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
+        _step("pgbouncer stop", lambda: pgbouncer.stop(s))
         _step("postgres stop", lambda: postgres.stop(s))
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
@@ -191,23 +196,30 @@ def status(s: StackSettings) -> int:
          anvil.version(s), _health(anvil_ok), "-"),
         ("kcat", "-", "-", kcat_version, "installed" if kcat else "missing", "-"),
     ]
-    prom_ok = _prometheus_row(s, rows)
+    prom, bouncer = prometheus.PrometheusConfig.from_env(), pgbouncer.PgBouncerConfig.from_env()
+    prom_ok = _optional_row(rows, "prometheus", prom.enabled, prom.port,
+                            read_pid(prometheus.pid_file(s)),
+                            lambda: (prometheus.healthy(s, prom), prometheus.version(s, prom)))
+    bouncer_ok = _optional_row(rows, "pgbouncer", bouncer.enabled, bouncer.port,
+                               read_pid(pgbouncer.pid_file(s)),
+                               lambda: (pgbouncer.healthy(s, bouncer),
+                                        pgbouncer.version(s, bouncer)))
     print(format_table(("component", "port", "pid", "version", "health", "rss"), rows))
-    ok = pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok and prom_ok
+    ok = (pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok and prom_ok
+          and bouncer_ok)
     return 0 if ok else 1
 
 
-def _prometheus_row(s: StackSettings, rows: list[tuple[str, str, str, str, str, str]]
-                    ) -> bool:
-    """Prometheus's row when it is asked for or running; False if asked for and down."""
-    cfg = prometheus.PrometheusConfig.from_env()
-    pid = read_pid(prometheus.pid_file(s))
-    if not cfg.enabled and pid is None:
+def _optional_row(rows: list[tuple[str, str, str, str, str, str]], name: str, enabled: bool,
+                  port: int, pid: int | None, probe: Callable[[], tuple[bool, str]]) -> bool:
+    """The row of a component started only when asked (Prometheus, PgBouncer), shown when
+    it is asked for or running; False if asked for and down."""
+    if not enabled and pid is None:
         return True
-    ok = prometheus.healthy(s, cfg)
-    rows.append(("prometheus", str(cfg.port), str(pid or "-"), prometheus.version(s, cfg),
-                 _health(ok), kafka.jvm_rss_mib(pid)))
-    return ok or not cfg.enabled
+    ok, version = probe()
+    rows.append((name, str(port), str(pid or "-"), version, _health(ok),
+                 kafka.jvm_rss_mib(pid)))
+    return ok or not enabled
 
 
 def _health(ok: bool) -> str:
@@ -220,6 +232,7 @@ LOGS = {
     "connect": connect.log_file,
     "anvil": anvil.log_file,
     "prometheus": prometheus.log_file,
+    "pgbouncer": pgbouncer.log_file,
 }
 
 

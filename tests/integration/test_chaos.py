@@ -5,15 +5,27 @@ hostile-but-valid deliveries and forged topic records in the traffic (issue 12).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
 from paystream.launch import paystream_argv
+from paystream.stack import pgbouncer
+
+
+def _pooled_transactions(cfg: pgbouncer.PgBouncerConfig) -> int:
+    # SHOW STATS: database, total_xact_count, ...
+    return sum(int(row[1]) for row in pgbouncer.show(cfg, "STATS") if row[0] == "paystream")
 
 
 def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
+    """Through the test stack's transaction-pooling PgBouncer (issue 16): every child the
+    run starts (ingest, ledgers, DLQ mirror, finality) connects through it, and it stays
+    up while the run restarts Postgres under it."""
+    bouncer = pgbouncer.PgBouncerConfig.from_env()
+    before = _pooled_transactions(bouncer)
     done = subprocess.run(paystream_argv("chaos", "--short"), capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env={**os.environ, "PAYSTREAM_DB_VIA_PGBOUNCER": "1"})
     out = done.stdout + done.stderr
     print(out)  # the report, in the test log
     assert done.returncode == 0, out[-5000:]
@@ -42,3 +54,5 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     for kind in ("forged_unknown", "forged_altered", "forged_replayed"):
         assert int(outcomes.get(kind, 0)) >= 1, kind
     assert "with no fault to explain it: 0\n" in out
+    # The pipeline's transactions went through the bouncer (its own count, not ours).
+    assert _pooled_transactions(bouncer) - before > 1000

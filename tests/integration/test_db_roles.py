@@ -25,12 +25,12 @@ ALL = "*"  # every column
 NOTIFY_TABLES = ("notification_endpoints", "notification_intents", "notification_deliveries",
                  "notification_attempts", "notification_reminders")
 LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc",
-                                   "notifier")
+                                   "api", "notifier")
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "processed_events", "accounts", "transfers", "postings", "user_entries",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
-          *NOTIFY_TABLES)
+          "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES)
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -119,6 +119,21 @@ EXPECTED: dict[DbRole, Grants] = {
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         "account_shortfalls": {"SELECT": ALL, "UPDATE": {"resolved_at", "resolution"}},
         "holds": {"SELECT": ALL, "UPDATE": {"state"}},
+        # `paystream apikeys create / list / revoke`.
+        "api_keys": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"revoked_at"}},
+    },
+    # The merchant API (migration 0010): reads what it reports, creates users and
+    # addresses, requests withdrawals through the outbox with its own two tables.
+    "api": {
+        **{t: {"SELECT": ALL} for t in (
+            "balances", "processed_events", "holds", "accounts", "transfers", "postings",
+            "user_entries", "api_keys")},
+        "users": {"SELECT": ALL, "INSERT": ALL},
+        "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
+        "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+        "api_withdrawals": {"SELECT": ALL, "INSERT": ALL},
+        "api_idempotency": {"SELECT": ALL, "INSERT": ALL},
     },
     "cdc": {
         "outbox": {"SELECT": ALL},
@@ -247,6 +262,16 @@ REFUSED = [
     ("ledger", "TRUNCATE dead_letter_queue"),
     ("ledger", "CREATE TABLE paystream_test_not_allowed (x int)"),
     ("ledger", "DROP TABLE balances"),
+    ("api", "UPDATE balances SET balance = balance + 1 WHERE false"),
+    ("api", "INSERT INTO postings (transfer_id, account_id, asset, amount)"
+            " VALUES (1, 1, 'USD', 1)"),
+    ("api", "UPDATE payment_events SET status = 'applied' WHERE false"),
+    ("api", "UPDATE api_keys SET revoked_at = NULL WHERE false"),
+    ("api", "INSERT INTO api_keys (key_id, name, key_hash, scopes) VALUES"
+            " ('ak_0000000000000000', 'x', repeat('0', 64), '{read}')"),
+    ("api", "UPDATE api_idempotency SET response = '{}' WHERE false"),
+    ("api", "SELECT * FROM dead_letter_queue"),
+    ("api", "SELECT * FROM chain_deposits"),
     # The signing keys: only the notifier reads them; nobody else reads them either.
     ("ops", "SELECT secret FROM notification_endpoints"),
     ("ops", "SELECT previous_secret FROM notification_endpoints"),

@@ -86,7 +86,7 @@ def v1_database() -> Iterator[PostgresAddress]:
     settings = StackSettings.from_env()
     name = unique("paystream_v1").replace("-", "_")
     superuser_sql(settings, f'CREATE DATABASE "{name}" OWNER paystream')
-    address = replace(PostgresAddress.from_env(), db=name)
+    address = replace(PostgresAddress.direct_from_env(), db=name)
     try:
         owner = connect(address.dsn("owner"))
         try:

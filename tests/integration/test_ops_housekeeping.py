@@ -79,6 +79,35 @@ def test_purges_only_old_final_entries_in_batches(db) -> None:
                     (old_waiting,))
 
 
+def test_a_row_a_ledger_transaction_holds_is_skipped_not_waited_for(db) -> None:
+    """SKIP LOCKED: housekeeping never waits on payments. Another transaction holds one
+    old final row (as the ledger would, rewriting its outcome); the purge deletes the
+    others at once and leaves that one for the next run."""
+    purge_processed_events(db, ttl_days=14)
+    with db.cursor() as cur:
+        keys = insert_processed(cur, unique("ops-hk-lock"), "applied", 6, 20)
+    holder = psycopg2.connect(db.dsn)
+    try:
+        with holder.cursor() as held:
+            held.execute("SELECT 1 FROM processed_events WHERE idempotency_key = %s"
+                         " FOR UPDATE", (keys[0],))
+            with db.cursor() as cur:
+                # Without SKIP LOCKED the purge would block on that row: fail, not hang.
+                cur.execute("SET lock_timeout = '3s'")
+                try:
+                    result = purge_processed_events(db, ttl_days=14, batch_size=100)
+                finally:
+                    cur.execute("RESET lock_timeout")
+                assert result.deleted >= 5
+                assert existing(cur, keys) == {keys[0]}
+        holder.rollback()
+        assert purge_processed_events(db, ttl_days=14).deleted >= 1
+        with db.cursor() as cur:
+            assert existing(cur, keys) == set()
+    finally:
+        holder.close()
+
+
 def test_cli_reports_what_it_deleted(db) -> None:
     prefix = unique("ops-hk-cli")
     with db.cursor() as cur:

@@ -77,9 +77,10 @@ def test_images_are_the_versions_the_jar_manifest_resolves():
     assert "wal_level=logical" in SERVICES["postgres"]["command"]
 
 
-def test_only_the_ingest_publishes_a_port_and_only_its_public_one():
+def test_only_the_ingest_and_the_api_publish_a_port_and_only_their_public_one():
     published = {name: svc["ports"] for name, svc in SERVICES.items() if "ports" in svc}
-    assert published == {"ingest": ["8000:8000"]}
+    assert published == {"ingest": ["8000:8000"], "api": ["8100:8100"]}
+    assert "network_mode" not in SERVICES["api"]
     assert not any("expose" in svc for svc in SERVICES.values())
     assert "network_mode" not in SERVICES["ingest"]  # host networking would publish all
 

@@ -92,7 +92,12 @@ def test_the_psql_script_and_the_dsn_path_run_the_same_statements(fake_pg):
     cdc = next(s for s in role_sql if s.startswith('ALTER ROLE "paystream_cdc"'))
     assert " REPLICATION " in cdc
     assert all(" NOREPLICATION " in s for s in role_sql
-               if s.startswith("ALTER") and "paystream_cdc" not in s)
+               if s.startswith("ALTER") and " WITH " in s and "paystream_cdc" not in s)
+    # Each role's session defaults: reset, then exactly schema.db.ROLE_SETTINGS.
+    assert 'ALTER ROLE "paystream_ledger" SET lock_timeout = \'10s\'' in role_sql
+    assert 'ALTER ROLE "paystream_ingest" SET statement_timeout = \'2s\'' in role_sql
+    assert 'ALTER ROLE "paystream" RESET ALL' in role_sql
+    assert not any(s.startswith('ALTER ROLE "paystream" SET') for s in role_sql)
     # The database (owned by the owner), then the slot in it.
     assert 'CREATE DATABASE "paystream" OWNER "paystream"' in sent
     assert log[-1] == ("paystream", postgres.SLOT_SQL, None)

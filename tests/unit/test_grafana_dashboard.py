@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.support.dashboard import load, metric_names, panels, queries
 
 ROOT = Path(__file__).resolve().parents[2]
-EXPORTERS = ("ingest", "consumers", "finality", "ops")
+EXPORTERS = ("ingest", "consumers", "finality", "ops", "api")
 
 
 def exported_names() -> set[str]:

@@ -10,9 +10,9 @@ import dataclasses
 import pytest
 
 from paystream.ingest.errors import RateLimitError
-from paystream.ingest.rate_limit import TokenBuckets
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.webhooks import PAYMENTS_PATH, Webhooks
+from paystream.rate_limit import TokenBuckets
 from tests.support.ingest import ingest_env, payment_body, payment_headers
 
 
@@ -64,7 +64,7 @@ class _NoWriter:
 
 def _post(webhooks: Webhooks, source: str, body: bytes, headers: dict[str, str]) -> int:
     from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY
-    from paystream.ingest.trace import Trace
+    from paystream.trace import Trace
 
     scope = {"type": "http", "method": "POST", "path": PAYMENTS_PATH,
              "client": (source, 5000), "headers": [], HEADERS_SCOPE_KEY: headers,

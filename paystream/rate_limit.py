@@ -1,6 +1,7 @@
 """Token buckets: bursts pass, a sustained flood gets 429 with Retry-After.
 
-Two are used (ingest/webhooks.py), both charged only once a request's fate is known:
+Used by the ingest (ingest/webhooks.py) and the merchant API (api/auth.py). The ingest
+uses two, both charged only once a request's fate is known:
 a verified delivery spends from its provider's bucket, and a request that fails
 authentication (or is refused before it) spends from a small bucket of its source
 address. Unsigned junk therefore never drains a provider's bucket, and a source that
@@ -17,7 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from paystream.ingest.errors import RateLimitError
+from paystream.http_errors import RateLimitError
 
 MAX_BUCKETS = 10_000  # memory bound: the least recently seen keys are forgotten
 

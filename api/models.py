@@ -1,0 +1,155 @@
+"""The API's request and answer bodies, for validation and the OpenAPI document.
+Amounts are strings (canonical decimal text), never JSON numbers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from paystream.schema.events import USER_ID_PATTERN
+
+USER_ID = USER_ID_PATTERN.pattern
+AMOUNT = r"^-?[0-9]+(\.[0-9]+)?$"  # what schema.transfers.signed writes
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Balance(Strict):
+    asset: str
+    available: str = Field(pattern=AMOUNT)
+    pending: str = Field(pattern=AMOUNT)
+    held: str = Field(pattern=AMOUNT)
+
+
+class Balances(Strict):
+    user_id: str
+    at: datetime | None = Field(None, description="the moment asked for (?at=), if any")
+    balances: list[Balance]
+
+
+class Entry(Strict):
+    """One posting to a user account (book: available, pending or held)."""
+
+    transfer_id: int
+    user_id: str
+    asset: str
+    book: str
+    delta: str = Field(pattern=AMOUNT)
+    event_type: str
+    created_at: datetime
+
+
+class EventStatus(Strict):
+    event_id: str
+    event_type: str
+    user_id: str
+    asset: str
+    amount: str = Field(pattern=AMOUNT)
+    provider: str
+    status: str = Field(description="received, pending_finality, applied, rejected, ...")
+    outcome: str | None = Field(description="the ledger's outcome, once it judged it")
+    trace_id: str
+    received_at: datetime
+    status_changed_at: datetime
+    entries: list[Entry]
+
+
+class TransactionEntry(Strict):
+    asset: str
+    book: str
+    delta: str = Field(pattern=AMOUNT)
+
+
+class Transaction(Strict):
+    """One transfer as it touched the user's accounts."""
+
+    transfer_id: int
+    event_id: str = Field(description="the event that caused it")
+    event_type: str
+    created_at: datetime
+    entries: list[TransactionEntry]
+
+
+class Transactions(Strict):
+    items: list[Transaction]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page;"
+                                    " null on the last")
+
+
+class NewUser(Strict):
+    user_id: str = Field(pattern=f"^{USER_ID}$")
+
+
+class User(Strict):
+    user_id: str
+    created: bool = Field(description="false if it existed already")
+
+
+class NewAddress(Strict):
+    network: str = Field(min_length=1, max_length=64, examples=["ETH_MAINNET"])
+    address: str = Field(min_length=1, max_length=130)
+
+
+class Address(Strict):
+    network: str
+    address: str
+    user_id: str
+    created_at: datetime | None = None
+
+
+class AddressAdded(Address):
+    created: bool = Field(description="false if it was this user's already")
+
+
+class Addresses(Strict):
+    user_id: str
+    items: list[Address]
+
+
+class NewWithdrawal(Strict):
+    user_id: str = Field(max_length=64)
+    asset: str = Field(max_length=200)
+    amount: str = Field(max_length=100, examples=["25.50"])
+    destination: str = Field(max_length=200, description="where the gateway pays out")
+
+
+class WithdrawalRequested(Strict):
+    withdrawal_id: str
+    status: str
+    user_id: str
+    asset: str
+    amount: str
+    destination: str
+    trace_id: str
+
+
+class Withdrawal(Strict):
+    withdrawal_id: str
+    user_id: str
+    asset: str
+    amount: str
+    destination: str
+    created_at: datetime
+    status: str = Field(description="requested, held, expiring, settled, failed, expired,"
+                        " rejected, dead_lettered")
+    event_status: str
+    outcome: str | None
+    hold_state: str | None
+    settled_amount: str | None
+    closed_by: str | None
+    closed_at: datetime | None
+    trace_id: str
+
+
+class Error(Strict):
+    status: str = Field(examples=["error"])
+    code: str
+    reason: str
+    trace_id: str
+
+
+class Health(Strict):
+    status: str

@@ -1,0 +1,119 @@
+"""What the API reads, each in the request's snapshot (api/database.py `read`): an
+event's status and ledger entries, a user's history one cursor page at a time, a
+withdrawal's state. Amounts leave as canonical strings (schema/transfers.signed)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from paystream.api.errors import InvalidRequestError
+from paystream.schema.accounts import USER_KINDS
+from paystream.schema.db import Cursor
+from paystream.schema.transfers import signed
+
+USER_BOOKS = [k.value for k in USER_KINDS]
+# A cursor is the transfer id a page ended at: a BIGINT, so at most 19 digits.
+CURSOR_PATTERN = re.compile(r"[1-9][0-9]{0,18}")
+MAX_TRANSFER_ID = 2**63 - 1
+
+
+def event(cur: Cursor, event_id: str) -> dict[str, Any] | None:
+    """An event's record, its ledger outcome (None until the ledger judged it) and the
+    entries it posted to user accounts; None if no such event was received."""
+    cur.execute("SELECT event_id, event_type, user_id, asset, amount, provider, status,"
+                " trace_id, received_at, status_changed_at FROM payment_events"
+                " WHERE event_id = %s", (event_id,))
+    row = cur.fetchone()
+    if row is None:
+        return None
+    cur.execute("SELECT outcome FROM processed_events WHERE event_id = %s"
+                " ORDER BY processed_at DESC LIMIT 1", (event_id,))
+    outcome = cur.fetchone()
+    cur.execute("SELECT transfer_id, user_id, asset, book, delta, event_type, created_at"
+                " FROM user_entries WHERE source_event_id = %s"
+                " ORDER BY transfer_id, user_id, asset, book", (event_id,))
+    entries = [{"transfer_id": t, "user_id": u, "asset": a, "book": b, "delta": signed(d),
+                "event_type": et, "created_at": c} for t, u, a, b, d, et, c in cur.fetchall()]
+    return {"event_id": row[0], "event_type": row[1], "user_id": row[2], "asset": row[3],
+            "amount": signed(row[4]), "provider": row[5], "status": row[6],
+            "outcome": outcome[0] if outcome else None, "trace_id": row[7],
+            "received_at": row[8], "status_changed_at": row[9], "entries": entries}
+
+
+def parse_cursor(cursor: str | None) -> int | None:
+    """The transfer id a cursor names (None: the first page); 400 if it is not one."""
+    if cursor is None or cursor == "":
+        return None
+    if CURSOR_PATTERN.fullmatch(cursor) is None or int(cursor) > MAX_TRANSFER_ID:
+        raise InvalidRequestError("cursor is not one this API returned", code="invalid_cursor")
+    return int(cursor)
+
+
+def transactions(cur: Cursor, user_id: str, before: int | None, limit: int
+                 ) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a user's transfers, newest first: at most `limit` transfers with a
+    transfer id below `before`, each with the entries it posted to the user's accounts,
+    and the cursor of the next page (None on the last).
+
+    Keyset on transfer_id alone (unique, a BIGSERIAL): a page continues strictly below
+    the last id seen, so no transfer is shown twice or skipped among those committed
+    before the walk began, however many arrive meanwhile (new ones take higher ids and
+    appear on a fresh first page). created_at would need transfer_id as a tie-break
+    anyway, and is the transaction's start time, no better an order."""
+    cur.execute(
+        "WITH page AS (SELECT DISTINCT p.transfer_id FROM accounts a"
+        " JOIN postings p ON p.account_id = a.account_id"
+        " WHERE a.owner = %(user)s AND a.kind = ANY(%(books)s::text[])"
+        " AND (%(before)s::bigint IS NULL OR p.transfer_id < %(before)s::bigint)"
+        " ORDER BY p.transfer_id DESC LIMIT %(limit)s)"
+        " SELECT e.transfer_id, e.source_event_id, e.event_type, e.created_at, e.asset,"
+        " e.book, e.delta FROM user_entries e JOIN page USING (transfer_id)"
+        " WHERE e.user_id = %(user)s ORDER BY e.transfer_id DESC, e.asset, e.book",
+        {"user": user_id, "books": USER_BOOKS, "before": before, "limit": limit + 1})
+    items: list[dict[str, Any]] = []
+    for transfer_id, event_id, event_type, created_at, asset, book, delta in cur.fetchall():
+        if not items or items[-1]["transfer_id"] != transfer_id:
+            items.append({"transfer_id": transfer_id, "event_id": event_id,
+                          "event_type": event_type, "created_at": created_at,
+                          "entries": []})
+        items[-1]["entries"].append({"asset": asset, "book": book, "delta": signed(delta)})
+    if len(items) <= limit:
+        return items, None
+    items = items[:limit]
+    return items, str(items[-1]["transfer_id"])
+
+
+def withdrawal(cur: Cursor, withdrawal_id: str) -> dict[str, Any] | None:
+    """A withdrawal the API requested: its request, its event's status and outcome, and
+    its hold (None until the ledger placed it); None if the API requested no such one."""
+    cur.execute(
+        "SELECT w.withdrawal_id, w.user_id, w.asset, w.amount, w.destination, w.created_at,"
+        " e.status, e.trace_id, h.state, h.settled_amount, h.closed_by, h.closed_at,"
+        " (SELECT outcome FROM processed_events p WHERE p.event_id = w.withdrawal_id"
+        "  ORDER BY processed_at DESC LIMIT 1)"
+        " FROM api_withdrawals w JOIN payment_events e ON e.event_id = w.withdrawal_id"
+        " LEFT JOIN holds h ON h.hold_id = w.withdrawal_id WHERE w.withdrawal_id = %s",
+        (withdrawal_id,))
+    row = cur.fetchone()
+    if row is None:
+        return None
+    (wid, user_id, asset, amount, destination, created_at, event_status, trace_id,
+     hold_state, settled_amount, closed_by, closed_at, outcome) = row
+    return {"withdrawal_id": wid, "user_id": user_id, "asset": asset,
+            "amount": signed(amount), "destination": destination, "created_at": created_at,
+            "status": withdrawal_status(event_status, hold_state),
+            "event_status": event_status, "outcome": outcome, "hold_state": hold_state,
+            "settled_amount": None if settled_amount is None else signed(settled_amount),
+            "closed_by": closed_by, "closed_at": closed_at, "trace_id": trace_id}
+
+
+def withdrawal_status(event_status: str, hold_state: str | None) -> str:
+    """One word for a merchant: requested (not yet judged by the ledger), rejected
+    (e.g. insufficient funds), dead_lettered, or the hold's state (held, expiring,
+    settled, failed, expired)."""
+    if hold_state is not None:
+        return hold_state
+    if event_status in ("rejected", "dead_lettered"):
+        return event_status
+    return "requested"

@@ -1,0 +1,175 @@
+"""Merchant API benchmark: GET /v1/users/{id}/balances at saturation and at a fixed
+1,000 req/s, next to a bare FastAPI endpoint doing one database read (bench/
+api_baseline.py), both served the same way, in the same run, phases alternated.
+
+    PYTHONPATH=. .venv/bin/python bench/api_bench.py [--duration 10] [--rate 1000]
+
+Targets (issue 18): the API's saturated throughput >= 60 % of the bare endpoint's, and
+its p99 <= 20 ms at 1,000 req/s. Saturation load comes from wrk (bench/wrk_load.py, a
+few us of CPU per request); the fixed rate from an open-loop aiohttp generator in a
+child process that measures every request from its scheduled send time (no coordinated
+omission). Needs the stack's Postgres (`paystream stack up`). The machine is shared:
+every line carries the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ingest_bench import MAX_LAG_S, REQUEST_TIMEOUT_S, Result, load_average  # noqa: E402
+from wrk_load import run_wrk  # noqa: E402
+
+from paystream.schema.db import connect, database_url, where  # noqa: E402
+from tests.support.api import api_server, bearer, new_key  # noqa: E402
+from tests.support.ingest import ingest_server  # noqa: E402
+
+TARGET_SHARE = 0.60
+TARGET_P99_MS = 20.0
+ASSETS = ("EUR", "USD", "USDC")
+
+
+def seed_user() -> str:
+    """A user with a few balances (rows as the ledger leaves them)."""
+    user = "bench-api-" + uuid.uuid4().hex[:8]
+    conn = connect(database_url("owner"))
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+            for n, asset in enumerate(ASSETS):
+                cur.execute("INSERT INTO balances (user_id, asset, balance, pending, held)"
+                            " VALUES (%s, %s, %s, %s, %s)",
+                            (user, asset, f"{n + 1}00.25", "1.5", "0"))
+    finally:
+        conn.close()
+    return user
+
+
+async def _open_loop(url: str, headers: dict[str, str], rate: float, count: int
+                     ) -> tuple[int, int, int, float, list[float]]:
+    import aiohttp
+
+    latencies: list[float] = []
+    counters = {"ok": 0, "errors": 0}
+    connector = aiohttp.TCPConnector(limit=256)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                     headers=headers) as session:
+
+        async def one(scheduled: float) -> None:
+            try:
+                async with session.get(url) as answer:
+                    await answer.read()
+                    good = answer.status == 200
+            except (TimeoutError, aiohttp.ClientError):
+                good = False
+            latencies.append((time.perf_counter() - scheduled) * 1000)
+            counters["ok" if good else "errors"] += 1
+
+        in_flight: set[asyncio.Task[None]] = set()
+        began = time.perf_counter()
+        for i in range(count):  # each send created at its scheduled time (ingest_bench)
+            scheduled = began + i / rate
+            delay = scheduled - time.perf_counter()
+            await asyncio.sleep(max(delay, 0))
+            if -delay > MAX_LAG_S:
+                latencies.append(-delay * 1000)
+                counters["errors"] += 1
+                continue
+            task = asyncio.create_task(one(scheduled))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        while in_flight:
+            await asyncio.gather(*in_flight)
+        elapsed = time.perf_counter() - began
+    return count, counters["ok"], counters["errors"], elapsed, latencies
+
+
+def _generator(url: str, headers: dict[str, str], rate: float, count: int, conn) -> None:
+    conn.send(asyncio.run(_open_loop(url, headers, rate, count)))
+    conn.close()
+
+
+def fixed_rate(label: str, url: str, headers: dict[str, str], rate: float,
+               duration: float) -> Result:
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_generator, args=(url, headers, rate, int(rate * duration),
+                                                child))
+    proc.start()
+    sent, ok, errors, seconds, latencies = parent.recv()
+    proc.join(timeout=60)
+    return Result(label, sent, ok, errors, seconds, latencies, load=load_average())
+
+
+def saturation(label: str, url: str, headers: dict[str, str], connections: int,
+               duration: float) -> Result:
+    done = run_wrk(url, [(b"", headers)], connections, duration, method="GET")
+    return Result(label, done.answered, done.ok, done.errors, done.seconds, [],
+                  load=load_average(), percentiles={0.50: done.p50_ms, 0.99: done.p99_ms})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
+    parser.add_argument("--rate", type=float, default=1000.0, help="fixed rate, req/s")
+    parser.add_argument("--concurrency", type=int, default=32, help="connections (wrk)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers per server")
+    args = parser.parse_args()
+
+    user = seed_user()
+    headers = bearer(new_key("read", name="bench")[1])
+    quiet = {"PAYSTREAM_LOG_LEVEL": "WARNING"}
+    print(f"api benchmark: load average {load_average()} at start, {os.cpu_count()} CPUs,"
+          f" {args.workers} uvicorn worker(s), {args.duration:.0f} s per phase,"
+          f" {args.rounds} round(s), c{args.concurrency} at saturation (wrk)")
+    print(f"database: {where(database_url('api'))}")
+    with ingest_server(quiet, workers=args.workers, app="bench.api_baseline:create_bare_app",
+                       log_path=Path("/tmp/api-bench-bare.log")) as bare, \
+            api_server({**quiet, "PAYSTREAM_API_RATE_PER_SECOND": "1000000",
+                        "PAYSTREAM_API_RATE_BURST": "1000000"}, workers=args.workers) as api:
+        path = f"/v1/users/{user}/balances"
+        sides = {"bare FastAPI + 1 read": bare.url + path, "api balances": api.url + path}
+        for url in sides.values():  # warm-up: connections open, code paths hot
+            saturation("warm-up", url, headers, 8, 2)
+        sat: dict[str, list[Result]] = {side: [] for side in sides}
+        rate: dict[str, list[Result]] = {side: [] for side in sides}
+        for n in range(args.rounds):
+            for side, url in sides.items():
+                sat[side].append(saturation(f"{side}, saturation #{n + 1}", url, headers,
+                                            args.concurrency, args.duration))
+                print(sat[side][-1].line().split("  cdc wait")[0], flush=True)
+        for n in range(args.rounds):
+            for side, url in sides.items():
+                rate[side].append(fixed_rate(f"{side}, {args.rate:.0f} req/s #{n + 1}", url,
+                                             headers, args.rate, args.duration))
+                print(rate[side][-1].line().split("  cdc wait")[0], flush=True)
+    bare_rps = statistics.median(r.rps for r in sat["bare FastAPI + 1 read"])
+    api_rps = statistics.median(r.rps for r in sat["api balances"])
+    p99 = statistics.median(r.pct(0.99) for r in rate["api balances"])
+    bare_p99 = statistics.median(r.pct(0.99) for r in rate["bare FastAPI + 1 read"])
+    share = api_rps / bare_rps if bare_rps else 0.0
+    print()
+    print(f"saturation (median over {args.rounds} round(s)): bare {bare_rps:.0f} req/s,"
+          f" api {api_rps:.0f} req/s")
+    print(f"throughput at saturation: {share:.0%} of the bare endpoint (target >= "
+          f"{TARGET_SHARE:.0%}): {'MET' if share >= TARGET_SHARE else 'NOT MET'}")
+    print(f"p99 at {args.rate:.0f} req/s: api {p99:.2f} ms, bare {bare_p99:.2f} ms (target"
+          f" <= {TARGET_P99_MS:.0f} ms): {'MET' if p99 <= TARGET_P99_MS else 'NOT MET'}")
+    print(f"load average at the end: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
