@@ -5,6 +5,7 @@ Debezium writes them, `paystream consume notifier` recording slots, its sender (
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -14,7 +15,13 @@ import pytest
 
 from paystream.schema.db import Connection
 from paystream.schema.notifications import IntentType
-from tests.support.consumers import ConsumerProcess, ProcessPool, create_topic, produce
+from tests.support.consumers import (
+    ConsumerProcess,
+    ProcessPool,
+    create_topic,
+    produce,
+    read_all,
+)
 from tests.support.ids import unique
 from tests.support.notify import (
     FAST,
@@ -230,3 +237,29 @@ def test_a_sender_killed_mid_delivery_loses_nothing_and_never_renames(
     else:
         # Claimed and never sent when it died: sent first by the second sender.
         assert [i for i in stuck if i not in sent_before]
+
+
+def test_what_is_not_an_intent_is_a_dead_letter_and_never_sent(
+        db: Connection, pool: ProcessPool, hooks: Receiver, topics: tuple[str, str],
+        endpoints: list[str]) -> None:
+    user = unique("ntf-user")
+    _endpoint(hooks, endpoints, f"/ok/{user}", user)
+    good, forged, misrouted = intents(unique("src"), user, 3)
+    forged_body = {**forged.body(), "id": "ntf_" + "f" * 32}  # an id its source does not derive
+    bad = [(user.encode(), json.dumps(forged_body).encode(), []),
+           (b"someone-else", json.dumps(misrouted.body()).encode(), []),  # key is not its user
+           (user.encode(), b"not json", [])]
+    proc = _notifier(pool, topics)
+    produce(topics[0], messages([good]) + bad)
+    wait_until(lambda: hooks.ids(f"/ok/{user}") == [good.id], 30, "the one real intent",
+               interval_s=0.5)
+    wait_until(lambda: len(read_all(topics[1])) == 3, 30, "three dead letters", interval_s=0.5)
+    reasons = sorted(dict(m.headers())["dlq.error.reason"].decode()
+                     for m in read_all(topics[1]))
+    assert reasons == ["malformed", "wrong_intent_id", "wrong_key"]
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM notification_intents WHERE intent_id = ANY(%s)",
+                    ([forged_body["id"], misrouted.id],))
+        assert cur.fetchone()[0] == 0
+    assert proc.terminate() == 0, proc.tail()
+    assert hooks.ids(f"/ok/{user}") == [good.id]
