@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -67,3 +68,27 @@ def test_recover_resends_what_failed_and_redeliver_sends_again_under_the_same_id
     assert missing.returncode == 2 and "no intent" in missing.stderr
     bad_time = _cli("recover", "--since", "yesterday")
     assert bad_time.returncode == 2 and "not an ISO 8601 timestamp" in bad_time.stderr
+
+
+def test_health_says_when_deliveries_are_due_and_nobody_sends(db: Connection) -> None:
+    user = unique("ntf-health")
+    endpoint_id, _ = add_endpoint("http://127.0.0.1:9/never", user)
+    intent = intents(unique("src"), user, 1)[0]
+    try:
+        with db.cursor() as cur:
+            cur.execute("INSERT INTO notification_intents (intent_id, type, user_id,"
+                        " created_at, data) VALUES (%s, %s, %s, now(), '{}')",
+                        (intent.id, intent.type.value, user))
+            # Due two minutes ago, no sender running for it: past --stuck-after (60 s).
+            cur.execute("INSERT INTO notification_deliveries (intent_id, endpoint_id,"
+                        " next_attempt_at) VALUES (%s, %s, now() - interval '120 s')",
+                        (intent.id, endpoint_id))
+        done = subprocess.run(paystream_argv("health", "--check", "notifications", "--json"),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done.stdout + done.stderr
+        [row] = json.loads(done.stdout)
+        assert row["verdict"] == "unhealthy" and float(row["value"].split()[0]) >= 120
+    finally:
+        with db.cursor() as cur:
+            cur.execute("UPDATE notification_endpoints SET disabled_at = now()"
+                        " WHERE endpoint_id = %s", (endpoint_id,))
