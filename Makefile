@@ -39,7 +39,7 @@ run: install
 # mypy and import-linter cannot follow pyproject's package-dir mapping, so they run in
 # .typecheck/, a view of symlinks laid out as the installed package (paystream/schema ->
 # schema/, ...). Errors name paystream/<folder>/<file>.py.
-VIEW_DIRS := schema ingest consumers finality ops stack connectors api
+VIEW_DIRS := schema ingest consumers finality ops stack connectors api notify
 typecheck-view:
 	@rm -rf .typecheck && mkdir -p .typecheck/paystream
 	@for d in $(VIEW_DIRS); do ln -s ../../$$d .typecheck/paystream/$$d; done
@@ -75,7 +75,7 @@ test: install lint
 BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
-.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api
+.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -91,6 +91,9 @@ bench-cdc: stack-up  ## outbox commit -> Kafka record latency through Debezium
 
 bench-e2e: stack-up  ## webhook 2xx -> applied latency through the whole pipeline
 	$(BENCH) bench/e2e_latency.py
+
+bench-notify: stack-up  ## webhook deliveries/s vs a one-at-a-time sender; p99 at 200 intents/s
+	$(BENCH) bench/notify_bench.py
 
 bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finalized -> credited
 	$(BENCH) bench/finality_rpc_bench.py

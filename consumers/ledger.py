@@ -29,9 +29,9 @@ this order (the steps are numbered at the call sites too):
      (consumers/ledger_postings.py), by COPY (transfers UNIQUE (source_event_id,
      event_type) as the last line of defence), and one aggregated UPDATE of the
      balances rows that copy the users' accounts;
-  8. the chain deposits, the waiting outcomes a settlement decides, a notification
-     intent per rejection and reversal, and the event statuses through
-     schema.status.transition.
+  8. the chain deposits, the waiting outcomes a settlement decides, the event
+     statuses through schema.status.transition, and a notification intent per
+     user-visible change (schema/notifications.py), all in one outbox round trip.
 
 Why this order is safe when two appliers hold the same events (a rebalance can let two
 processes hold one batch for a moment; a crash between the DB commit and the offset
@@ -99,6 +99,7 @@ from paystream.schema import (
     accounts,
     chain_deposits,
     holds,
+    notifications,
     processed_events,
     reversals,
     stored_events,
@@ -115,7 +116,7 @@ from paystream.schema.events import (
     SettlementType,
 )
 from paystream.schema.idempotency import idempotency_key
-from paystream.schema.outbox import emit
+from paystream.schema.outbox import publish
 from paystream.schema.pgarray import text_array
 from paystream.schema.processed_events import Outcome
 from paystream.schema.status import EventStatus, transition
@@ -135,12 +136,6 @@ ZERO = Decimal(0)
 # statement sees what has committed since. Only records that fail the check pay.
 VISIBILITY_RECHECKS_S = (0.02, 0.1, 0.3, 0.6, 1.0)
 
-NOTIFICATION_WITHDRAWAL_REJECTED = "withdrawal_rejected"
-NOTIFICATION_EVENT_REJECTED = "event_rejected"  # a hold's close or a reversal refused
-NOTIFICATION_DEPOSIT_REVERSED = "deposit_reversed"
-NOTIFICATION_SHORTFALL_OPENED = "shortfall_opened"
-WITHDRAWAL_TYPES = (EventType.WITHDRAWAL, EventType.WITHDRAWAL_FEE,
-                    EventType.WITHDRAWAL_REQUESTED)
 
 # Statuses an event has once the ledger has processed it (final, or waiting on a chain).
 _PROCESSED_STATUSES = sorted(s.value for s in stored_events.PROCESSED_STATUSES)
@@ -560,8 +555,7 @@ def _write_consequences(cur: Cursor, plan: Plan, hold_ttl_s: float) -> None:
                        + [c for c in plan.with_outcome(Outcome.SHORTFALL)
                           if c.event.settles is not None])
     finalized = of_type(applied, SettlementType.DEPOSIT_FINALIZED)
-    if rejected:
-        _notify_rejections(cur, rejected, plan)
+    _log_rejections(rejected, plan)
     chain_deposits.hold(cur, [(c.event, c.trace_id or c.event.event_id) for c in pending])
     _settle_deposits(cur, finalized, DepositState.FINAL, Outcome.APPLIED)
     _settle_deposits(cur, reorged, DepositState.REORGED, Outcome.REORGED)
@@ -578,6 +572,7 @@ def _write_consequences(cur: Cursor, plan: Plan, hold_ttl_s: float) -> None:
     transition(cur, _deposits_of(reorged), EventStatus.REORGED)
     transition(cur, _deposits_of(credited), EventStatus.CREDITED)
     transition(cur, _deposits_of(chain_reversals), EventStatus.REVERSED)
+    _notify(cur, plan)
 
 
 def _deposits_of(settlements: Iterable[Candidate]) -> list[str]:
@@ -603,7 +598,7 @@ def _settle_deposits(cur: Cursor, settling: Sequence[Candidate], state: DepositS
 
 
 def _record_reversals(cur: Cursor, reversals: Sequence[Candidate], plan: Plan) -> None:
-    """The shortfall of each reversal (if any) and one notification intent each. Only
+    """The shortfall of each reversal (if any) and a line each (_notify tells the user). Only
     for events planned in this transaction: a replay does nothing here."""
     owed = {id(c): amount for c, amount in plan.shortfalls}
     short = [c for c in reversals if id(c) in owed]
@@ -620,16 +615,6 @@ def _record_reversals(cur: Cursor, reversals: Sequence[Candidate], plan: Plan) -
         shortfall = owed.get(id(c), Decimal(0))
         debited = event.amount - shortfall
         count_reversal(shortfall > 0)
-        emit(cur, aggregatetype=NOTIFICATIONS_AGGREGATE, aggregateid=event.user_id,
-             event_type=NOTIFICATION_DEPOSIT_REVERSED, event_id=event.event_id,
-             payload={"kind": NOTIFICATION_DEPOSIT_REVERSED, "event_id": event.event_id,
-                      "deposit_event_id": event.settles, "user_id": event.user_id,
-                      "asset": event.asset, "amount": format_amount(event.amount),
-                      "debited": format_amount(debited),
-                      "shortfall": format_amount(shortfall),
-                      "account_flagged": shortfall > 0,
-                      "reason": (event.chain or {}).get("reason")},
-             trace_id=trace_id)
         fields = dict(trace_id=trace_id, event_id=event.event_id,
                       deposit_event_id=event.settles, user_id=event.user_id,
                       asset=event.asset, amount=format_amount(event.amount),
@@ -646,7 +631,7 @@ def _record_reversals(cur: Cursor, reversals: Sequence[Candidate], plan: Plan) -
 def _record_shortfalls(cur: Cursor, short: Sequence[Candidate], plan: Plan) -> None:
     """What a refund, chargeback, revert or debit adjustment could not take from
     available: an account_shortfalls row (the user is flagged), the platform's
-    receivable already posted, a notification intent and a critical line each."""
+    receivable already posted, and a critical line each (_notify tells the user)."""
     owed = {id(c): amount for c, amount in plan.shortfalls}
     cur.executemany(
         "INSERT INTO account_shortfalls (user_id, asset, source_event_id,"
@@ -657,14 +642,6 @@ def _record_shortfalls(cur: Cursor, short: Sequence[Candidate], plan: Plan) -> N
     for c in short:
         event = c.event
         trace_id = c.trace_id or event.event_id
-        emit(cur, aggregatetype=NOTIFICATIONS_AGGREGATE, aggregateid=event.user_id,
-             event_type=NOTIFICATION_SHORTFALL_OPENED, event_id=event.event_id,
-             payload={"kind": NOTIFICATION_SHORTFALL_OPENED, "event_id": event.event_id,
-                      "event_type": event.event_type.value, "reverses": event.reference,
-                      "user_id": event.user_id, "asset": event.asset,
-                      "amount": format_amount(event.amount),
-                      "shortfall": format_amount(owed[id(c)]), "account_flagged": True},
-             trace_id=trace_id)
         log.critical("shortfall_opened", trace_id=trace_id, event_id=event.event_id,
                      event_type=event.event_type.value, reverses=event.reference,
                      user_id=event.user_id, asset=event.asset,
@@ -672,28 +649,49 @@ def _record_shortfalls(cur: Cursor, short: Sequence[Candidate], plan: Plan) -> N
                      shortfall=format_amount(owed[id(c)]), account_flagged=True)
 
 
-def _notify_rejections(cur: Cursor, rejected: Sequence[Candidate], plan: Plan) -> None:
-    """One notification intent per rejected debit (insufficient_funds, or
-    account_flagged for a user with an open shortfall). Only for events planned in this
-    transaction, so a redelivered rejection never notifies the user twice."""
+def _log_rejections(rejected: Sequence[Candidate], plan: Plan) -> None:
+    """A line per rejected debit (insufficient_funds, account_flagged, ...); the user is
+    told by the batch's intents (_notify)."""
     reasons = {id(c): o for c, o in plan.decisions}
     for c in rejected:
         event = c.event
-        reason = reasons[id(c)].value
-        trace_id = c.trace_id or event.event_id
-        kind = (NOTIFICATION_WITHDRAWAL_REJECTED if event.event_type in WITHDRAWAL_TYPES
-                else NOTIFICATION_EVENT_REJECTED)
-        emit(cur, aggregatetype=NOTIFICATIONS_AGGREGATE, aggregateid=event.user_id,
-             event_type=kind, event_id=event.event_id,
-             payload={"kind": kind, "event_id": event.event_id,
-                      "event_type": event.event_type.value, "user_id": event.user_id,
-                      "asset": event.asset, "amount": format_amount(event.amount),
-                      "reason": reason},
-             trace_id=trace_id)
-        log.info(kind, trace_id=trace_id, event_id=event.event_id,
-                 user_id=event.user_id, asset=event.asset, reason=reason,
+        log.info("event_rejected", trace_id=c.trace_id or event.event_id,
+                 event_id=event.event_id, event_type=event.event_type.value,
+                 user_id=event.user_id, asset=event.asset, reason=reasons[id(c)].value,
                  amount=format_amount(event.amount),
                  balance_after_batch=format_amount(plan.closing.get(c.pair, Decimal(0))))
+
+
+def _notify(cur: Cursor, plan: Plan) -> None:
+    """Step 8's notification intents: one per user-visible change planned in this
+    transaction (schema/notifications.py says which), plus a shortfall.opened per
+    shortfall, all in one outbox round trip. Only events planned here: a redelivered
+    event was dropped as a duplicate at step 6 and notifies nobody twice."""
+    created_at = notifications.now_text()
+    owed = {id(c): amount for c, amount in plan.shortfalls}
+    intents: list[tuple[notifications.Intent, str]] = []
+    for c, outcome in plan.decisions:
+        event = c.event
+        trace_id = c.trace_id or event.event_id
+        short = owed.get(id(c), ZERO)
+        extra: dict[str, object] = {}
+        if event.event_type is SettlementType.DEPOSIT_REVERSED:
+            extra = {"reason": (event.chain or {}).get("reason"),
+                     "debited": format_amount(event.amount - short) if event.amount > short
+                     else "0"}
+        if short > 0:
+            extra["shortfall"] = format_amount(short)
+            extra["account_flagged"] = True
+        intent = notifications.of_outcome(event, outcome, created_at, **extra)
+        if intent is not None:
+            intents.append((intent, trace_id))
+        if short > 0:
+            intents.append((notifications.new_intent(
+                notifications.IntentType.SHORTFALL_OPENED, event.event_id, event.user_id,
+                event_type=event.event_type.value, asset=event.asset, amount=short,
+                created_at=created_at, reference=event.reference or event.settles),
+                trace_id))
+    publish(cur, NOTIFICATIONS_AGGREGATE, notifications.outbox_messages(intents))
 
 
 def _without_dead_letters(candidates: list[Candidate], bad: dict[int, tuple[str, str]],

@@ -11,7 +11,7 @@ import hmac
 from collections.abc import Sequence
 
 from paystream.ingest.errors import SignatureError
-from paystream.ingest.hmac_keys import keyed_sha256
+from paystream.schema.hmac_keys import keyed_sha256
 
 HEADER = "x-alchemy-signature"
 

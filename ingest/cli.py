@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from paystream.ingest.settings import IngestSettings
-from paystream.operator_cli import EXIT_OK, EXIT_PROBLEM, database
+from paystream.operator_cli import EXIT_OK, EXIT_PROBLEM, database, iso_moment
 
 if TYPE_CHECKING:
     from paystream.schema.db import Connection
@@ -43,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     balances = sub.add_parser(
         "balances", help="show balances (user, asset, available, pending, held)")
     balances.add_argument("--user", default=None)
-    balances.add_argument("--at", type=_timestamp, default=None, metavar="TIMESTAMP",
+    balances.add_argument("--at", type=iso_moment, default=None, metavar="TIMESTAMP",
                           help="the balances at this moment, from the postings (ISO 8601,"
                                " e.g. 2026-12-02T10:00:00Z; UTC when no offset is given);"
                                " needs --user")
@@ -77,16 +76,6 @@ def _balances(args: argparse.Namespace) -> int:
     from paystream.ingest import admin
 
     return _admin(lambda conn: admin.render_table(admin.balances(conn, args.user, args.at)))
-
-
-def _timestamp(text: str) -> datetime:
-    """An ISO 8601 moment; one without an offset is UTC (never the server's zone)."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not an ISO 8601 timestamp: {text!r} (e.g. 2026-12-02T10:00:00Z)") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _admin(action: Callable[[Connection], str]) -> int:

@@ -1,69 +1,21 @@
-"""Standard Webhooks signatures (the scheme Svix and many payment gateways implement).
-
-Signed content is `{webhook-id}.{webhook-timestamp}.{raw body}`, HMAC-SHA256, base64.
-`webhook-signature` lists one or more `v1,<base64>` entries separated by spaces so the
-sender can rotate secrets without downtime; we may hold several secrets too. A request
-is authentic when any listed v1 signature matches any of our secrets, and its
-timestamp is within the tolerance (a captured request cannot be replayed later).
-"""
+"""Standard Webhooks on the ingest's side: the scheme itself is schema/standard_webhooks.py
+(the notifier signs with it too); a refusal here is the ingest's 401."""
 
 from __future__ import annotations
 
-import base64
-import hmac
-import time
 from collections.abc import Mapping, Sequence
 
 from paystream.ingest.errors import SignatureError
-from paystream.ingest.hmac_keys import keyed_sha256
+from paystream.schema import standard_webhooks as scheme
+from paystream.schema.standard_webhooks import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
-ID_HEADER = "webhook-id"
-TIMESTAMP_HEADER = "webhook-timestamp"
-SIGNATURE_HEADER = "webhook-signature"
-MAX_ID_LENGTH = 256
-
-
-def sign(msg_id: str, timestamp: int, body: bytes, secret: bytes) -> str:
-    """One `v1,<base64>` signature entry for the given content."""
-    return "v1," + _digest(msg_id, timestamp, body, secret).decode("ascii")
-
-
-def _digest(msg_id: str, timestamp: int, body: bytes, secret: bytes) -> bytes:
-    mac = keyed_sha256(secret)
-    mac.update(f"{msg_id}.{timestamp}.".encode())
-    mac.update(body)
-    return base64.b64encode(mac.digest())
+__all__ = ["ID_HEADER", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "sign", "verify"]
 
 
 def verify(body: bytes, headers: Mapping[str, str], secrets: Sequence[bytes], *,
            tolerance_s: int, now: float | None = None) -> str:
-    """Raise SignatureError unless the request is authentic and fresh; return webhook-id."""
-    msg_id = headers.get(ID_HEADER)
-    raw_ts = headers.get(TIMESTAMP_HEADER)
-    raw_sigs = headers.get(SIGNATURE_HEADER)
-    missing = [name for name, value in ((ID_HEADER, msg_id), (TIMESTAMP_HEADER, raw_ts),
-                                        (SIGNATURE_HEADER, raw_sigs)) if not value]
-    if missing:
-        raise SignatureError("missing header(s): " + ", ".join(missing))
-    assert msg_id is not None and raw_ts is not None and raw_sigs is not None
-    if len(msg_id) > MAX_ID_LENGTH or not msg_id.isascii() or not msg_id.isprintable():
-        raise SignatureError("webhook-id must be printable ASCII of at most "
-                           f"{MAX_ID_LENGTH} characters")
-    if not raw_ts.isascii() or not raw_ts.isdigit() or len(raw_ts) > 12:
-        raise SignatureError("webhook-timestamp must be integer Unix seconds")
-    timestamp = int(raw_ts)
-    current = time.time() if now is None else now
-    if abs(current - timestamp) > tolerance_s:
-        raise SignatureError(f"webhook-timestamp is more than {tolerance_s} s from now")
-    given = [entry.removeprefix("v1,").encode("latin-1", errors="replace")
-             for entry in raw_sigs.split(" ") if entry.startswith("v1,")]
-    if not given:
-        raise SignatureError("webhook-signature has no v1 entry")
-    matched = False
-    for secret in secrets:
-        expected = _digest(msg_id, timestamp, body, secret)
-        for candidate in given:
-            matched |= hmac.compare_digest(expected, candidate)
-    if not matched:
-        raise SignatureError("no webhook-signature entry matches the body")
-    return msg_id
+    """scheme.verify, its refusal raised as the ingest's SignatureError (401)."""
+    try:
+        return scheme.verify(body, headers, secrets, tolerance_s=tolerance_s, now=now)
+    except scheme.SignatureError as exc:
+        raise SignatureError(str(exc)) from None

@@ -92,6 +92,12 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     # threshold: CDC or the ledger is not moving them (or one was dead-lettered).
     "paystream_stuck_chain_settlements": (
         "Chain settlements emitted but not applied in time", ()),
+    # Webhook deliveries of enabled endpoints due and not sent (no sender running, or all
+    # saturated), the oldest one's wait, and the endpoints disabled (nobody told).
+    "paystream_notify_overdue_deliveries": ("Webhook deliveries due and not sent", ()),
+    "paystream_notify_oldest_overdue_delivery_age_seconds": (
+        "How long the oldest due webhook delivery has waited", ()),
+    "paystream_notify_disabled_endpoints": ("Webhook endpoints disabled", ()),
     # 1 when the connector and all its tasks are RUNNING.
     "paystream_connector_running": ("Debezium connector running", ("connector",)),
     # Each check's verdict: 0 ok, 1 warn, 2 unhealthy.
@@ -100,7 +106,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
-               "consumer_lag", "dead_letters", "chain_deposits", "connector")
+               "consumer_lag", "dead_letters", "chain_deposits", "notifications", "connector")
 # chain_deposits states: waiting for the finalized block (not credited); decided by the
 # watcher, its event waiting for the ledger (schema/migrations 0004, 0005).
 WAITING_STATES = ("pending", "suspect")
@@ -197,7 +203,8 @@ class HealthChecker:
         wanted = set(only or CHECK_NAMES)
         results: list[CheckResult] = []
         db_checks = wanted & {"database", "stuck_events", "oldest_unapplied",
-                              "replication_slot", "dead_letters", "chain_deposits"}
+                              "replication_slot", "dead_letters", "chain_deposits",
+                              "notifications"}
         if db_checks:
             results += self._database_checks(db_checks)
         if "consumer_lag" in wanted:
@@ -245,6 +252,8 @@ class HealthChecker:
                     out.append(self._dead_letter_check(cur))
                 if "chain_deposits" in wanted:
                     out += self._chain_deposit_checks(cur)
+                if "notifications" in wanted:
+                    out.append(self._notification_check(cur))
         except psycopg2.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             out = [CheckResult("database", "postgres", "reachable", f"error: {reason[:80]}",
@@ -345,6 +354,31 @@ class HealthChecker:
                         Health.UNHEALTHY if stuck else Health.OK,
                         (Sample("paystream_stuck_chain_settlements", stuck),)),
         ]
+
+    def _notification_check(self, cur: Cursor) -> CheckResult:
+        """Webhook deliveries due and not sent (no sender running, or all saturated),
+        of enabled endpoints; a disabled endpoint is a warning (nobody told)."""
+        s = self.settings
+        cur.execute(
+            "SELECT coalesce(extract(epoch FROM now() - min(d.next_attempt_at)), 0),"
+            "       count(*)"
+            " FROM notification_deliveries d JOIN notification_endpoints e USING (endpoint_id)"
+            " WHERE d.state = 'pending' AND d.next_attempt_at < now()"
+            " AND (d.claimed_until IS NULL OR d.claimed_until < now())"
+            " AND e.disabled_at IS NULL")
+        overdue_s, overdue = one_row(cur)
+        overdue_s, overdue = max(0.0, float(overdue_s)), int(overdue)
+        cur.execute("SELECT count(*) FROM notification_endpoints WHERE disabled_at IS NOT NULL")
+        disabled = int(one_row(cur)[0])
+        verdict = Health.UNHEALTHY if overdue_s > s.stuck_after_s else (
+            Health.WARN if disabled else Health.OK)
+        return CheckResult(
+            "notifications", "notifier", "oldest webhook delivery due, not sent",
+            f"{overdue_s:.1f} s ({overdue} due; {disabled} endpoints disabled)",
+            f"unhealthy > {s.stuck_after_s:g} s; warn: a disabled endpoint", verdict,
+            (Sample("paystream_notify_overdue_deliveries", overdue),
+             Sample("paystream_notify_oldest_overdue_delivery_age_seconds", overdue_s),
+             Sample("paystream_notify_disabled_endpoints", disabled)))
 
     # -- Kafka -----------------------------------------------------------------------
 

@@ -15,7 +15,10 @@ from decimal import Decimal
 from typing import Any
 
 from paystream.operator_cli import format_table
+from paystream.schema import notifications
 from paystream.schema.amounts import format_amount
+from paystream.schema.events import NOTIFICATIONS_AGGREGATE
+from paystream.schema.outbox import publish
 
 COLUMNS = ("id", "user_id", "asset", "amount", "deposit_event_id", "source_event_id",
            "created_at", "resolved_at", "resolution")
@@ -71,7 +74,17 @@ def resolve(cur: Any, shortfall_id: int, resolution: str) -> tuple[ShortfallRow,
     resolved = ShortfallRow(*row)
     cur.execute("SELECT EXISTS (SELECT 1 FROM account_shortfalls WHERE user_id = %s"
                 " AND resolved_at IS NULL)", (resolved.user_id,))
-    return resolved, bool(cur.fetchone()[0])
+    still_flagged = bool(cur.fetchone()[0])
+    # The user is told, in the resolution's transaction (schema/notifications.py).
+    intent = notifications.new_intent(
+        notifications.IntentType.SHORTFALL_RESOLVED, resolved.source_event_id,
+        resolved.user_id, event_type="shortfall_resolved", asset=resolved.asset,
+        amount=resolved.amount, created_at=notifications.now_text(),
+        shortfall_id=resolved.id, resolution=resolved.resolution,
+        account_flagged=still_flagged)
+    publish(cur, NOTIFICATIONS_AGGREGATE,
+            notifications.outbox_messages([(intent, resolved.source_event_id)]))
+    return resolved, still_flagged
 
 
 def render_table(rows: list[ShortfallRow]) -> str:

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "paystream.api.cli",
     "paystream.consume",
     "paystream.ops.cli",
+    "paystream.notify.cli",
     "paystream.run",
     "paystream.chaos.cli",
 )

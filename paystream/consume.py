@@ -1,6 +1,9 @@
-"""`paystream consume ledger | dlq-mirror | finality`: one consumer group on the
-consumer runtime (consumers/), or the chain finality watcher (finality/service.py, not a
-Kafka group: one thread per network of PAYSTREAM_FINALITY_NETWORKS, or --network).
+"""`paystream consume ledger | dlq-mirror | notifier | finality`: one consumer group on
+the consumer runtime (consumers/), or the chain finality watcher (finality/service.py, not
+a Kafka group: one thread per network of PAYSTREAM_FINALITY_NETWORKS, or --network). The
+notifier's process also runs a sender (notify/delivery.py) and the reminder scheduler
+(notify/reminders.py) on threads of their own, unless --no-deliver (then `paystream
+notify deliver` and `paystream notify remind` processes do).
 
 The command spans both packages, so it lives here, above them. The dead letters'
 commands (`paystream dlq`) are the operator's: ops/cli.py."""
@@ -9,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from paystream.consumers.settings import ConfigError, ConsumerSettings
 from paystream.operator_cli import EXIT_CANNOT_RUN
-from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+from paystream.schema.events import NOTIFICATIONS_TOPIC, PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
 # group -> (default topic, default DLQ topic, default metrics port, default DLQ limit)
 GROUPS: dict[str, tuple[str, str, int, int]] = {
@@ -21,12 +26,14 @@ GROUPS: dict[str, tuple[str, str, int, int]] = {
     # The mirror must never lose a dead letter: limit 0 stops it at the first message
     # it cannot store, and its own DLQ topic is never written.
     "dlq-mirror": (PAYMENTS_DLQ_TOPIC, PAYMENTS_DLQ_TOPIC + ".unmirrorable", 9402, 0),
+    "notifier": (NOTIFICATIONS_TOPIC, NOTIFICATIONS_TOPIC + ".dlq", 9405, 100),
 }
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    consume = sub.add_parser("consume", help="run a consumer group (ledger, dlq-mirror) "
-                                             "or the chain finality watcher (finality)")
+    consume = sub.add_parser("consume", help="run a consumer group (ledger, dlq-mirror, "
+                                             "notifier) or the chain finality watcher "
+                                             "(finality)")
     consume.add_argument("kind", choices=sorted([*GROUPS, "finality"]))
     consume.add_argument("--group", help="consumer group id (default: the kind)")
     consume.add_argument("--topic", action="append",
@@ -34,7 +41,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume.add_argument("--dlq-topic", help="where dead letters go")
     consume.add_argument("--metrics-port", type=int,
                          help="Prometheus port (0 disables; default 9401 ledger, 9402 mirror, "
-                              "9404 finality)")
+                              "9404 finality, 9405 notifier)")
+    consume.add_argument("--no-deliver", action="store_true",
+                         help="notifier only: record the deliveries, send none (separate "
+                              "`paystream notify deliver` processes send)")
     consume.add_argument("--batch-size", type=int, default=1000)
     consume.add_argument("--batch-timeout", type=float, default=0.5,
                          help="the longest wait for a batch's first record (a batch is "
@@ -122,8 +132,58 @@ def _consume(args: argparse.Namespace) -> int:
     if args.kind == "ledger":
         from paystream.consumers.ledger import LedgerHandler
         handler = LedgerHandler()
+    elif args.kind == "notifier":
+        from paystream.consumers.notifier import NotifierHandler
+        handler = NotifierHandler()
+        if not args.no_deliver:
+            return _with_sender(settings, handler)
     else:
         from paystream.consumers.dlq_mirror import DlqMirrorHandler
         handler = DlqMirrorHandler()
     metrics.serve(settings.metrics_port)
     return BatchConsumer(settings, handler).run()
+
+
+def _with_sender(settings: ConsumerSettings, handler: Any) -> int:
+    """The notifier consumer on this thread, a sender on another: the consumer records
+    slots, the sender delivers them; neither waits for the other (notify/delivery.py)."""
+    from paystream.consumers import metrics
+    from paystream.consumers.runtime import BatchConsumer
+    from paystream.notify import reminders
+    from paystream.notify.delivery import Sender
+    from paystream.notify.settings import NotifySettings, ReminderSettings
+
+    # A bad setting refuses to start (exit 2), before anything runs.
+    notify_settings, remind_settings = NotifySettings.from_env(), ReminderSettings.from_env()
+    stop = threading.Event()
+    threads = [threading.Thread(target=_or_stop, args=(Sender(notify_settings).run, stop),
+                                name="notify-sender", daemon=True),
+               threading.Thread(target=_or_stop,
+                                args=(lambda s: reminders.run(remind_settings, s), stop),
+                                name="notify-reminders", daemon=True)]
+    metrics.serve(settings.metrics_port)
+    for thread in threads:
+        thread.start()
+    try:
+        return BatchConsumer(settings, handler).run()
+    finally:
+        # The attempts in flight end within their timeout and are recorded.
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=notify_settings.timeout_s + 5)
+
+
+def _or_stop(loop: Callable[[threading.Event], None], stop: threading.Event) -> None:
+    """Run a notifier thread's loop; if it dies of a bug, stop the whole process (SIGTERM:
+    the consumer ends cleanly, `paystream run` restarts it) rather than keep recording
+    slots that nobody sends."""
+    import os
+    import signal
+
+    import structlog
+
+    try:
+        loop(stop)
+    except Exception:
+        structlog.get_logger("paystream.consume").exception("notifier_thread_died")
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # psycopg2 is imported on use: `paystream --help` stays light
@@ -22,6 +23,19 @@ if TYPE_CHECKING:  # psycopg2 is imported on use: `paystream --help` stays light
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_CANNOT_RUN = 2
+
+
+def iso_moment(text: str) -> datetime:
+    """An argparse type: an ISO 8601 moment; one without an offset is UTC (never the
+    server's zone)."""
+    import argparse
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 timestamp: {text!r} (e.g. 2026-12-02T10:00:00Z)") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 class CannotRunError(Exception):

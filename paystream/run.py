@@ -49,8 +49,8 @@ class Service:
 
 def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
     # The metrics ports are the ones the stack's Prometheus scrapes (stack/targets.py).
-    admin, ledger, mirror, health, finality, api_admin = (t.address
-                                                          for t in metrics_targets())
+    admin, ledger, mirror, health, finality, api_admin, notifier = (
+        t.address for t in metrics_targets())
     candidates = [
         Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
                 f"http://127.0.0.1:{ingest_port} (/webhooks/*, /healthz); admin "
@@ -64,6 +64,10 @@ def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
         Service("finality", "paystream.consume",
                 ["consume", "finality", "--metrics-port", str(port_of("finality"))],
                 f"metrics http://{finality}/metrics (pending deposits, RPC breaker)"),
+        Service("notifier", "paystream.consume",
+                ["consume", "notifier", "--metrics-port", str(port_of("notifier"))],
+                f"metrics http://{notifier}/metrics (webhook deliveries: `paystream "
+                "endpoints add`)"),
         Service("connector-watchdog", "paystream.stack.cli", ["stack", "watchdog"],
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
         Service("hold-expiry", "paystream.ops.cli", ["holds", "expire", "--loop"],

@@ -37,7 +37,8 @@ def one_row(cur: Cursor) -> tuple[Any, ...]:
 # already has) owns the database and every table and only runs the migrations (`paystream
 # stack up`, `paystream migrate`); every long-running process logs in as its own role,
 # granted exactly what its SQL does (schema/migrations/0007_roles.sql).
-DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc", "api"]
+DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc", "api",
+                 "notifier"]
 ROLE_NAMES: dict[DbRole, str] = {
     "owner": "paystream",
     "ingest": "paystream_ingest",
@@ -47,6 +48,7 @@ ROLE_NAMES: dict[DbRole, str] = {
     "ops": "paystream_ops",  # the operator commands
     "cdc": "paystream_cdc",  # Kafka Connect's Debezium connector (REPLICATION)
     "api": "paystream_api",  # the merchant API (migration 0010)
+    "notifier": "paystream_notifier",  # the notifier: its consumer and its sender
 }
 # Server-side defaults of each role's sessions (`ALTER ROLE ... SET`, run by `stack up`
 # and `stack setup` with the roles: stack/postgres.py). Server-side, so they hold for
@@ -63,6 +65,7 @@ ROLE_SETTINGS: dict[DbRole, dict[str, str]] = {
     "ledger": {"lock_timeout": "10s", "statement_timeout": "30s"},
     "mirror": {"lock_timeout": "10s", "statement_timeout": "30s"},
     "finality": {"lock_timeout": "10s", "statement_timeout": "30s"},
+    "notifier": {"lock_timeout": "10s", "statement_timeout": "30s"},
 }
 # Roles that always reach Postgres itself, never a pooler: the owner runs the migrations
 # under a session advisory lock (schema/migrate.py), the CDC role replicates.
@@ -78,6 +81,7 @@ ROLE_URL_VARIABLES: dict[DbRole, str] = {
     "finality": "PAYSTREAM_FINALITY_DATABASE_URL",
     "ops": "PAYSTREAM_OPS_DATABASE_URL",
     "api": "PAYSTREAM_API_DATABASE_URL",
+    "notifier": "PAYSTREAM_NOTIFIER_DATABASE_URL",
 }
 
 

@@ -122,17 +122,25 @@ def write_events(cur: Cursor, events: Sequence[tuple[PaymentEvent, str]]) -> lis
             outcomes.append(WriteOutcome.DUPLICATE)
         else:
             outcomes.append(WriteOutcome.CONFLICT)
-    if messages:
-        # INSERT then DELETE: two statements (Debezium must see each INSERT, as in emit),
-        # sent in one message, so the group pays one round trip for its outbox.
-        cur.execute(
-            "INSERT INTO outbox (id, aggregatetype, aggregateid, type, event_id, payload,"
-            " trace_id) SELECT id, %s, aggregateid, type, event_id, payload, trace_id"
-            " FROM jsonb_to_recordset(%s::jsonb) AS m(id uuid, aggregateid text, type text,"
-            " event_id text, payload jsonb, trace_id text);"
-            " DELETE FROM outbox WHERE id = ANY(%s::uuid[])",
-            (PAYMENTS_AGGREGATE, _json_rows(messages), [m["id"] for m in messages]))
+    publish(cur, PAYMENTS_AGGREGATE, messages)
     return outcomes
+
+
+def publish(cur: Cursor, aggregatetype: str, messages: Sequence[dict[str, Any]]) -> None:
+    """emit() for many messages in one round trip: each a dict of aggregateid, type,
+    event_id, payload (a JSON object) and trace_id (an `id` is added if absent)."""
+    if not messages:
+        return
+    rows = [m if "id" in m else {**m, "id": str(uuid.uuid4())} for m in messages]
+    # INSERT then DELETE: two statements (Debezium must see each INSERT, as in emit),
+    # sent in one message, so the caller pays one round trip for its outbox.
+    cur.execute(
+        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, event_id, payload,"
+        " trace_id) SELECT id, %s, aggregateid, type, event_id, payload, trace_id"
+        " FROM jsonb_to_recordset(%s::jsonb) AS m(id uuid, aggregateid text, type text,"
+        " event_id text, payload jsonb, trace_id text);"
+        " DELETE FROM outbox WHERE id = ANY(%s::uuid[])",
+        (aggregatetype, _json_rows(rows), [m["id"] for m in rows]))
 
 
 def _json_rows(rows: list[dict[str, Any]]) -> str:

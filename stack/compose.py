@@ -92,6 +92,7 @@ SERVICES = (
     Service("ledger", "ledger", kafka_security.role_for_group("ledger")),
     Service("dlq-mirror", "mirror", kafka_security.role_for_group("dlq-mirror")),
     Service("finality", "finality"),
+    Service("notifier", "notifier", kafka_security.role_for_group("notifier")),
     Service("connector-watchdog", None, connect_rest=True),
     Service("hold-expiry", "ops"),
     Service("api", "api"),

@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
 )
 
 from paystream import credentials, kafka_security
-from paystream.kafka_security import ADMIN, CONNECT, DLQ_MIRROR, HEALTH, LEDGER
+from paystream.kafka_security import ADMIN, CONNECT, DLQ_MIRROR, HEALTH, LEDGER, NOTIFIER
 from paystream.stack.process import StackError, read_pid, run, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
 
@@ -43,14 +43,15 @@ POM = Path(__file__).resolve().parents[1] / "connectors" / "pom.xml"
 # The DLQ and notification topics are keyed like the main topic.
 PAYMENTS, DLQ, NOTIFICATIONS = ("paystream.payments", "paystream.payments.dlq",
                                  "paystream.notifications")
-TOPICS = (PAYMENTS, DLQ, NOTIFICATIONS)
+NOTIFICATIONS_DLQ = NOTIFICATIONS + ".dlq"  # intents the notifier cannot read
+TOPICS = (PAYMENTS, DLQ, NOTIFICATIONS, NOTIFICATIONS_DLQ)
 
 # The controller listener's own principal (SASL/PLAIN; see server.properties for why).
 CONTROLLER_USER = "paystream-controller"
 CONTROLLER_SECRET = "kafka-controller"
 # The users `stack up` creates through the admin API (the admin itself is bootstrapped
 # by the storage format).
-SCRAM_USERS = (CONNECT, LEDGER, DLQ_MIRROR, HEALTH)
+SCRAM_USERS = (CONNECT, LEDGER, DLQ_MIRROR, HEALTH, NOTIFIER)
 SCRAM_ITERATIONS = 8192
 # Written next to the data once the storage was formatted with the SCRAM admin: a data
 # folder without it was formatted by an older paystream (no users, no ACLs).
@@ -88,6 +89,11 @@ ACLS: tuple[tuple[str, ResourceType, str, tuple[AclOperation, ...]], ...] = (
     (DLQ_MIRROR, _T, DLQ, (_Op.READ,)),
     (DLQ_MIRROR, _G, "dlq-mirror", (_Op.READ,)),
     (DLQ_MIRROR, _C, "kafka-cluster", (_Op.IDEMPOTENT_WRITE,)),
+    # The notifier: reads the intents with its group, writes the ones it cannot read.
+    (NOTIFIER, _T, NOTIFICATIONS, (_Op.READ,)),
+    (NOTIFIER, _G, "notifier", (_Op.READ,)),
+    (NOTIFIER, _T, NOTIFICATIONS_DLQ, (_Op.WRITE,)),
+    (NOTIFIER, _C, "kafka-cluster", (_Op.IDEMPOTENT_WRITE,)),
     # The health check: offsets and members of the two groups on their topics.
     (HEALTH, _T, PAYMENTS, (_Op.DESCRIBE,)),
     (HEALTH, _T, DLQ, (_Op.DESCRIBE,)),

@@ -22,8 +22,8 @@ class Target:
 
 
 def metrics_targets() -> tuple[Target, ...]:
-    """The ingest's admin listener, both consumer groups, the health exporter, the
-    finality watcher and the merchant API's admin listener."""
+    """The ingest's admin listener, the consumer groups (ledger, DLQ mirror, notifier),
+    the health exporter, the finality watcher and the merchant API's admin listener."""
     return (
         Target("ingest", env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001),
                env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1")),
@@ -33,6 +33,7 @@ def metrics_targets() -> tuple[Target, ...]:
         Target("finality", env_int("PAYSTREAM_FINALITY_METRICS_PORT", 9404)),
         Target("api", env_int("PAYSTREAM_API_ADMIN_PORT", 8101),
                env_str("PAYSTREAM_API_ADMIN_HOST", "127.0.0.1")),
+        Target("notifier", env_int("PAYSTREAM_NOTIFIER_METRICS_PORT", 9405)),
     )
 
 

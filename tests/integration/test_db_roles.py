@@ -22,13 +22,15 @@ from tests.support.consumers import create_topic, produce
 from tests.support.ingest import ingest_server
 
 ALL = "*"  # every column
+NOTIFY_TABLES = ("notification_endpoints", "notification_intents", "notification_deliveries",
+                 "notification_attempts", "notification_reminders")
 LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc",
-                                   "api")
+                                   "api", "notifier")
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "processed_events", "accounts", "transfers", "postings", "user_entries",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
-          "api_keys", "api_withdrawals", "api_idempotency")
+          "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES)
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -76,8 +78,37 @@ EXPECTED: dict[DbRole, Grants] = {
         "ingest_notices": {"SELECT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
     },
+    "notifier": {
+        "notification_endpoints": {"SELECT": ALL,
+                                   "UPDATE": {"failing_since", "disabled_at",
+                                              "disabled_reason"}},
+        "notification_intents": {"SELECT": ALL, "INSERT": ALL},
+        "notification_deliveries": {"SELECT": ALL, "INSERT": ALL,
+                                    "UPDATE": {"state", "attempts", "next_attempt_at",
+                                               "claimed_until", "claim_id", "last_status",
+                                               "last_error", "delivered_at"}},
+        "notification_attempts": {"SELECT": ALL, "INSERT": ALL},
+        "notification_reminders": {"SELECT": ALL, "INSERT": ALL},
+        "account_shortfalls": {"SELECT": {"id", "user_id", "asset", "source_event_id",
+                                          "amount", "created_at", "resolved_at"}},
+        "chain_deposits": {"SELECT": {"event_id", "network", "user_id", "asset", "amount",
+                                      "state", "recorded_at"}},
+        "holds": {"SELECT": {"hold_id", "user_id", "asset", "amount", "state",
+                             "expires_at"}},
+    },
     "ops": {
         **{t: {"SELECT": ALL} for t in TABLES},
+        # Never the secrets: written on add (rotation goes through the owner's
+        # rotate_notification_secret), never read back.
+        "notification_endpoints": {
+            "SELECT": {"endpoint_id", "url", "user_id", "event_types",
+                       "previous_secret_until", "created_at", "failing_since", "disabled_at",
+                       "disabled_reason"},
+            "INSERT": {"endpoint_id", "url", "user_id", "event_types", "secret"},
+            "UPDATE": {"failing_since", "disabled_at", "disabled_reason"}},
+        # notifications redeliver / recover.
+        "notification_deliveries": {"SELECT": ALL, "INSERT": {"intent_id", "endpoint_id"},
+                                    "UPDATE": {"state", "attempts", "next_attempt_at"}},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
@@ -241,6 +272,17 @@ REFUSED = [
     ("api", "UPDATE api_idempotency SET response = '{}' WHERE false"),
     ("api", "SELECT * FROM dead_letter_queue"),
     ("api", "SELECT * FROM chain_deposits"),
+    # The signing keys: only the notifier reads them; nobody else reads them either.
+    ("ops", "SELECT secret FROM notification_endpoints"),
+    ("ops", "SELECT previous_secret FROM notification_endpoints"),
+    ("ops", "UPDATE notification_endpoints SET url = 'http://x' WHERE false"),
+    ("ledger", "SELECT * FROM notification_endpoints"),
+    ("ingest", "SELECT * FROM notification_endpoints"),
+    ("notifier", "UPDATE notification_endpoints SET secret = 'x' WHERE false"),
+    ("notifier", "SELECT * FROM balances"),
+    ("notifier", "DELETE FROM notification_deliveries WHERE false"),
+    ("notifier", "UPDATE notification_intents SET data = '{}' WHERE false"),
+    ("mirror", "SELECT rotate_notification_secret('ep_x', 'x', '1 hour')"),
 ]
 
 
@@ -292,7 +334,8 @@ def test_components_started_as_in_production_log_in_as_their_own_roles(db, tmp_p
         import httpx
         assert httpx.get(srv.admin_url + "/readyz").status_code == 200
         assert _users_of(db, "paystream-ingest") == {"paystream_ingest"}
-    for kind, role in (("ledger", "paystream_ledger"), ("dlq-mirror", "paystream_mirror")):
+    for kind, role in (("ledger", "paystream_ledger"), ("dlq-mirror", "paystream_mirror"),
+                       ("notifier", "paystream_notifier")):
         # Fresh topics with one record that is not an event: the ledger dead-letters it,
         # the mirror stores it; either way the consumer opens its database connection.
         run = f"roles-test-{kind}-{time.monotonic_ns()}"

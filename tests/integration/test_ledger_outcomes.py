@@ -150,7 +150,7 @@ def test_two_appliers_of_one_event_commit_one_outcome(db: Connection, wal: Any) 
     assert outcome_changes(wal("processed_events", event_id)) == [
         ("INSERT", event_id, "insufficient_funds")]  # the loser's insert was not kept
     notices = [line for line in wal("outbox", event_id) if ": INSERT:" in line]
-    assert len(notices) == 1 and "withdrawal_rejected" in notices[0]  # one notification
+    assert len(notices) == 1 and "withdrawal.rejected" in notices[0]  # one notification
 
 
 def _wait_for_lock_wait(db: Connection, pid: int, timeout_s: float = 10.0) -> None:

@@ -103,9 +103,10 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
 
     # One notification intent per rejected withdrawal, through the outbox and Debezium.
     def notified() -> list[str]:
-        return [m.headers() and dict(m.headers()).get("event_id", b"").decode()
+        return [dict(m.headers()).get("event_id", b"").decode()
                 for m in read_all(NOTIFICATIONS_TOPIC)
-                if dict(m.headers() or ()).get("event_id", b"").startswith(prefix.encode())]
+                if dict(m.headers() or ()).get("event_id", b"").startswith(prefix.encode())
+                and dict(m.headers() or ()).get("event_type") == b"withdrawal.rejected"]
 
     wait_until(lambda: len(notified()) >= rejected, 60, "the rejection notifications",
                interval_s=1)

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "configuration.md"
 PRODUCT_DIRS = ("schema", "ingest", "consumers", "finality", "connectors", "stack", "ops",
-                "paystream", "api")
+                "notify", "paystream", "api")
 PREFIXES = ("PAYSTREAM_", "ALCHEMY_", "PAYMENTS_")
 
 NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*")

@@ -1,0 +1,199 @@
+"""The sender: delivers the claimed delivery slots as Standard-Webhooks-signed POSTs.
+
+Design (docs/notifications.md tells the same story with the failure scenarios):
+  1. The notifier consumer (consumers/notifier.py, group `notifier`) only records: each
+     intent of paystream.notifications and one slot per (intent, endpoint) that wants it,
+     INSERT ... ON CONFLICT DO NOTHING, in the batch transaction; the offsets are
+     committed after it (consumers/commit.py). Nothing is sent from the poll thread, so a
+     slow endpoint can never hold up a partition or the consumer's group membership.
+  2. The sender (this module: a thread of `paystream consume notifier`, or its own
+     process, `paystream notify deliver`, for more senders) claims due slots in one
+     statement: FOR UPDATE SKIP LOCKED, a lease (claimed_until, claim_id), the attempt
+     counted; it COMMITS the claim before sending anything (store.claim). At most
+     PAYSTREAM_NOTIFY_PER_ENDPOINT slots of one endpoint are in flight in a process, so a
+     hanging endpoint fills its own slots and no other's.
+  3. Each claimed slot is sent asynchronously (aiohttp, one pool for all endpoints, the
+     whole attempt bounded by PAYSTREAM_NOTIFY_TIMEOUT_S), signed over the intent's body
+     with webhook-id = the intent id, on every attempt of every sender.
+  4. The answers are recorded together (store.record): every attempt, then each slot's
+     new state only while its claim_id is still ours; delivered, failed for good (a 4xx
+     other than 408/429, or the schedule spent), or pending again at the next step of the
+     schedule (schedule.py). The endpoint's failing run is tracked and an endpoint failing
+     for PAYSTREAM_NOTIFY_DISABLE_AFTER_S is disabled (a metric and an error line say so).
+A sender killed between 2 and 3 or between 3 and 4 leaves a claimed slot; its lease
+lapses and the next claim sends again, with the same webhook-id: receivers see a
+duplicate of the same id at worst, never the same intent under two ids. The lease is at
+least twice the attempt's timeout, so a live sender records before its lease lapses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+import aiohttp
+import psycopg2
+import structlog
+
+from paystream.notify import metrics, store
+from paystream.notify.crash_hooks import SenderCrashHooks
+from paystream.notify.schedule import Verdict, judge, retry_delay
+from paystream.notify.settings import NotifySettings
+from paystream.schema import standard_webhooks
+from paystream.schema.db import Connection, connect, database_url
+
+log = structlog.get_logger("notify.delivery")
+
+USER_AGENT = "paystream-notifier/1"
+# The answers' status line is all a delivery needs: the body is never read.
+_ERROR_TEXT_MAX = 300
+
+
+class Sender:
+    def __init__(self, settings: NotifySettings, *, hooks: SenderCrashHooks | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self._hooks = hooks or SenderCrashHooks.from_env()
+        self._rng = rng or random.Random()
+        self._busy: Counter[str] = Counter()
+        self._answers: list[store.Answer] = []
+        self._conn: Connection | None = None
+
+    def run(self, stop: threading.Event) -> None:
+        """Deliver until `stop` is set; the attempts in flight then finish (each within
+        its timeout) and are recorded."""
+        asyncio.run(self._run(stop))
+
+    async def _run(self, stop: threading.Event) -> None:
+        s = self.settings
+        tasks: set[asyncio.Task[None]] = set()
+        connector = aiohttp.TCPConnector(limit=s.max_in_flight, limit_per_host=0)
+        async with aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=s.timeout_s),
+                auto_decompress=False) as client:
+            while not stop.is_set():
+                # Step 4 of the turn before: record what was answered since.
+                await self._record()
+                # Step 2: claim what is due, within the capacity left.
+                claims = await self._claim(s.max_in_flight - len(tasks))
+                # Step 3: send each, concurrently.
+                for c in claims:
+                    self._busy[c.endpoint_id] += 1
+                    tasks.add(asyncio.create_task(self._attempt(client, c)))
+                metrics.IN_FLIGHT.set(len(tasks))
+                if tasks:
+                    done, _ = await asyncio.wait(tasks, timeout=s.poll_s,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    tasks -= done
+                elif not claims:
+                    await asyncio.sleep(s.poll_s)
+            if tasks:
+                await asyncio.wait(tasks)
+            await self._record()
+        if self._conn is not None:
+            self._conn.close()
+
+    def _connection(self) -> Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(database_url("notifier"),
+                                 application_name="paystream-notify-sender")
+        return self._conn
+
+    async def _claim(self, capacity: int) -> list[store.Claim]:
+        s = self.settings
+        busy = {e: n for e, n in self._busy.items() if n > 0}
+        try:
+            claims = await asyncio.to_thread(
+                lambda: store.claim(self._connection(), busy, per_endpoint=s.per_endpoint,
+                                    limit=capacity, lease_s=s.lease_s))
+        except psycopg2.Error as exc:
+            self._lost_connection("claim", exc)
+            await asyncio.sleep(min(1.0, s.poll_s * 5))
+            return []
+        self._hooks.after_claim(len(claims))
+        return claims
+
+    async def _record(self) -> None:
+        if not self._answers:
+            return
+        answers, self._answers = self._answers, []
+        try:
+            recorded = await asyncio.to_thread(
+                lambda: store.record(self._connection(), answers,
+                                     disable_after_s=self.settings.disable_after_s))
+        except psycopg2.Error as exc:
+            # Kept for the next turn: an answer is recorded late rather than never (its
+            # lease may lapse meanwhile: then the slot is sent again, same webhook-id).
+            self._answers = answers + self._answers
+            self._lost_connection("record", exc)
+            await asyncio.sleep(min(1.0, self.settings.poll_s * 5))
+            return
+        metrics.LOST_CLAIMS.inc(recorded.lost)
+        for endpoint_id, url in recorded.disabled:
+            metrics.ENDPOINTS_DISABLED.labels(endpoint_id).inc()
+            log.error("endpoint_disabled", endpoint_id=endpoint_id, url=url,
+                      failing_for_s=self.settings.disable_after_s)
+
+    def _lost_connection(self, step: str, exc: psycopg2.Error) -> None:
+        log.warning("notify_database_error", step=step, error=str(exc).strip()[:300])
+        if self._conn is not None:
+            with contextlib.suppress(psycopg2.Error):
+                self._conn.close()
+        self._conn = None
+
+    async def _attempt(self, client: aiohttp.ClientSession, claim: store.Claim) -> None:
+        s = self.settings
+        started_at = datetime.now(UTC)
+        t0 = time.perf_counter()
+        headers = standard_webhooks.headers(claim.intent_id, int(time.time()), claim.body,
+                                            claim.secrets)
+        headers["content-type"] = "application/json"
+        headers["user-agent"] = USER_AGENT
+        status: int | None = None
+        error: str | None = None
+        try:
+            async with asyncio.timeout(s.timeout_s):
+                async with client.post(claim.url, data=claim.body, headers=headers,
+                                       allow_redirects=False) as response:
+                    status = response.status
+        except TimeoutError:
+            error = f"no answer within {s.timeout_s:g} s"
+        except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL aiohttp refuses
+            error = f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_MAX]
+        latency = time.perf_counter() - t0
+        self._hooks.after_send()
+        self._busy[claim.endpoint_id] -= 1
+        self._answers.append(self._answer(claim, started_at, latency, status, error))
+
+    def _answer(self, claim: store.Claim, started_at: datetime, latency: float,
+                status: int | None, error: str | None) -> store.Answer:
+        s = self.settings
+        verdict = judge(status)
+        metrics.ATTEMPTS.labels(claim.endpoint_id, verdict.value).inc()
+        metrics.ATTEMPT_SECONDS.labels(claim.endpoint_id).observe(latency)
+        if status is not None and verdict is not Verdict.DELIVERED:
+            error = f"HTTP {status}"
+        delay = None
+        if verdict is Verdict.DELIVERED:
+            state = "delivered"
+            metrics.DELIVERY_SECONDS.observe(
+                max(0.0, (datetime.now(UTC) - claim.created_at).total_seconds()))
+        elif verdict is Verdict.REFUSED:
+            state = "failed"
+            metrics.GAVE_UP.labels(claim.endpoint_id, "refused").inc()
+        else:
+            delay = retry_delay(claim.attempt, s.retry_delays_s, s.jitter, self._rng)
+            state = "pending" if delay is not None else "failed"
+            if delay is None:
+                metrics.GAVE_UP.labels(claim.endpoint_id, "schedule_spent").inc()
+        if state != "delivered":
+            log.warning("delivery_attempt_failed", trace_id=claim.trace_id,
+                        intent_id=claim.intent_id, endpoint_id=claim.endpoint_id,
+                        attempt=claim.attempt, status_code=status, error=error,
+                        next_attempt_in_s=delay, gave_up=state == "failed")
+        return store.Answer(claim, started_at, latency, status, error, state, delay)

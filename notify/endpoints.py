@@ -1,0 +1,110 @@
+"""The operator's endpoints: add, list, disable, enable, rotate a secret (as the ops role,
+which writes a signing key and never reads one back: migration 0011)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from paystream.schema.db import Cursor
+from paystream.schema.events import USER_ID_PATTERN
+from paystream.schema.notifications import check_pattern
+from paystream.schema.standard_webhooks import encode_secret
+
+KEY_BYTES = 32  # a fresh HMAC-SHA256 key: 256 bits, as the hash
+MAX_URL_LENGTH = 2000
+
+
+class EndpointRefused(ValueError):  # noqa: N818 - a refusal, the message says why
+    """The request cannot be done as asked."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    endpoint_id: str
+    url: str
+    user_id: str | None
+    event_types: list[str]
+    created_at: datetime
+    failing_since: datetime | None
+    disabled_at: datetime | None
+    disabled_reason: str | None
+
+
+COLUMNS = ("endpoint_id", "url", "user_id", "event_types", "created_at", "failing_since",
+           "disabled_at", "disabled_reason")
+
+
+def check_url(url: str) -> str:
+    """An http(s) URL with a host, as typed; EndpointRefused says what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EndpointRefused(f"--url must be an http:// or https:// URL with a host, got {url!r}")
+    if len(url) > MAX_URL_LENGTH or any(c.isspace() for c in url):
+        raise EndpointRefused(f"--url must be at most {MAX_URL_LENGTH} characters, no spaces")
+    return url
+
+
+def parse_events(text: str | None) -> list[str]:
+    """`deposit.*,withdrawal.rejected` as a list of checked filters (none: every type)."""
+    if not text:
+        return []
+    try:
+        return sorted({check_pattern(p.strip()) for p in text.split(",") if p.strip()})
+    except ValueError as exc:
+        raise EndpointRefused(str(exc)) from None
+
+
+def add(cur: Cursor, url: str, user_id: str | None, events: list[str]) -> tuple[str, str]:
+    """A new enabled endpoint; returns (its id, its `whsec_` secret: shown only now)."""
+    check_url(url)
+    if user_id is not None and USER_ID_PATTERN.fullmatch(user_id) is None:
+        raise EndpointRefused(f"--user must match {USER_ID_PATTERN.pattern}, got {user_id!r}")
+    endpoint_id = "ep_" + secrets.token_hex(12)
+    key = secrets.token_bytes(KEY_BYTES)
+    cur.execute("INSERT INTO notification_endpoints (endpoint_id, url, user_id, event_types,"
+                " secret) VALUES (%s, %s, %s, %s, %s)",
+                (endpoint_id, url, user_id, events, key))
+    return endpoint_id, encode_secret(key)
+
+
+def list_endpoints(cur: Cursor) -> list[Endpoint]:
+    cur.execute(f"SELECT {', '.join(COLUMNS)} FROM notification_endpoints ORDER BY created_at")
+    return [Endpoint(*row) for row in cur.fetchall()]
+
+
+def disable(cur: Cursor, endpoint_id: str, reason: str) -> None:
+    cur.execute("UPDATE notification_endpoints SET disabled_at = now(), disabled_reason = %s"
+                " WHERE endpoint_id = %s AND disabled_at IS NULL RETURNING endpoint_id",
+                (reason, endpoint_id))
+    if cur.fetchone() is None:
+        _refuse_missing(cur, endpoint_id, "already disabled")
+
+
+def enable(cur: Cursor, endpoint_id: str) -> None:
+    """Enabled again, its failing run forgotten; its pending slots are sent again."""
+    cur.execute("UPDATE notification_endpoints SET disabled_at = NULL, disabled_reason = NULL,"
+                " failing_since = NULL WHERE endpoint_id = %s AND disabled_at IS NOT NULL"
+                " RETURNING endpoint_id", (endpoint_id,))
+    if cur.fetchone() is None:
+        _refuse_missing(cur, endpoint_id, "not disabled")
+
+
+def rotate_secret(cur: Cursor, endpoint_id: str, overlap_s: float) -> str:
+    """A new key; the old one still signs for `overlap_s`. Returns the new secret."""
+    key = secrets.token_bytes(KEY_BYTES)
+    cur.execute("SELECT rotate_notification_secret(%s, %s, make_interval(secs => %s))",
+                (endpoint_id, key, overlap_s))
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        raise EndpointRefused(f"no endpoint {endpoint_id}")
+    return encode_secret(key)
+
+
+def _refuse_missing(cur: Cursor, endpoint_id: str, otherwise: str) -> None:
+    cur.execute("SELECT 1 FROM notification_endpoints WHERE endpoint_id = %s", (endpoint_id,))
+    if cur.fetchone() is None:
+        raise EndpointRefused(f"no endpoint {endpoint_id}")
+    raise EndpointRefused(f"endpoint {endpoint_id} is {otherwise}")
