@@ -99,6 +99,10 @@ def test_rebalance_between_two_processes_under_load(db, pool) -> None:
     assert first.terminate() == 0, first.tail()
     try:
         wait_until(lambda: drained(group, topic), 90, "all partitions committed to the end")
+        # The first may have finished its own partitions before it left: the topic is
+        # drained before the second is given them, so wait for the hand-over itself.
+        wait_until(lambda: len(second.events("partitions_assigned")) >= 2, 60,
+                   "the second to take over the first's partitions")
     except AssertionError:
         raise AssertionError(pool.logs()) from None
     assert second.terminate() == 0, second.tail()

@@ -14,7 +14,13 @@ from paystream.schema.db import Connection
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
 from paystream.schema.notifications import IntentType, intent_id
 from tests.integration.test_notify_delivery import PORT
-from tests.support.consumers import ProcessPool, record_of, store_events, wire_message
+from tests.support.consumers import (
+    ProcessPool,
+    record_of,
+    start_at_end,
+    store_events,
+    wire_message,
+)
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
 from tests.support.notify import FAST, add_endpoint
@@ -29,6 +35,9 @@ def test_ledger_changes_reach_the_receiver_once_each(db: Connection, ledger_db,
     user = unique("ntf-ledger")
     with db.cursor() as cur:
         cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    # The notifier's group starts after every earlier test's intents on the shared topic.
+    group = unique("ntf-grp")
+    start_at_end(group, NOTIFICATIONS_TOPIC)
 
     def event(kind: EventType, amount: str, reference: str | None = None) -> PaymentEvent:
         return PaymentEvent(unique(f"ntf-{kind.value}"), kind, user, "USD", Decimal(amount),
@@ -70,7 +79,7 @@ def test_ledger_changes_reach_the_receiver_once_each(db: Connection, ledger_db,
         endpoint_id, secret = add_endpoint(hooks.url(path), user)
         hooks.secrets[path] = secret
         try:
-            proc = pool.start("notifier", topic=NOTIFICATIONS_TOPIC, group=unique("ntf-grp"),
+            proc = pool.start("notifier", topic=NOTIFICATIONS_TOPIC, group=group,
                               dlq_topic=NOTIFICATIONS_TOPIC + ".dlq", env=FAST)
             wait_until(lambda: len(hooks.ids(path)) >= len(expected), 90,
                        "the ledger's intents at the receiver", interval_s=0.5)

@@ -174,6 +174,19 @@ def committed(group: str, topic: str, partitions: Iterable[int]) -> dict[int, in
         c.close()
 
 
+def start_at_end(group: str, topic: str) -> None:
+    """Commit `group`'s offsets at `topic`'s current end: a consumer of that group
+    started later reads only what is produced after this call (a shared topic such as
+    paystream.notifications holds every earlier test's records)."""
+    ends = end_offsets(topic)
+    c = _probe(group)
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, end) for p, end in ends.items()],
+                 asynchronous=False)
+    finally:
+        c.close()
+
+
 def drained(group: str, topic: str) -> bool:
     ends = end_offsets(topic)
     done = committed(group, topic, ends)
