@@ -208,6 +208,10 @@ def start(s: StackSettings, cfg: PgBouncerConfig) -> str | bool:
         return False
     run(["runuser", "-u", OS_USER, "--", _binary(), "-d", str(config_file(s))], COMPONENT,
         timeout=30, log=log_file(s))
+    # `-d` forks: the parent exits before the child writes its pid file, so wait for the
+    # file before watching the process (a fresh CI machine lost that race once).
+    wait_until(COMPONENT, "writing its pid file", lambda: read_pid(pid_file(s)) is not None,
+               timeout=10, log=log_file(s), interval=0.1)
     wait_until(COMPONENT, "serving", lambda: healthy(s, cfg), timeout=30, log=log_file(s),
                pid_file=pid_file(s), interval=0.2)
     return True
