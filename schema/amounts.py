@@ -17,6 +17,11 @@ import re
 from decimal import Decimal, InvalidOperation
 
 AMOUNT_PATTERN = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+# Text that is already canonical and within NUMERIC(38,18): no exponent, no leading zero,
+# no trailing fractional zero, at most 20 digits before the point and 18 after, not zero.
+# Every amount paystream writes is such text (format_amount), so the consumers' hot path
+# takes it straight to Decimal; anything else goes through the full checks.
+CANONICAL_PATTERN = re.compile(r"[1-9][0-9]{0,19}(\.[0-9]{0,17}[1-9])?|0\.[0-9]{0,17}[1-9]")
 MAX_SCALE = 18  # digits after the point that NUMERIC(38,18) keeps
 MAX_INTEGER_DIGITS = 20  # NUMERIC(38,18) holds 20 digits before the point
 UPPER_BOUND = Decimal(10) ** MAX_INTEGER_DIGITS
@@ -32,6 +37,8 @@ def parse_amount(value: object) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str):
         kind = "a JSON number" if isinstance(value, int | float) else type(value).__name__
         raise AmountError(f"amount must be a JSON string, got {kind}")
+    if CANONICAL_PATTERN.fullmatch(value) is not None:
+        return Decimal(value)  # exact, canonical and in range: _checked would return it
     if len(value) > MAX_TEXT_LENGTH:
         raise AmountError(f"amount is longer than {MAX_TEXT_LENGTH} characters")
     if AMOUNT_PATTERN.fullmatch(value) is None:
@@ -60,8 +67,14 @@ def from_base_units(raw: int, decimals: int) -> Decimal:
 
 
 def format_amount(amount: Decimal) -> str:
-    """The canonical wire text of an amount: plain notation, no exponent, no trailing zeros."""
-    return format(_canonical(amount), "f")
+    """The canonical wire text of an amount: plain notation, no exponent, no trailing zeros.
+
+    The text of _canonical(amount), from the plain notation's string (a tenth of the
+    digit-tuple route's cost: this runs several times per event on the ledger's path)."""
+    text = format(amount, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
 
 
 def _checked(amount: Decimal) -> Decimal:

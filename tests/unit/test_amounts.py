@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Context, Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from paystream.schema.amounts import (
@@ -176,3 +176,39 @@ def test_scientific_notation_of_an_allowed_amount_is_the_same_amount(amount: Dec
     # No precision given, so the formatting is exact; "1.5e+3" matches the pattern.
     assert parse_amount(format(amount, "e")) == amount
     assert parse_amount(format(amount, "E")) == amount
+
+
+# Independent of schema/amounts.py: Decimal's own normalize() in a context wide enough
+# never to round (no NUMERIC(38,18) amount comes close to 200 digits).
+_WIDE = Context(prec=200, Emax=10**6, Emin=-(10**6))
+
+
+def _oracle_text(amount: Decimal) -> str:
+    if amount.is_zero():
+        return "0"
+    return format(amount.normalize(_WIDE), "f")
+
+
+@given(st.decimals(allow_nan=False, allow_infinity=False, places=None)
+       .filter(lambda d: abs(d.adjusted()) < 60))
+@example(Decimal("-0.000"))
+@example(Decimal("-0"))
+@example(Decimal("1E+2"))
+def test_format_amount_is_the_normalized_plain_text_of_any_decimal(amount: Decimal) -> None:
+    assert format_amount(amount) == _oracle_text(amount)
+
+
+@given(st.from_regex(r"[0-9]{1,25}(\.[0-9]{1,22})?([eE][+-]?[0-9]{1,2})?", fullmatch=True))
+def test_a_canonical_looking_text_parses_as_the_full_rules_say(text: str) -> None:
+    # The rules, spelled out on Decimal: positive, below 10^20, at most 18 places once
+    # trailing zeros go; the result is the canonical amount (its text round-trips).
+    value = Decimal(text)
+    allowed = (value > 0 and value < Decimal(10) ** 20
+               and -value.normalize(_WIDE).as_tuple().exponent <= 18)
+    if not allowed:
+        with pytest.raises(AmountError):
+            parse_amount(text)
+        return
+    parsed = parse_amount(text)
+    assert parsed == value
+    assert format(parsed, "f") == _oracle_text(value)  # canonical: nothing left to strip
