@@ -40,6 +40,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, localcontext
+from typing import NamedTuple
 
 import orjson
 
@@ -76,8 +77,10 @@ ZERO = Decimal(0)
 PLAN_CONTEXT = EXACT
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
+    """A record read as an event (a tuple: built once per record on the hot path, at a
+    third of a frozen dataclass's cost)."""
+
     record: Record
     event: PaymentEvent
     key: str  # idempotency_key(event_id, event_type)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from decimal import Context, Decimal, getcontext, localcontext
 
-from paystream.schema.accounts import AccountKind, AccountRef
+from paystream.schema.accounts import PLATFORM, AccountKind, AccountRef
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.holds import Hold
 from paystream.schema.processed_events import REJECTIONS, Outcome
@@ -51,6 +51,15 @@ SECOND_PHASE = frozenset({
 # Exact for any sum of a few NUMERIC(38,18) amounts (the default context keeps 28 digits).
 EXACT = Context(prec=60)
 Posting = tuple[AccountRef, Decimal]
+
+# The plain events, applied: (sign on available, the counter-account's kind). Most of
+# the traffic, so postings() answers them from here without _postings' walk (the same
+# rows as its last two branches; the table above and the unit tests hold both).
+_AVAILABLE, _SETTLEMENT, _FEES = AccountKind.AVAILABLE, AccountKind.SETTLEMENT, AccountKind.FEES
+_APPLIED = Outcome.APPLIED
+_PLAIN: dict[EventType | SettlementType, tuple[bool, AccountKind]] = {
+    EventType.DEPOSIT: (True, _SETTLEMENT), EventType.AIRDROP: (True, _SETTLEMENT),
+    EventType.WITHDRAWAL: (False, _SETTLEMENT), EventType.WITHDRAWAL_FEE: (False, _FEES)}
 
 
 class UnbalancedTransferError(AssertionError):
@@ -76,6 +85,9 @@ def postings(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
     reverses."""
     if outcome in REJECTIONS:
         return []
+    plain = _PLAIN.get(event.event_type) if outcome is _APPLIED else None
+    if plain is not None:
+        return _plain(event, *plain)
     if getcontext().prec >= EXACT.prec:  # the planner's batch context: exact already
         return _checked(event, outcome, available, network, hold, original)
     with localcontext(EXACT):  # unary minus rounds to the context's precision too
@@ -93,6 +105,17 @@ def _checked(event: PaymentEvent, outcome: Outcome, available: Decimal, network:
         raise UnbalancedTransferError(
             f"{event.event_id} {event.event_type}: postings {found} do not sum to 0")
     return found
+
+
+def _plain(event: PaymentEvent, credit: bool, counter: AccountKind) -> list[Posting]:
+    """A plain event's two postings; copy_negate is exact in any context."""
+    x = event.amount
+    if not x:
+        return []
+    user_side, other_side = (x, x.copy_negate()) if credit else (x.copy_negate(), x)
+    owner = event.provider if counter is _SETTLEMENT else PLATFORM
+    return [(AccountRef(_AVAILABLE, event.user_id, event.asset), user_side),
+            (AccountRef(counter, owner, event.asset), other_side)]
 
 
 def _taken(x: Decimal, available: Decimal, counter: AccountRef, user: str,

@@ -134,7 +134,7 @@ class EventError(ValueError):
         self.detail = detail
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PaymentEvent:
     event_id: str
     event_type: EventType | SettlementType
@@ -153,6 +153,18 @@ class PaymentEvent:
     fee: Decimal | None = None
     # Why an operator adjusted or reverted (free text, for the record).
     reason: str | None = None
+
+    def __init__(self, event_id: str, event_type: EventType | SettlementType, user_id: str,
+                 asset: str, amount: Decimal, provider: str, occurred_at: str | None = None,
+                 chain: dict[str, Any] | None = None, reference: str | None = None,
+                 fee: Decimal | None = None, reason: str | None = None) -> None:
+        # One update of the instance dict instead of the frozen dataclass's eleven
+        # object.__setattr__ calls: a fifth of the cost, and the ledger builds one per
+        # record. The fields stay read-only (frozen's __setattr__ still refuses).
+        self.__dict__.update(
+            event_id=event_id, event_type=event_type, user_id=user_id, asset=asset,
+            amount=amount, provider=provider, occurred_at=occurred_at, chain=chain,
+            reference=reference, fee=fee, reason=reason)
 
     @property
     def is_chain_deposit(self) -> bool:
@@ -242,21 +254,20 @@ def _plain(wire: dict[str, Any]) -> bool:
     return True
 
 
+# Every event type by its wire name: a dict lookup, a tenth of EventType(name)'s cost.
+_TYPES_BY_NAME: dict[str, EventType | SettlementType] = {
+    **{t.value: t for t in SettlementType}, **{t.value: t for t in EventType}}
+
+
 def parse_wire(obj: object) -> PaymentEvent:
     """Read an event back from its wire form; raise EventError saying what is wrong."""
     if not isinstance(obj, dict):
         raise EventError("malformed", f"event must be a JSON object, got {type(obj).__name__}")
     event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
     raw_type = _text(obj, "event_type", None)
-    event_type: EventType | SettlementType
-    try:
-        event_type = EventType(raw_type)
-    except ValueError:
-        try:
-            event_type = SettlementType(raw_type)
-        except ValueError:
-            raise EventError("unknown_event_type",
-                             f"unknown event_type {raw_type!r}") from None
+    event_type = _TYPES_BY_NAME.get(raw_type)
+    if event_type is None:
+        raise EventError("unknown_event_type", f"unknown event_type {raw_type!r}")
     user_id = _text(obj, "user_id", USER_ID_PATTERN)
     asset = _text(obj, "asset", ASSET_PATTERN)
     try:

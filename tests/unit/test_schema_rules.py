@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from decimal import Decimal
@@ -106,3 +107,14 @@ def test_canonical_json_of_a_chain_deposit_takes_the_fast_path_and_matches():
     assert canonical_json(wire) == json.dumps(wire, sort_keys=True,
                                               separators=(",", ":")).encode()
     assert event.content_hash() == hashlib.sha256(canonical_json(wire)).hexdigest()
+
+
+def test_a_payment_event_is_read_only_and_compares_by_value():
+    one = PaymentEvent("e-1", EventType.DEPOSIT, "u", "USD", Decimal("1.5"), "p")
+    same = PaymentEvent(event_id="e-1", event_type=EventType.DEPOSIT, user_id="u",
+                        asset="USD", amount=Decimal("1.50"), provider="p")
+    assert one == same and hash(one) == hash(same)
+    assert one != PaymentEvent("e-1", EventType.DEPOSIT, "u", "USD", Decimal("2"), "p")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.amount = Decimal("100")  # type: ignore[misc]
+    assert one.amount == Decimal("1.5") and one.fee is None and one.chain is None
