@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 
+import psycopg2.errors
+
 from paystream.schema.db import Cursor
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.pgcopy import copy_rows, copy_text
@@ -62,12 +64,6 @@ REJECTIONS = frozenset({Outcome.INSUFFICIENT_FUNDS, Outcome.ACCOUNT_FLAGGED,
                         Outcome.HOLD_NOT_OPEN, Outcome.EXCEEDS_HOLD,
                         Outcome.INVALID_REVERSAL, Outcome.EXCEEDS_ORIGINAL})
 
-# From this many rows on, record() sends them by COPY: below it, COPY's two extra round
-# trips (create the staging table, COPY) cost more than it saves. Measured on the 2-core
-# box (wall time per row, rolled-back transactions): COPY was slower at 128 rows, ~10 %
-# faster at 512 and ~20 % at 2,000 (the ledger's default batch).
-COPY_FROM_ROWS = 500
-
 # (idempotency key, event id, event type, outcome)
 OutcomeRow = tuple[str, str, str, Outcome]
 _SAVEPOINT = "processed_events_record"
@@ -83,51 +79,46 @@ def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
     committed. Rows go in key order, so two claimers of overlapping keys wait on each
     other instead of deadlocking. The all-or-nothing is a savepoint: rows inserted
     before a taken key was found are rolled back to it (never committed, never seen).
+
+    Many rows go by COPY straight into the table, the cheapest insert Postgres has (no
+    speculative insertion, no staging table, nothing sent back): a taken key makes it
+    fail with a unique violation, which only a redelivery causes; then, back at the
+    savepoint, the ON CONFLICT statement names the taken keys.
     """
     if not rows:
         return set()
-    # One row is inserted or not: nothing to undo, so no savepoint (the per-event path
-    # stays one round trip).
-    undo = len(rows) > 1
-    start = f"SAVEPOINT {_SAVEPOINT}; " if undo else ""
-    if len(rows) >= COPY_FROM_ROWS:
-        inserted = _insert_by_copy(cur, rows, start)
-    else:
-        cur.execute(
-            start + "INSERT INTO processed_events"
-            " (idempotency_key, event_id, event_type, outcome)"
-            " SELECT k, e, t, o FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
-            " AS x(k, e, t, o) ORDER BY k"
-            " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
-            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-             [r[3].value for r in rows]))
-        inserted = {row[0] for row in cur.fetchall()}
-    taken = {r[0] for r in rows} - inserted
-    if undo:
+    if len(rows) == 1:
+        # Inserted or not: nothing to undo, so no savepoint (one round trip).
+        return _insert_missing(cur, rows)
+    ordered = sorted(rows)
+    cur.execute(f"SAVEPOINT {_SAVEPOINT}")
+    try:
+        copy_rows(cur, "COPY processed_events (idempotency_key, event_id, event_type, outcome)"
+                       " FROM STDIN",
+                  (f"{key}\t{copy_text(event_id)}\t{copy_text(event_type)}\t{outcome.value}\n"
+                   for key, event_id, event_type, outcome in ordered))
+    except psycopg2.errors.UniqueViolation:
+        cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        taken = _insert_missing(cur, ordered)
         cur.execute((f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; " if taken else "")
                     + f"RELEASE SAVEPOINT {_SAVEPOINT}")
-    return taken
+        return taken
+    cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+    return set()
 
 
-def _insert_by_copy(cur: Cursor, rows: Sequence[OutcomeRow], start: str) -> set[str]:
-    """record()'s INSERT for many rows, after `start` (its savepoint): COPY into a
-    staging table, then one INSERT ... SELECT (the fastest claim measured in
-    /work/shared/bench/double_entry_ceiling.py). The staging table is created in the
-    caller's transaction when the session has none, so this also works behind a
-    transaction-pooling PgBouncer."""
-    cur.execute(start + "CREATE TEMPORARY TABLE IF NOT EXISTS processed_events_in"
-                " (k text, e text, t text, o text) ON COMMIT DELETE ROWS")
-    copy_rows(cur, "COPY processed_events_in (k, e, t, o) FROM STDIN",
-              (f"{key}\t{copy_text(event_id)}\t{copy_text(event_type)}\t{outcome.value}\n"
-               for key, event_id, event_type, outcome in rows))
-    # The DELETE empties the staging table at once, so two calls in one transaction
-    # (the commit protocol's one-savepoint-per-message retry) never see each other's rows;
-    # a rollback to the savepoint empties it too (the COPY came after the savepoint).
-    cur.execute("WITH staged AS (DELETE FROM processed_events_in RETURNING k, e, t, o)"
-                " INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
-                " SELECT k, e, t, o FROM staged ORDER BY k"
-                " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key")
-    return {row[0] for row in cur.fetchall()}
+def _insert_missing(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
+    """INSERT ... ON CONFLICT DO NOTHING of `rows` in key order; the keys it did not
+    insert (taken)."""
+    cur.execute(
+        "INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
+        " SELECT k, e, t, o FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
+        " AS x(k, e, t, o) ORDER BY k"
+        " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
+        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+         [r[3].value for r in rows]))
+    inserted = {row[0] for row in cur.fetchall()}
+    return {r[0] for r in rows} - inserted
 
 
 def settle(cur: Cursor, keys: Iterable[str], waiting: Outcome, final: Outcome) -> int:
