@@ -137,10 +137,6 @@ ZERO = Decimal(0)
 VISIBILITY_RECHECKS_S = (0.02, 0.1, 0.3, 0.6, 1.0)
 
 
-# Statuses an event has once the ledger has processed it (final, or waiting on a chain).
-_PROCESSED_STATUSES = sorted(s.value for s in stored_events.PROCESSED_STATUSES)
-
-
 class LedgerHandler:
     name = "ledger"
     db_role: DbRole = "ledger"
@@ -171,7 +167,7 @@ class LedgerHandler:
         result.outcomes["duplicate"] += len(repeats)
         # Step 2. Dead letters: records the outbox did not send, unknown users,
         # settlements no decided deposit explains.
-        valid = _outbox_events_only(cur, unique, result)
+        valid, statuses = _outbox_events_only(cur, unique, result)
         valid = _known_users_only(cur, valid, result)
         deposits, problems = _settlements_judged(cur, valid)
         valid = _without_dead_letters(valid, problems, result)
@@ -182,7 +178,7 @@ class LedgerHandler:
         opening = _lock_balances(cur, valid)
         references = _references(cur, valid)
         # Step 4. Events applied before whose outcome housekeeping forgot.
-        forgotten = _effects_on_record(cur, valid, deposits)
+        forgotten = _effects_on_record(cur, valid, deposits, statuses)
         on_record = {c.key for c, _ in forgotten}
         fresh = [c for c in valid if c.key not in on_record]
         flagged = _flagged_users(cur, fresh)
@@ -214,21 +210,26 @@ class LedgerHandler:
 
 
 def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
-                        ) -> list[Candidate]:
+                        ) -> tuple[list[Candidate], dict[str, str]]:
     """Dead-letter (into `result`) the events that do not match their stored row. One
     query for the batch; settlements have no row (the watcher writes only the outbox):
-    _settlements_judged judges them against their deposit."""
+    _settlements_judged judges them against their deposit. Also returns the status of
+    each event kept that the ledger processed before (a redelivery): step 4 needs it."""
     plain = [(c, c.event.content_hash()) for c in candidates if c.event.settles is None]
     suspect = _stored_suspects(cur, [(c.event.event_id, c.key, h) for c, h in plain])
     if not suspect:
-        return candidates
+        return candidates, {}
     bad: dict[int, tuple[str, str]] = {}
+    statuses: dict[str, str] = {}
     for c, content_hash in plain:
         if c.key in suspect:
-            problem = stored_events.judge(c.event.event_id, content_hash, suspect[c.key])
+            row = suspect[c.key]
+            problem = stored_events.judge(c.event.event_id, content_hash, row)
             if problem is not None:
                 bad[id(c)] = problem
-    return _without_dead_letters(candidates, bad, result)
+            elif row is not None and row.status in stored_events.PROCESSED_STATUSES:
+                statuses[c.event.event_id] = row.status.value
+    return _without_dead_letters(candidates, bad, result), statuses
 
 
 def _known_users_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
@@ -400,22 +401,18 @@ def _references(cur: Cursor, candidates: Sequence[Candidate]) -> References:
 
 
 def _effects_on_record(cur: Cursor, candidates: Sequence[Candidate],
-                       deposits: dict[str, HeldDeposit]) -> list[tuple[Candidate, Outcome]]:
+                       deposits: dict[str, HeldDeposit], statuses: dict[str, str]
+                       ) -> list[tuple[Candidate, Outcome]]:
     """Events whose effect is on record (a transfer, a final or waiting status, or -
     for a settlement - its deposit already in the state it leads to), each with the
     outcome it had: applied before. If housekeeping purged their outcome row it is
     written back (the claim skips those whose row still exists); nothing is applied
-    again, and a rejection stays a rejection (a replay cannot turn it into a success)."""
+    again, and a rejection stays a rejection (a replay cannot turn it into a success).
+    `statuses`: the processed status of the batch's events that have one, as step 2
+    read it (a status another applier commits after that read is caught by the claim:
+    its outcome row commits with it)."""
     if not candidates:
         return []
-    # By index (= ANY on the primary key), not joined with the batch: joined, the planner
-    # hashed all of payment_events (and the journal) per batch on a mid-size ledger, ~95
-    # us per event at 100k rows, growing with history.
-    cur.execute("SELECT event_id, status FROM payment_events"
-                " WHERE event_id = ANY(%s::text[]) AND status = ANY(%s)",
-                (text_array(sorted({c.event.event_id for c in candidates})),
-                 list(_PROCESSED_STATUSES)))
-    statuses: dict[str, str] = dict(cur.fetchall())
     # An event with a stored row gets its status in the transaction that writes its
     # transfer, so its status says it all. Settlements have no row: their transfers are
     # looked up too (with their deposit's state, below).
