@@ -1,15 +1,16 @@
 """CPU seconds per component, from /proc (Linux; run on the database host).
 
 Python: the given processes' own user+system time (read while they are alive).
-Postgres: every process of the `postgres` OS user, plus what the postmaster has reaped
+Postgres: the stack's postmaster and its children, plus what the postmaster has reaped
 from exited backends (cutime+cstime): a backend that lived only during the run is
-counted too. Both are read before and after; the difference is the run's.
+counted too; another cluster on the same machine (a second stack) is not.
+Kafka and Connect: the JVMs whose pid files the stack keeps (every broker of a cluster).
+All are read before and after; the difference is the run's.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,22 +37,31 @@ def process_seconds(pids: Iterable[int]) -> float:
 
 
 def postgres_seconds(pgdata: Path) -> float:
-    """CPU seconds of the whole Postgres server so far (live processes + reaped ones)."""
-    uid = pwd.getpwnam("postgres").pw_uid
+    """CPU seconds of this Postgres server so far (its live processes + reaped ones)."""
     postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
     total = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-        except OSError:
-            continue
         fields = _stat(int(entry.name))
         if fields is None:
             continue
-        total += int(fields[11]) + int(fields[12])
-        if int(entry.name) == postmaster:
+        pid, ppid = int(entry.name), int(fields[1])
+        if pid == postmaster:
+            total += int(fields[11]) + int(fields[12])
             total += int(fields[13]) + int(fields[14])  # cutime, cstime: reaped backends
+        elif ppid == postmaster:
+            total += int(fields[11]) + int(fields[12])
     return total / TICKS
+
+
+def stack_seconds(run_dir: Path, component: str) -> float:
+    """CPU seconds of the stack's `component` processes (kafka: every broker's pid file
+    kafka*.pid; connect) that are alive."""
+    pids = []
+    for pid_file in run_dir.glob(f"{component}*.pid"):
+        try:
+            pids.append(int(pid_file.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return process_seconds(pids)

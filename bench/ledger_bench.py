@@ -28,7 +28,7 @@ from pathlib import Path
 from bench import cpu_usage, per_event_ledger, results
 from paystream.consumers.settings import ConsumerSettings
 from paystream.schema.db import connect, database_url
-from paystream.schema.events import EventType, PaymentEvent
+from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
 from paystream.stack.settings import StackSettings
 from tests.support.consumers import (
     ConsumerProcess,
@@ -76,12 +76,36 @@ def committed_total(group: str, topic: str) -> int:
 class GroupRun:
     steady: float        # events/s from the first committed batch to the drained topic
     wall: float          # events/s including process start and group join
-    python_cpu_s: float  # the ledger processes' CPU
-    postgres_cpu_s: float
+    cpu: dict[str, float]  # CPU seconds per component: python (the ledger), postgres,
+                           # kafka, connect
+
+
+def components_cpu(stack: StackSettings) -> dict[str, float]:
+    """CPU seconds so far of the stack's Postgres, brokers and Connect worker."""
+    return {"postgres": cpu_usage.postgres_seconds(stack.pg_data),
+            "kafka": cpu_usage.stack_seconds(stack.run_dir, "kafka"),
+            "connect": cpu_usage.stack_seconds(stack.run_dir, "connect")}
+
+
+def cdc_settled(quiet_s: float = 1.5, limit_s: float = 120.0) -> None:
+    """Wait until paystream.notifications has not grown for `quiet_s`."""
+    deadline = time.monotonic() + limit_s
+    last, still_since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = sum(end_offsets(NOTIFICATIONS_TOPIC).values())
+        if now != last:
+            last, still_since = now, time.monotonic()
+        elif time.monotonic() - still_since >= quiet_s:
+            return
+        time.sleep(0.25)
+
+
+def since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in before}
 
 
 def run_group(topic: str, group: str, total: int, processes: int, batch_size: int,
-              log_dir: Path, pgdata: Path) -> GroupRun:
+              log_dir: Path, stack: StackSettings) -> GroupRun:
     """The ledger group draining `topic`, timed from the committed offsets."""
     launched = time.perf_counter()
     procs = [ConsumerProcess.start("ledger", topic=topic, group=group, dlq_topic=topic + ".dlq",
@@ -96,7 +120,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
             now = time.perf_counter()
             if first_at is None and done > 0:
                 first_at, first_done = now, done
-                py0, pg0 = cpu_usage.process_seconds(pids), cpu_usage.postgres_seconds(pgdata)
+                py0, other0 = cpu_usage.process_seconds(pids), components_cpu(stack)
             if done >= total:
                 break
             if now - launched > 600 or any(not p.alive() for p in procs):
@@ -104,13 +128,18 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
                                  + "\n".join(p.tail(10) for p in procs))
             time.sleep(0.05)
         finished = time.perf_counter()
-        py1, pg1 = cpu_usage.process_seconds(pids), cpu_usage.postgres_seconds(pgdata)
+        py1 = cpu_usage.process_seconds(pids)
+        # Connect streams the batches' notification intents after they commit: its
+        # (and the broker's) share of the work is in once the topic stops growing.
+        cdc_settled()
+        other1 = components_cpu(stack)
     finally:
         for p in procs:
             p.terminate()
     assert first_at is not None
     return GroupRun((total - first_done) / max(finished - first_at, 1e-9),
-                    total / (finished - launched), py1 - py0, pg1 - pg0)
+                    total / (finished - launched),
+                    {"python": py1 - py0, **since(other0, other1)})
 
 
 def prepare(run: str, users: int, count: int, seed: int, with_topic: bool
@@ -159,7 +188,7 @@ def main() -> int:
     ap.add_argument("--results", metavar="FILE", help="also write the figures as JSON"
                     " (bench/results.py; bench/ledger_scale.py and bench/report.py read it)")
     args = ap.parse_args()
-    pgdata = StackSettings.from_env().pg_data
+    stack = StackSettings.from_env()
     p = args.processes
 
     print("load average before: {:.1f} {:.1f} {:.1f} (2 cores; Kafka, Connect, Postgres"
@@ -173,15 +202,15 @@ def main() -> int:
     _, base1_msgs = prepare(f"{stamp}-c", args.users, args.baseline_events // 2, 45, False)
 
     group = run_group(group_topic, f"{stamp}-g-ledger", len(group_msgs), p, args.batch_size,
-                      Path("/tmp") / stamp, pgdata)
+                      Path("/tmp") / stamp, stack)
     single = run_group(single_topic, f"{stamp}-s-ledger", len(single_msgs), 1,
-                       args.batch_size, Path("/tmp") / stamp, pgdata)
-    pg0 = cpu_usage.postgres_seconds(pgdata)
+                       args.batch_size, Path("/tmp") / stamp, stack)
+    other0 = components_cpu(stack)
     base, base_py = per_event_ledger.run([m[1] for m in base_msgs], p)
-    base_pg = cpu_usage.postgres_seconds(pgdata) - pg0
-    pg0 = cpu_usage.postgres_seconds(pgdata)
+    base_cpu = {"python": base_py, **since(other0, components_cpu(stack))}
+    other0 = components_cpu(stack)
     base1, base1_py = per_event_ledger.run([m[1] for m in base1_msgs], 1)
-    base1_pg = cpu_usage.postgres_seconds(pgdata) - pg0
+    base1_cpu = {"python": base1_py, **since(other0, components_cpu(stack))}
 
     failed = False
     for run, msgs in ((f"{stamp}-g", group_msgs), (f"{stamp}-s", single_msgs),
@@ -193,9 +222,10 @@ def main() -> int:
             failed = True
     print("load average after: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
 
-    def cpu_line(label: str, events: int, py_s: float, pg_s: float) -> str:
-        return (f"cpu/event {label}: python {py_s / events * 1e6:,.0f} us,"
-                f" postgres {pg_s / events * 1e6:,.0f} us")
+    def cpu_line(label: str, events: int, cpu: dict[str, float]) -> str:
+        parts = [f"{name} {seconds / events * 1e6:,.0f} us" for name, seconds in cpu.items()]
+        return (f"cpu/event {label}: " + ", ".join(parts)
+                + f"; all {sum(cpu.values()) / events * 1e6:,.0f} us")
 
     steady_events = len(group_msgs)
     print(f"ledger group ({p} processes, batch {args.batch_size}): {group.steady:,.0f} events/s"
@@ -205,11 +235,10 @@ def main() -> int:
     print(f"per-event baseline, 1 process: {base1:,.0f} events/s")
     print(f"ratio at {p} processes: {group.steady / base:.1f}x")
     print(f"ratio at 1 process: {single.steady / base1:.1f}x")
-    print(cpu_line(f"ledger group ({p})", steady_events, group.python_cpu_s, group.postgres_cpu_s))
-    print(cpu_line("ledger single", len(single_msgs), single.python_cpu_s,
-                   single.postgres_cpu_s))
-    print(cpu_line(f"baseline ({p})", len(base_msgs), base_py, base_pg))
-    print(cpu_line("baseline (1)", len(base1_msgs), base1_py, base1_pg))
+    print(cpu_line(f"ledger group ({p})", steady_events, group.cpu))
+    print(cpu_line("ledger single", len(single_msgs), single.cpu))
+    print(cpu_line(f"baseline ({p})", len(base_msgs), base_cpu))
+    print(cpu_line("baseline (1)", len(base1_msgs), base1_cpu))
     print("targets: ledger group >= 20,000 events/s; >= 20x the baseline at equal processes")
     results.write(args.results, "ledger", f"the per-event double-entry applier with {p}"
                   " process(es) and with 1, on other events of the same mix, in the same run",
@@ -217,8 +246,8 @@ def main() -> int:
                    "ledger": group.steady, "single": single.steady, "baseline": base,
                    "baseline_single": base1,
                    "cpu_us_per_event": {
-                       "ledger_python": group.python_cpu_s / steady_events * 1e6,
-                       "ledger_postgres": group.postgres_cpu_s / steady_events * 1e6}})
+                       f"ledger_{name}": seconds / steady_events * 1e6
+                       for name, seconds in group.cpu.items()}})
     return 1 if failed else 0
 
 
