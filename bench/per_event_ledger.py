@@ -6,8 +6,10 @@ judge the record against its stored event (content hash, status) and its user, l
 balance row (created on a first credit), decide (ledger_plan.decide), claim the outcome
 (schema.processed_events), and for an event that moves money its transfer: the accounts
 (schema.accounts.resolve), one transfers row and its postings (ledger_postings.postings,
-summing to zero), the balances row; then the event's status. Workers own disjoint users,
-as partitions do, each on its own connection.
+summing to zero), the balances row; then the event's status and its notification intent
+through the outbox (schema.notifications, a record of one: an event alone has no batch
+to share one with). Workers own disjoint users, as partitions do, each on its own
+connection.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from dataclasses import dataclass
 
 from paystream.consumers.ledger_plan import decide
 from paystream.consumers.ledger_postings import postings
-from paystream.schema import accounts, processed_events
+from paystream.schema import accounts, notifications, processed_events
 from paystream.schema.db import Connection, connect, database_url
-from paystream.schema.events import PaymentEvent, parse_wire
+from paystream.schema.events import NOTIFICATIONS_AGGREGATE, PaymentEvent, parse_wire
 from paystream.schema.idempotency import idempotency_key
+from paystream.schema.outbox import publish
 from paystream.schema.processed_events import Outcome
 from paystream.schema.transfers import sql_amount
 
@@ -76,6 +79,10 @@ def apply_one(conn: Connection, event: PaymentEvent) -> Outcome | None:
     status = "applied" if outcome is Outcome.APPLIED else "rejected"
     cur.execute("UPDATE payment_events SET status = %s, status_changed_at = now()"
                 " WHERE event_id = %s AND status = 'received'", (status, event.event_id))
+    intent = notifications.of_outcome(event, outcome, notifications.now_text())
+    if intent is not None:
+        publish(cur, NOTIFICATIONS_AGGREGATE, notifications.outbox_batches(
+            [(intent, "trace-" + event.event_id)], event.user_id))
     conn.commit()
     return outcome
 

@@ -662,11 +662,13 @@ def _log_rejections(rejected: Sequence[Candidate], plan: Plan) -> None:
 def _notify(cur: Cursor, plan: Plan) -> None:
     """Step 8's notification intents: one per user-visible change planned in this
     transaction (schema/notifications.py says which), plus a shortfall.opened per
-    shortfall, all in one outbox round trip. Only events planned here: a redelivered
-    event was dropped as a duplicate at step 6 and notifies nobody twice."""
+    shortfall, all in one outbox round trip: a record per source partition (key
+    `<topic>-<partition>`, so a user's intents always take the same notification
+    partition, in order). Only events planned here: a redelivered event was dropped as
+    a duplicate at step 6 and notifies nobody twice."""
     created_at = notifications.now_text()
     owed = {id(c): amount for c, amount in plan.shortfalls}
-    intents: list[tuple[notifications.Intent, str]] = []
+    by_source: dict[tuple[str, int], list[tuple[notifications.Intent, str]]] = {}
     for c, outcome in plan.decisions:
         event = c.event
         trace_id = c.trace_id or event.event_id
@@ -680,15 +682,18 @@ def _notify(cur: Cursor, plan: Plan) -> None:
             extra["shortfall"] = format_amount(short)
             extra["account_flagged"] = True
         intent = notifications.of_outcome(event, outcome, created_at, **extra)
+        source = (c.record.origin.topic, c.record.origin.partition)
         if intent is not None:
-            intents.append((intent, trace_id))
+            by_source.setdefault(source, []).append((intent, trace_id))
         if short > 0:
-            intents.append((notifications.new_intent(
+            by_source.setdefault(source, []).append((notifications.new_intent(
                 notifications.IntentType.SHORTFALL_OPENED, event.event_id, event.user_id,
                 event_type=event.event_type.value, asset=event.asset, amount=short,
                 created_at=created_at, reference=event.reference or event.settles),
                 trace_id))
-    publish(cur, NOTIFICATIONS_AGGREGATE, notifications.outbox_messages(intents))
+    publish(cur, NOTIFICATIONS_AGGREGATE,
+            [message for (topic, partition), intents in sorted(by_source.items())
+             for message in notifications.outbox_batches(intents, f"{topic}-{partition}")])
 
 
 def _without_dead_letters(candidates: list[Candidate], bad: dict[int, tuple[str, str]],

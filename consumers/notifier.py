@@ -2,8 +2,9 @@
 
 It records and never sends (notify/delivery.py sends; docs/notifications.md has the
 whole design). In the batch transaction the commit protocol opened, `apply`:
-  1. reads each record as an intent (schema.notifications.parse_intent); one that is not
-     an intent, or whose key is not its user, is a dead letter;
+  1. reads each record's intents (schema.notifications.parse_batch: a record carries
+     a ledger batch's intents); a record with an element that is not an intent is a
+     dead letter, and its good intents are recorded all the same;
   2. records the intents, INSERT ... ON CONFLICT (intent_id) DO NOTHING: a redelivered
      batch records nothing new;
   3. inserts one delivery slot per (intent, enabled endpoint that wants it), ON CONFLICT
@@ -28,7 +29,7 @@ from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record
 from paystream.schema import notification_slots
 from paystream.schema.db import Connection, Cursor, DbRole
-from paystream.schema.notifications import Intent, IntentError, parse_intent
+from paystream.schema.notifications import Intent, IntentError, parse_batch
 
 
 class NotifierHandler:
@@ -40,17 +41,21 @@ class NotifierHandler:
 
     def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         result = BatchResult()
-        # Step 1. Each record as an intent; a repeat inside the batch once.
+        # Step 1. Each record's intents; a repeat inside the batch once.
         intents: dict[str, tuple[Intent, str | None]] = {}
         for record in records:
-            try:
-                intent = _read(record)
-            except IntentError as exc:
-                result.dead_letters.append(DeadLetter(record, exc.reason, exc.detail))
-                continue
-            if intent.id in intents:
-                result.outcomes["duplicate"] += 1
-            intents[intent.id] = (intent, record.header("trace_id"))
+            found, errors = _read(record)
+            if errors:
+                # The good intents of the record are still recorded: a dead letter must
+                # not silence the others (a replay of it records nothing twice).
+                first = errors[0]
+                result.dead_letters.append(DeadLetter(
+                    record, first.reason, f"{len(errors)} of {len(errors) + len(found)}"
+                                          f" intents refused; first: {first.detail}"))
+            for intent, trace_id in found:
+                if intent.id in intents:
+                    result.outcomes["duplicate"] += 1
+                intents[intent.id] = (intent, trace_id)
         if not intents:
             return result
         # Steps 2 and 3. The intents, once; a slot per intent and endpoint that wants
@@ -61,15 +66,11 @@ class NotifierHandler:
         return result
 
 
-def _read(record: Record) -> Intent:
+def _read(record: Record) -> tuple[list[tuple[Intent, str | None]], list[IntentError]]:
     if record.value is None:
-        raise IntentError("malformed", "a record without a value")
+        return [], [IntentError("malformed", "a record without a value")]
     try:
         obj = orjson.loads(record.value)
     except orjson.JSONDecodeError as exc:
-        raise IntentError("malformed", f"not JSON: {exc}") from None
-    intent = parse_intent(obj)
-    if record.key_text != intent.user_id:
-        raise IntentError("wrong_key", f"key {record.key_text!r} is not the intent's user"
-                                       f" {intent.user_id!r}")
-    return intent
+        return [], [IntentError("malformed", f"not JSON: {exc}")]
+    return parse_batch(obj)

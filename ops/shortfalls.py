@@ -83,7 +83,8 @@ def resolve(cur: Any, shortfall_id: int, resolution: str) -> tuple[ShortfallRow,
         shortfall_id=resolved.id, resolution=resolved.resolution,
         account_flagged=still_flagged)
     publish(cur, NOTIFICATIONS_AGGREGATE,
-            notifications.outbox_messages([(intent, resolved.source_event_id)]))
+            notifications.outbox_batches([(intent, resolved.source_event_id)],
+                                         intent.user_id))
     return resolved, still_flagged
 
 

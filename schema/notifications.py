@@ -20,7 +20,7 @@ The record value on the topic is the webhook body itself: {"type", "id", "create
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -148,10 +148,27 @@ def of_outcome(event: PaymentEvent, outcome: Outcome, created_at: str, **extra: 
                       asset=event.asset, amount=event.amount, created_at=created_at, **extra)
 
 
-def outbox_messages(intents: Iterable[tuple[Intent, str]]) -> list[dict[str, Any]]:
-    """(intent, trace id) pairs as schema.outbox.publish messages."""
-    return [{"aggregateid": i.user_id, "type": i.type.value, "event_id": i.data["event_id"],
-             "payload": i.body(), "trace_id": trace_id} for i, trace_id in intents]
+# Intents per record on paystream.notifications: a ledger batch's intents travel
+# together, so Debezium, the broker and the notifier handle one record per batch and
+# source partition instead of one per intent (Connect alone spent ~43 us of CPU per
+# record); 500 intents of ~400 bytes keep a record well under the 1 MiB a broker takes.
+BATCH_LIMIT = 500
+BATCH_TYPE = "intents"
+
+
+def outbox_batches(intents: Sequence[tuple[Intent, str]], key: str
+                   ) -> list[dict[str, Any]]:
+    """(intent, trace id) pairs as schema.outbox.publish messages: records of at most
+    BATCH_LIMIT intents, keyed by `key`, each value {"intents": [body + "trace_id"]}
+    (the webhook body of each, with the trace id of the change that made it). A record's
+    `event_id` and `trace_id` headers are its first intent's id and trace id."""
+    out = []
+    for start in range(0, len(intents), BATCH_LIMIT):
+        chunk = intents[start:start + BATCH_LIMIT]
+        out.append({"aggregateid": key, "type": BATCH_TYPE, "event_id": chunk[0][0].id,
+                    "payload": {"intents": [{**i.body(), "trace_id": t} for i, t in chunk]},
+                    "trace_id": chunk[0][1]})
+    return out
 
 
 class IntentError(ValueError):
@@ -161,6 +178,29 @@ class IntentError(ValueError):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+
+
+def parse_batch(obj: object) -> tuple[list[tuple[Intent, str | None]], list[IntentError]]:
+    """A record's value read back: its intents with their trace ids, and what is wrong
+    with the others (each element is judged alone: parse_intent). A value that is no
+    batch at all is one error and no intent."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("intents"), list):
+        return [], [IntentError("malformed", 'a record is {"intents": [...]}')]
+    items = obj["intents"]
+    if not 1 <= len(items) <= BATCH_LIMIT:
+        return [], [IntentError("malformed",
+                                f"a record holds 1 to {BATCH_LIMIT} intents, not {len(items)}")]
+    intents: list[tuple[Intent, str | None]] = []
+    errors: list[IntentError] = []
+    for item in items:
+        try:
+            intent = parse_intent(item)
+        except IntentError as exc:
+            errors.append(exc)
+            continue
+        trace_id = item.get("trace_id")
+        intents.append((intent, trace_id if isinstance(trace_id, str) else None))
+    return intents, errors
 
 
 def parse_intent(obj: object) -> Intent:

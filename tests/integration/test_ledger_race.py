@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from decimal import Decimal
 
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
+from paystream.schema.notifications import IntentType, parse_batch
 from tests.support.consumers import (
     create_topic,
     create_users,
@@ -103,10 +105,13 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
 
     # One notification intent per rejected withdrawal, through the outbox and Debezium.
     def notified() -> list[str]:
-        return [dict(m.headers()).get("event_id", b"").decode()
-                for m in read_all(NOTIFICATIONS_TOPIC)
-                if dict(m.headers() or ()).get("event_id", b"").startswith(prefix.encode())
-                and dict(m.headers() or ()).get("event_type") == b"withdrawal.rejected"]
+        found = []
+        for m in read_all(NOTIFICATIONS_TOPIC):
+            intents, _ = parse_batch(json.loads(m.value()))
+            found += [i.data["event_id"] for i, _ in intents
+                      if i.data["event_id"].startswith(prefix)
+                      and i.type is IntentType.WITHDRAWAL_REJECTED]
+        return found
 
     wait_until(lambda: len(notified()) >= rejected, 60, "the rejection notifications",
                interval_s=1)

@@ -244,22 +244,27 @@ def test_what_is_not_an_intent_is_a_dead_letter_and_never_sent(
         endpoints: list[str]) -> None:
     user = unique("ntf-user")
     _endpoint(hooks, endpoints, f"/ok/{user}", user)
-    good, forged, misrouted = intents(unique("src"), user, 3)
+    good, forged, mixed_good = intents(unique("src"), user, 3)
     forged_body = {**forged.body(), "id": "ntf_" + "f" * 32}  # an id its source does not derive
-    bad = [(user.encode(), json.dumps(forged_body).encode(), []),
-           (b"someone-else", json.dumps(misrouted.body()).encode(), []),  # key is not its user
+    [(key, value, headers)] = messages([mixed_good])
+    batch = json.loads(value)
+    batch["intents"].append(forged_body)  # one good intent and one forged in a record
+    bad = [(user.encode(), json.dumps({"intents": [forged_body]}).encode(), []),
+           (key, json.dumps(batch).encode(), headers),
+           (user.encode(), json.dumps(good.body()).encode(), []),  # an intent, not a record
            (user.encode(), b"not json", [])]
     proc = _notifier(pool, topics)
     produce(topics[0], messages([good]) + bad)
-    wait_until(lambda: hooks.ids(f"/ok/{user}") == [good.id], 30, "the one real intent",
-               interval_s=0.5)
-    wait_until(lambda: len(read_all(topics[1])) == 3, 30, "three dead letters", interval_s=0.5)
+    wanted = sorted([good.id, mixed_good.id])
+    wait_until(lambda: sorted(hooks.ids(f"/ok/{user}")) == wanted, 30,
+               "the two real intents", interval_s=0.5)
+    wait_until(lambda: len(read_all(topics[1])) == 4, 30, "four dead letters", interval_s=0.5)
     reasons = sorted(dict(m.headers())["dlq.error.reason"].decode()
                      for m in read_all(topics[1]))
-    assert reasons == ["malformed", "wrong_intent_id", "wrong_key"]
+    assert reasons == ["malformed", "malformed", "wrong_intent_id", "wrong_intent_id"]
     with db.cursor() as cur:
-        cur.execute("SELECT count(*) FROM notification_intents WHERE intent_id = ANY(%s)",
-                    ([forged_body["id"], misrouted.id],))
+        cur.execute("SELECT count(*) FROM notification_intents WHERE intent_id = %s",
+                    (forged_body["id"],))
         assert cur.fetchone()[0] == 0
     assert proc.terminate() == 0, proc.tail()
-    assert hooks.ids(f"/ok/{user}") == [good.id]
+    assert sorted(hooks.ids(f"/ok/{user}")) == wanted

@@ -13,7 +13,13 @@ from decimal import Decimal
 from pathlib import Path
 
 from paystream.launch import paystream_argv
-from paystream.schema.notifications import Intent, IntentType, new_intent, now_text
+from paystream.schema.notifications import (
+    Intent,
+    IntentType,
+    new_intent,
+    now_text,
+    outbox_batches,
+)
 from tests.support.consumers import ConsumerProcess
 
 Message = tuple[bytes, bytes, list[tuple[str, bytes]]]
@@ -51,11 +57,16 @@ def intents(prefix: str, user: str, count: int,
 
 
 def messages(items: Sequence[Intent]) -> list[Message]:
-    """The records Debezium's outbox router writes for these intents."""
-    return [(i.user_id.encode(), json.dumps(i.body()).encode(),
-             [("event_type", i.type.value.encode()),
-              ("event_id", str(i.data["event_id"]).encode()),
-              ("trace_id", f"trace-{i.id}".encode())]) for i in items]
+    """The records Debezium's outbox router writes for these intents, one intent each
+    (as an operator's shortfall resolution is written; schema.notifications.outbox_batches
+    makes the value)."""
+    out: list[Message] = []
+    for i in items:
+        [row] = outbox_batches([(i, f"trace-{i.id}")], i.user_id)
+        out.append((i.user_id.encode(), json.dumps(row["payload"]).encode(),
+                    [("event_type", row["type"].encode()), ("event_id", row["event_id"].encode()),
+                     ("trace_id", row["trace_id"].encode())]))
+    return out
 
 
 def start_sender(log_dir: Path, env: dict[str, str]) -> ConsumerProcess:

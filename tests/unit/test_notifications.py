@@ -22,6 +22,7 @@ from paystream.notify.settings import DEFAULT_RETRY_DELAYS_S, NotifySettings, Re
 from paystream.schema import standard_webhooks
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.notifications import (
+    BATCH_LIMIT,
     INTENT_ID_PATTERN,
     IntentError,
     IntentType,
@@ -30,6 +31,8 @@ from paystream.schema.notifications import (
     new_intent,
     now_text,
     of_outcome,
+    outbox_batches,
+    parse_batch,
     parse_intent,
     wants,
 )
@@ -112,6 +115,39 @@ def test_an_intent_reads_back_and_a_tampered_one_does_not() -> None:
         with pytest.raises(IntentError) as info:
             parse_intent(broken)
         assert info.value.reason == reason
+
+
+def _many(n: int) -> list:
+    return [(new_intent(IntentType.DEPOSIT_CREDITED, f"evt-{k}", "u-1", event_type="deposit",
+                        asset="USD", amount=Decimal(k + 1), created_at=now_text()), f"tr-{k}")
+            for k in range(n)]
+
+
+def test_a_ledger_batch_travels_in_records_of_at_most_the_limit_and_reads_back() -> None:
+    pairs = _many(BATCH_LIMIT + 3)
+    rows = outbox_batches(pairs, "paystream.payments-7")
+    assert [len(r["payload"]["intents"]) for r in rows] == [BATCH_LIMIT, 3]
+    assert {r["aggregateid"] for r in rows} == {"paystream.payments-7"}
+    assert [(r["event_id"], r["trace_id"]) for r in rows] == [
+        (pairs[0][0].id, "tr-0"), (pairs[BATCH_LIMIT][0].id, f"tr-{BATCH_LIMIT}")]
+    back = [p for r in rows for p in parse_batch(json.loads(json.dumps(r["payload"])))[0]]
+    assert back == pairs  # every intent, in order, with its own trace id
+    # Each element is the webhook body plus the trace id, nothing else.
+    element = rows[1]["payload"]["intents"][0]
+    assert {k: v for k, v in element.items() if k != "trace_id"} == pairs[BATCH_LIMIT][0].body()
+
+
+def test_a_record_keeps_its_good_intents_and_names_the_bad_ones() -> None:
+    (good, trace), (other, _) = _many(2)
+    forged = {**other.body(), "id": "ntf_" + "0" * 32}
+    found, errors = parse_batch({"intents": [{**good.body(), "trace_id": trace}, forged,
+                                             "not an object"]})
+    assert found == [(good, trace)]
+    assert [e.reason for e in errors] == ["wrong_intent_id", "malformed"]
+    for not_a_batch in (good.body(), [good.body()], {"intents": []},
+                        {"intents": [good.body()] * (BATCH_LIMIT + 1)}, None):
+        found, errors = parse_batch(not_a_batch)
+        assert found == [] and [e.reason for e in errors] == ["malformed"]
 
 
 def test_event_filters() -> None:
