@@ -103,11 +103,11 @@ bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finali
 # --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`
 # only draws from the latest files, so it takes seconds.
 RESULTS := docs/benchmarks/data
-.PHONY: bench-results bench-ledger-scale bench-report
-bench-ledger-scale: stack-up  ## bench-ledger at 1, 2 and 3 processes (30,000 events)
+.PHONY: bench-results bench-scale bench-report
+bench-scale: stack-up  ## the ledger group with 1, 2, 3 and 6 processes, CPU per component
 	$(BENCH) bench/ledger_scale.py --results $(RESULTS)/ledger-scale.json
 
-bench-results: stack-up bench-ledger-scale
+bench-results: stack-up bench-scale
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS) --results $(RESULTS)/ingest.json
 	$(BENCH) bench/e2e_latency.py --results $(RESULTS)/e2e.json
 

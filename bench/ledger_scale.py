@@ -1,55 +1,74 @@
-"""Ledger throughput against the number of processes in the group: bench/ledger_bench.py
-run once per process count, its results file read (the group's rate and the per-event
-baseline at the same process count), the figures written as JSON for bench/report.py.
+"""Ledger scale-out: the `ledger` group with 1, 2, 3 and 6 processes on one 12-partition
+topic each, the same events and the same stack, with the CPU of every component.
 
-    make bench-ledger-scale   (or: python bench/ledger_scale.py --processes 1 2 3 --events 30000)
+    make bench-scale   (or: python bench/ledger_scale.py [--processes 1 2 3 6] [--events N])
 
-There is no scale benchmark of its own yet: this is bench-ledger as it stands, repeated.
+Each run preloads its own topic with N events of 1,000 users (bench/ledger_bench.py's
+mix, every event recorded in payment_events first), starts P `paystream consume ledger`
+processes in one group and times the drain from the first committed batch; the CPU per
+event of the ledger processes, this stack's Postgres, the brokers and Connect is read
+over the drain (Connect's once it has streamed the batches' intents). The baseline is
+the same group with one process, measured in the same run: each line prints its
+speed-up over it. Kafka, Connect and Postgres run on the same cores as the ledger, so
+the curve flattens where the machine's cores run out, not where the design does
+(docs/scaling.md reads the figures).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
+import random
 import sys
-import tempfile
+import time
 from pathlib import Path
 
-import results  # bench/, on sys.path as the script's folder
+from bench import results
+from bench.ledger_bench import GroupRun, prepare, run_group
+from paystream.stack.settings import StackSettings
 
 
-def one_run(processes: int, events: int, baseline_events: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "ledger.json"
-        cmd = [sys.executable, str(Path(__file__).with_name("ledger_bench.py")),
-               "--processes", str(processes), "--events", str(events),
-               "--baseline-events", str(baseline_events), "--results", str(out)]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-        sys.stdout.write(done.stdout)
-        if done.returncode != 0 or not out.exists():
-            raise SystemExit(f"ledger_bench.py --processes {processes} failed:\n"
-                             f"{done.stderr[-2000:]}")
-        figures = json.loads(out.read_text())["figures"]
-    return {"ledger": float(figures["ledger"]), "baseline": float(figures["baseline"])}
-
-
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--processes", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--events", type=int, default=30_000)
-    ap.add_argument("--baseline-events", type=int, default=2_000)
-    ap.add_argument("--results", metavar="FILE")
+    ap.add_argument("--processes", type=int, nargs="+", default=[1, 2, 3, 6])
+    ap.add_argument("--events", type=int, default=60_000)
+    ap.add_argument("--users", type=int, default=1_000)
+    ap.add_argument("--batch-size", type=int, default=1_000)
+    ap.add_argument("--results", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args()
-    runs = {}
+    if 1 not in args.processes:
+        raise SystemExit("--processes must include 1: it is the baseline")
+    stack = StackSettings.from_env()
+    cores = os.cpu_count() or 1
+    print("load average before: {:.1f} {:.1f} {:.1f} ({} cores; Kafka, Connect, Postgres"
+          " and anvil running)".format(*os.getloadavg(), cores))
+    stamp = f"scale-{int(time.time())}-{random.randrange(1 << 16):04x}"
+    runs: dict[int, GroupRun] = {}
     for n in args.processes:
-        print(f"== {n} ledger process(es), {args.events:,} events", flush=True)
-        runs[str(n)] = one_run(n, args.events, args.baseline_events)
-    results.write(args.results, "ledger-scale", "a one-transaction-per-event applier on "
-                  f"the first {args.baseline_events:,} of the same events, each run",
-                  {"events": args.events, "runs": runs})
+        topic, msgs = prepare(f"{stamp}-p{n}", args.users, args.events, 42 + n, True)
+        runs[n] = run_group(topic, f"{stamp}-p{n}-ledger", len(msgs), n, args.batch_size,
+                            Path("/tmp") / stamp, stack)
+    print("load average after: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
+    base = runs[1].steady
+    print(f"{'processes':>9} {'events/s':>9} {'vs 1':>6} {'busy':>6}  CPU per event (us):"
+          " python postgres kafka connect = all")
+    for n, run in runs.items():
+        per_event = {k: v / args.events * 1e6 for k, v in run.cpu.items()}
+        total = sum(per_event.values())
+        # Share of the machine the components kept busy while the group drained.
+        busy = total * run.steady / 1e6 / cores
+        print(f"{n:>9} {run.steady:>9,.0f} {run.steady / base:>5.2f}x {busy:>6.0%}  "
+              + " ".join(f"{per_event[k]:,.0f}" for k in ("python", "postgres", "kafka",
+                                                          "connect"))
+              + f" = {total:,.0f}")
+    results.write(args.results, "ledger-scale",
+                  "the same group with one process, in the same run",
+                  {"events": args.events, "batch_size": args.batch_size, "cores": cores,
+                   "runs": {str(n): {"ledger": r.steady, "cpu_us_per_event": {
+                       k: v / args.events * 1e6 for k, v in r.cpu.items()}}
+                       for n, r in runs.items()}})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

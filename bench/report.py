@@ -114,15 +114,16 @@ def ledger_plot(doc: dict[str, Any], out: Path) -> None:
     procs = sorted(runs, key=int)
     fig, ax = figure(doc, f"Ledger throughput against processes in the group "
                           f"({doc['figures']['events']:,} preloaded events, 12 partitions)")
+    xs = [int(p) for p in procs]
     ledger = [runs[p]["ledger"] for p in procs]
-    base = [runs[p]["baseline"] for p in procs]
-    ax.plot([int(p) for p in procs], ledger, "o-", label="ledger group (batches)")
-    ax.plot([int(p) for p in procs], base, "s--", label="per-event baseline (1 process)")
+    ax.plot(xs, ledger, "o-", label="ledger group (batches)")
+    ax.plot(xs, [runs["1"]["ledger"] * x for x in xs], ":", color="tab:gray",
+            label="linear from 1 process (the baseline)")
     for p, v in zip(procs, ledger, strict=True):
         ax.annotate(f"{v:,.0f}/s", (int(p), v), textcoords="offset points", xytext=(0, 8),
                     ha="center")
-    ax.set_xticks([int(p) for p in procs])
-    ax.set_ylim(bottom=0)
+    ax.set_xticks(xs)
+    ax.set_ylim(bottom=0, top=max(ledger) * 1.6)
     ax.set_xlabel("ledger processes")
     ax.set_ylabel("events/s")
     ax.legend()
