@@ -99,13 +99,20 @@ def intent_id(source_event_id: str, intent_type: IntentType) -> str:
     return INTENT_ID_PREFIX + idempotency_key(source_event_id, intent_type.value)[:32]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Intent:
     id: str
     type: IntentType
     user_id: str
     created_at: str  # ISO 8601, UTC
     data: dict[str, Any]
+
+    def __init__(self, id: str, type: IntentType, user_id: str, created_at: str,  # noqa: A002
+                 data: dict[str, Any]) -> None:
+        # One dict update instead of five frozen-setattr calls: the ledger makes one per
+        # event it applies. The fields stay read-only (frozen's __setattr__ refuses).
+        self.__dict__.update(id=id, type=type, user_id=user_id, created_at=created_at,
+                             data=data)
 
     def body(self) -> dict[str, Any]:
         """The wire form: the topic's record value and the webhook's JSON body."""
@@ -166,7 +173,9 @@ def outbox_batches(intents: Sequence[tuple[Intent, str]], key: str
     for start in range(0, len(intents), BATCH_LIMIT):
         chunk = intents[start:start + BATCH_LIMIT]
         out.append({"aggregateid": key, "type": BATCH_TYPE, "event_id": chunk[0][0].id,
-                    "payload": {"intents": [{**i.body(), "trace_id": t} for i, t in chunk]},
+                    "payload": {"intents": [
+                        {"type": i.type.value, "id": i.id, "created_at": i.created_at,
+                         "data": i.data, "trace_id": t} for i, t in chunk]},
                     "trace_id": chunk[0][1]})
     return out
 

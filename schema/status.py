@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from paystream.schema.db import Cursor
+from paystream.schema.pgarray import text_array
 
 
 class EventStatus(StrEnum):
@@ -68,7 +69,7 @@ def transition(cur: Cursor, event_ids: list[str], target: EventStatus | str) -> 
         return 0
     cur.execute(
         "UPDATE payment_events SET status = %s, status_changed_at = now()"
-        " WHERE event_id = ANY(%s) AND status = ANY(%s)",
-        (tgt.value, list(event_ids), sources),
+        " WHERE event_id = ANY(%s::text[]) AND status = ANY(%s::text[])",
+        (tgt.value, text_array(event_ids), text_array(sources)),
     )
     return cur.rowcount
