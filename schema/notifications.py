@@ -107,7 +107,7 @@ class Intent:
     created_at: str  # ISO 8601, UTC
     data: dict[str, Any]
 
-    def __init__(self, id: str, type: IntentType, user_id: str, created_at: str,  # noqa: A002
+    def __init__(self, id: str, type: IntentType, user_id: str, created_at: str,
                  data: dict[str, Any]) -> None:
         # One dict update instead of five frozen-setattr calls: the ledger makes one per
         # event it applies. The fields stay read-only (frozen's __setattr__ refuses).

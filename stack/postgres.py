@@ -36,6 +36,22 @@ max_connections = 200
 shared_buffers = 256MB
 log_line_prefix = '%m [%p] %u@%d '
 """
+# The write path's settings, given at every start (a cluster made before them gets them
+# too) and by docker-compose.yml's postgres command: checkpoints far apart and full-page
+# images compressed, so a page touched after a checkpoint is not logged whole at every
+# turn (the ledger's WAL per event; docs/benchmarks.md#ledger). Durability is untouched:
+# fsync, synchronous_commit and full_page_writes stay on.
+WRITE_PATH_SETTINGS = {
+    "max_wal_size": "4GB",
+    "checkpoint_timeout": "15min",
+    "wal_compression": "lz4",
+}
+
+
+def server_options() -> list[str]:
+    """WRITE_PATH_SETTINGS as the server's `-c name=value` arguments."""
+    return [arg for name, value in WRITE_PATH_SETTINGS.items()
+            for arg in ("-c", f"{name}={value}")]
 
 
 def _bin(name: str) -> str:
@@ -133,7 +149,7 @@ def start(s: StackSettings) -> bool:
     # `paystream run` did so writing dev-secrets.env) must not keep Postgres down.
     _make_traversable(s.pg_data)
     _as_postgres([_bin("pg_ctl"), "-D", str(s.pg_data), "-l", str(log), "-w", "-t", "60",
-                  "start"], s, timeout=90)
+                  "-o", " ".join(server_options()), "start"], s, timeout=90)
     wait_until(COMPONENT, "accepting connections", lambda: _superuser_ping(s),
                timeout=30, log=log)
     return True

@@ -77,6 +77,12 @@ def test_images_are_the_versions_the_jar_manifest_resolves():
     assert "wal_level=logical" in SERVICES["postgres"]["command"]
 
 
+def test_postgres_runs_with_the_stacks_write_path_settings():
+    command = SERVICES["postgres"]["command"]
+    given = [command[i + 1] for i, arg in enumerate(command) if arg == "-c"]
+    assert set(postgres.server_options()[1::2]) <= set(given)
+
+
 def test_only_the_ingest_and_the_api_publish_a_port_and_only_their_public_one():
     published = {name: svc["ports"] for name, svc in SERVICES.items() if "ports" in svc}
     assert published == {"ingest": ["8000:8000"], "api": ["8100:8100"]}
