@@ -58,26 +58,33 @@ class EventType(StrEnum):
     ADJUSTMENT_CREDIT = "adjustment_credit"
     ADJUSTMENT_DEBIT = "adjustment_debit"
 
+    # The sets are module constants below: a member lookup on the class costs ~90 ns on
+    # Python 3.11, and these run several times per event on the ledger's path.
     @property
     def is_credit(self) -> bool:
         """Adds to available without any check (a first credit creates the balance)."""
-        return self in (EventType.DEPOSIT, EventType.AIRDROP, EventType.ADJUSTMENT_CREDIT)
+        return self in _CREDITS
 
     @property
     def closes_hold(self) -> bool:
-        return self in (EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
-                        EventType.HOLD_EXPIRED)
+        return self in _HOLD_CLOSES
 
     @property
     def is_reversal(self) -> bool:
-        return self in (EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT)
+        return self in _REVERSALS
 
     @property
     def reference_field(self) -> str | None:
         """The wire name of the event id this type must name, if any."""
-        if self.closes_hold:
-            return "hold_id"
-        return "reverses" if self.is_reversal else None
+        return _REFERENCE_FIELDS.get(self)
+
+
+_CREDITS = frozenset({EventType.DEPOSIT, EventType.AIRDROP, EventType.ADJUSTMENT_CREDIT})
+_HOLD_CLOSES = frozenset({EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
+                          EventType.HOLD_EXPIRED})
+_REVERSALS = frozenset({EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT})
+_REFERENCE_FIELDS: dict[EventType, str] = {
+    **{t: "hold_id" for t in _HOLD_CLOSES}, **{t: "reverses" for t in _REVERSALS}}
 
 
 # What a gateway may send (the rest come from the operator and the expiry scheduler).
