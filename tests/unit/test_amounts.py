@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from paystream.schema.amounts import (
@@ -176,3 +176,26 @@ def test_scientific_notation_of_an_allowed_amount_is_the_same_amount(amount: Dec
     # No precision given, so the formatting is exact; "1.5e+3" matches the pattern.
     assert parse_amount(format(amount, "e")) == amount
     assert parse_amount(format(amount, "E")) == amount
+
+
+# Any finite Decimal as its digits spell it: trailing zeros (NUMERIC(38,18) reads back
+# 18 places), zeros of either sign, positive exponents.
+spelled_decimals = st.builds(lambda sign, digits, exponent: Decimal((sign, digits, exponent)),
+                             st.integers(0, 1),
+                             st.lists(st.integers(0, 9), min_size=1, max_size=40).map(tuple),
+                             st.integers(-40, 30))
+
+
+@given(spelled_decimals)
+@example(Decimal("100.250000000000000000"))
+@example(Decimal("0E-18"))
+@example(Decimal("-0.000"))
+@example(Decimal("1E+2"))
+def test_canonical_text_is_the_same_number_in_its_shortest_plain_form(amount: Decimal) -> None:
+    text = format_amount(amount)
+    assert Decimal(text) == amount                      # exact: nothing rounded
+    assert all(c in "-0123456789." for c in text)       # plain notation, no exponent
+    integer, _, fraction = text.lstrip("-").partition(".")
+    assert not fraction.endswith("0") and "." not in text[-1:]  # no trailing zeros
+    assert integer == "0" or not integer.startswith("0")        # no leading zeros
+    assert text != "-0" and not (text.startswith("-") and Decimal(text) == 0)
