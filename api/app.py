@@ -92,10 +92,15 @@ def _key(credentials: HTTPAuthorizationCredentials | None) -> str:
 
 
 def _moment(at: datetime | None) -> str | None:
-    """?at= as Postgres reads it; a moment without an offset is UTC."""
+    """?at= as Postgres reads it, in UTC (a moment without an offset is UTC): Postgres
+    refuses offsets beyond 15:59 that ISO 8601 allows, and a refused one was a 500."""
     if at is None:
         return None
-    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
+    try:
+        return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(
+            UTC).isoformat()
+    except OverflowError:  # before year 1 in UTC
+        raise InvalidRequestError("at is out of range", code="invalid_request") from None
 
 
 def create_app(settings: ApiSettings, *, database: Database | None = None) -> ApiApp:
@@ -236,7 +241,7 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
 
     @app.get("/v1/withdrawals/{withdrawal_id}", response_model=models.Withdrawal,
              responses=ERRORS, summary="a requested withdrawal's state")
-    def get_withdrawal(withdrawal_id: Annotated[str, Path(max_length=200)],
+    def get_withdrawal(withdrawal_id: Annotated[str, Path(pattern=r"^[!-~]{1,200}$")],
                        credentials: Credentials) -> dict[str, Any]:
         key = _key(credentials)
         with db.read() as cur:

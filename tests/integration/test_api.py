@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from itertools import count
 
@@ -215,8 +215,13 @@ def test_balances_now_and_at_a_moment_from_the_postings(
                      params={"at": between.isoformat()}).json()
     assert then["balances"] == [{"asset": "USD", "available": "10.25", "pending": "0",
                                  "held": "0"}]
-    _error(httpx.get(f"{api.url}/v1/users/{user}/balances", headers=bearer(key),
-                     params={"at": "yesterday"}), 400, "invalid_request")
+    # The same moment with an offset ISO 8601 allows and Postgres does not (+22:00).
+    far_east = between.astimezone(timezone(timedelta(hours=22)))
+    assert httpx.get(f"{api.url}/v1/users/{user}/balances", headers=bearer(key),
+                     params={"at": far_east.isoformat()}).json()["balances"] == then["balances"]
+    for wrong in ("yesterday", "0001-01-01T00:00:00+01:00"):  # the second is year 0 in UTC
+        _error(httpx.get(f"{api.url}/v1/users/{user}/balances", headers=bearer(key),
+                         params={"at": wrong}), 400, "invalid_request")
     _error(httpx.get(f"{api.url}/v1/users/{unique('ghost')}/balances",
                      headers=bearer(key)), 404, "unknown_user")
 
@@ -343,6 +348,9 @@ def test_a_withdrawal_request_that_cannot_be_one_is_refused_and_writes_nothing(
         assert cur.fetchone()[0] == 0
     _error(httpx.get(f"{api.url}/v1/withdrawals/api:withdrawal:{'0' * 32}",
                      headers=bearer(key)), 404, "unknown_withdrawal")
+    # A NUL cannot be in a query (psycopg2 refuses it): refused before, never a 500.
+    _error(httpx.get(f"{api.url}/v1/withdrawals/a%00b", headers=bearer(key)), 400,
+           "invalid_request")
 
 
 
