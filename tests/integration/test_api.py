@@ -5,20 +5,23 @@ from the tables read directly as the owner, never from the API's own code."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from itertools import count
 
 import httpx
+import psycopg2.extensions
 import pytest
 
 from paystream.launch import free_port, paystream_argv
-from paystream.schema.db import Connection
+from paystream.schema.db import Connection, Cursor
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.api import ApiServer, api_server, bearer, new_key
 from tests.support.consumers import record_of, store_events, wire_message
@@ -358,40 +361,73 @@ def test_a_withdrawal_request_that_cannot_be_one_is_refused_and_writes_nothing(
 
 def test_a_read_is_one_repeatable_read_snapshot_and_leaves_no_session_state() -> None:
     from paystream.api.database import Database
+    from paystream.api.errors import DatabaseUnavailableError
     from paystream.api.settings import ApiSettings
 
-    database = Database(ApiSettings.from_env())  # as the API's role, as `paystream api`
+    # One database thread, so every transaction below runs on one server connection.
+    database = Database(replace(ApiSettings.from_env(), db_pool_size=1))
+    state = ("SELECT current_setting('transaction_isolation'),"
+             " current_setting('transaction_read_only'), current_setting('statement_timeout'),"
+             " current_user, txid_current_if_assigned() IS NULL, pg_backend_pid()")
+
+    def several(cur: Cursor) -> tuple:
+        cur.execute(state)
+        settings = cur.fetchone()
+        cur.execute("SELECT now()")
+        first = cur.fetchone()[0]
+        time.sleep(0.02)
+        cur.execute("SELECT now()")
+        return settings, first, cur.fetchone()[0]
+
+    def one(cur: Cursor) -> tuple:
+        cur.execute(state)
+        return cur.fetchone()
+
+    def a_second_statement(cur: Cursor) -> None:
+        cur.execute("SELECT 1")
+        cur.execute("SELECT 2")
+
+    def written(cur: Cursor) -> tuple:
+        cur.execute("SELECT current_setting('transaction_isolation'),"
+                    " current_setting('statement_timeout'), pg_backend_pid()")
+        return cur.fetchone()
+
+    def session(conn: Connection) -> tuple:
+        # What the next transaction, anyone's behind a pooler, finds on the connection.
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('statement_timeout'),"
+                        " current_setting('transaction_isolation'),"
+                        " (SELECT count(*) FROM pg_prepared_statements),"
+                        " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                        "  AND pid = pg_backend_pid()), pg_backend_pid()")
+            return conn.autocommit, conn.get_transaction_status(), cur.fetchone()
+
+    async def scenario() -> None:
+        settings, first, later = await database.read(several)
+        pid = settings[-1]
+        assert settings == ("repeatable read", "on", "2s", "paystream_api", True, pid)
+        assert later == first  # one transaction for the whole work
+        # One statement: no BEGIN / COMMIT, the same transaction settings (an implicit
+        # transaction of one message), and a second statement is refused.
+        assert await database.read(one, one_statement=True) == settings
+        with pytest.raises(RuntimeError, match="second statement"):
+            await database.read(a_second_statement, one_statement=True)
+        assert await database.write(written) == ("read committed", "2s", pid)
+        assert await database._threads.run(session) == (
+            True, psycopg2.extensions.TRANSACTION_STATUS_IDLE, ("0", "read committed", 0, 0, pid))
+
     try:
-        with database.read() as cur:
-            cur.execute("SELECT current_setting('transaction_isolation'),"
-                        " current_setting('transaction_read_only'),"
-                        " current_setting('statement_timeout'), current_user,"
-                        " txid_current_if_assigned() IS NULL")
-            assert cur.fetchone() == ("repeatable read", "on", "2s", "paystream_api", True)
-            cur.execute("SELECT now(), clock_timestamp()")
-            first = cur.fetchone()[0]
-            time.sleep(0.02)
-            cur.execute("SELECT now()")
-            assert cur.fetchone()[0] == first  # one transaction for the whole block
-        with database.write() as cur:
-            cur.execute("SELECT current_setting('transaction_isolation'),"
-                        " current_setting('statement_timeout')")
-            assert cur.fetchone() == ("read committed", "2s")
-        # Between transactions the session is as Postgres made it: a pooler may hand the
-        # server connection to anyone (PgBouncer transaction mode).
-        with database.read() as cur:
-            pass
-        conn = database._slots.get_nowait()
-        try:
-            assert conn is not None and conn.autocommit
-            with conn.cursor() as cur:
-                cur.execute("SELECT current_setting('statement_timeout'),"
-                            " current_setting('transaction_isolation'),"
-                            " (SELECT count(*) FROM pg_prepared_statements),"
-                            " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                            "  AND pid = pg_backend_pid())")
-                assert cur.fetchone() == ("0", "read committed", 0, 0)
-        finally:
-            database._slots.put(conn)
+        asyncio.run(scenario())
     finally:
         database.close()
+    # The statement timeout holds in both kinds of read (SET LOCAL in the transaction).
+    quick = Database(replace(ApiSettings.from_env(), db_statement_timeout_ms=200))
+    try:
+        for one_statement in (True, False):
+            started = time.monotonic()
+            with pytest.raises(DatabaseUnavailableError, match="QueryCanceled"):
+                asyncio.run(quick.read(lambda cur: cur.execute("SELECT pg_sleep(3)"),
+                                       one_statement=one_statement))
+            assert time.monotonic() - started < 2
+    finally:
+        quick.close()
