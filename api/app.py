@@ -59,6 +59,7 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None,
                         Depends(HTTPBearer(auto_error=False,
                                            description="an API key (paystream apikeys)"))]
 USER_ERROR_STATUS = {"unknown_user": NotFoundError, "address_taken": ConflictError}
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 class ApiApp:
@@ -241,7 +242,7 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     async def post_withdrawal(request: Request, body: models.NewWithdrawal,
                               credentials: Credentials,
                               idempotency_key: Annotated[str, Header(
-                                  alias="Idempotency-Key", min_length=1, max_length=200,
+                                  alias=IDEMPOTENCY_HEADER, min_length=1, max_length=200,
                                   description="the same key with the same body answers"
                                               " the first answer again; with another"
                                               " body 409")]
@@ -309,7 +310,7 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(error_body("invalid_request", _validation_reason(exc),
+        return JSONResponse(error_body(_validation_code(exc), _validation_reason(exc),
                                        _trace(request).trace_id), status_code=400)
 
     @app.exception_handler(Exception)
@@ -329,6 +330,15 @@ def _user_rule(action: Any) -> bool:
     except users.UserError as exc:
         raise USER_ERROR_STATUS.get(exc.code, InvalidRequestError)(
             str(exc), code=exc.code) from None
+
+
+def _validation_code(exc: RequestValidationError) -> str:
+    """invalid_request, or the documented missing_idempotency_key for a POST without the
+    header (FastAPI finds it missing before the route's own check would)."""
+    missing_key = any(e.get("type") == "missing"
+                      and tuple(e.get("loc", ())) == ("header", IDEMPOTENCY_HEADER)
+                      for e in exc.errors())
+    return "missing_idempotency_key" if missing_key else "invalid_request"
 
 
 def _validation_reason(exc: RequestValidationError) -> str:

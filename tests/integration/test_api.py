@@ -302,7 +302,8 @@ def test_a_withdrawal_is_written_once_per_idempotency_key(
     same = _withdraw(api, key, idem, {**body, "amount": "5.5"})  # the same amount
     assert (same.status_code, same.json()) == (202, first.json())
     _error(_withdraw(api, key, idem, {**body, "amount": "6"}), 409, "idempotency_key_reused")
-    _error(_withdraw(api, key, None, body), 400, "invalid_request")
+    _error(_withdraw(api, key, None, body), 400, "missing_idempotency_key")
+    _error(_withdraw(api, key, "has space", body), 400, "invalid_idempotency_key")
     # Another key's Idempotency-Key space is its own.
     other = _withdraw(api, new_key("write")[1], idem, body)
     assert other.status_code == 202 and other.json()["withdrawal_id"] != withdrawal_id
