@@ -5,10 +5,11 @@ request observed by api/observe.py (trace id, log line, metrics). The public por
 answers `/v1/*` and `/healthz`; the admin port (loopback by default) health, readiness,
 metrics, /docs and /openapi.json, never `/v1/*`.
 
-Every `/v1` route runs in ONE database transaction (api/database.py): a read in one
-REPEATABLE READ READ ONLY snapshot, a write in one READ COMMITTED transaction. The key is
-checked inside it first (api/auth.py), then the route's rule. Refusals are answered in
-the ingest's error format (paystream/http_errors.py).
+Every `/v1` route is an `async def` that hands ONE database transaction to a database
+thread (api/database.py): a read in one REPEATABLE READ READ ONLY snapshot, a write in
+one READ COMMITTED transaction. The key is checked inside it first (api/auth.py), then
+the route's rule. Refusals are answered in the ingest's error format
+(paystream/http_errors.py).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from paystream.http_errors import RefusalError, error_body, retry_headers
 from paystream.logs import configure_logging
 from paystream.schema import balances as books
 from paystream.schema import users
-from paystream.schema.transfers import signed
+from paystream.schema.db import Cursor
 from paystream.trace import Trace
 
 PUBLIC_PREFIX = "/v1/"
@@ -58,6 +59,7 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None,
                         Depends(HTTPBearer(auto_error=False,
                                            description="an API key (paystream apikeys)"))]
 USER_ERROR_STATUS = {"unknown_user": NotFoundError, "address_taken": ConflictError}
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 class ApiApp:
@@ -92,10 +94,15 @@ def _key(credentials: HTTPAuthorizationCredentials | None) -> str:
 
 
 def _moment(at: datetime | None) -> str | None:
-    """?at= as Postgres reads it; a moment without an offset is UTC."""
+    """?at= as Postgres reads it, in UTC (a moment without an offset is UTC): Postgres
+    refuses offsets beyond 15:59 that ISO 8601 allows, and a refused one was a 500."""
     if at is None:
         return None
-    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
+    try:
+        return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(
+            UTC).isoformat()
+    except OverflowError:  # before year 1 in UTC
+        raise InvalidRequestError("at is out of range", code="invalid_request") from None
 
 
 def create_app(settings: ApiSettings, *, database: Database | None = None) -> ApiApp:
@@ -120,60 +127,75 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
 
     @app.get("/v1/users/{user_id}/balances", response_model=models.Balances,
              responses=ERRORS, summary="a user's balances, now or at a moment")
-    def get_balances(user_id: UserId, credentials: Credentials,
-                     at: Annotated[datetime | None, Query(
-                         description="ISO 8601; the balances at that moment, from the"
-                                     " postings (UTC when no offset is given)")] = None
-                     ) -> dict[str, Any]:
+    async def get_balances(user_id: UserId, credentials: Credentials,
+                           at: Annotated[datetime | None, Query(
+                               description="ISO 8601; the balances at that moment, from"
+                                           " the postings (UTC when no offset is given)")
+                           ] = None) -> dict[str, Any]:
         moment = _moment(at)
         key = _key(credentials)
-        with db.read() as cur:
-            auth.check(cur, key, KeyScope.READ)
-            rows = books.read(cur, user_id, moment)
-            # A user's balances and accounts exist only for a user (balances' foreign
-            # key; the ledger's accounts): asked only when there are none.
-            if not rows and not users.exists(cur, user_id):
-                raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
-        return {"user_id": user_id, "at": at, "balances": [
-            {"asset": r.asset, "available": signed(r.balance), "pending": signed(r.pending),
-             "held": signed(r.held)} for r in rows]}
+        if moment is None:  # now: the key, the user and the rows in one statement
+            found, exists, answers = await db.read(
+                lambda cur: reads.balances_with_key(cur, key, user_id), one_statement=True)
+            auth.admit(found, KeyScope.READ)
+        else:
+            def at_moment(cur: Cursor) -> tuple[bool, list[dict[str, str]]]:
+                auth.check(cur, key, KeyScope.READ)
+                rows = books.read(cur, user_id, moment)
+                # A user's accounts exist only for a user: asked only when there are none.
+                return (bool(rows) or users.exists(cur, user_id)), reads.balance_answers(rows)
+
+            exists, answers = await db.read(at_moment)
+        if not exists:
+            raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
+        return {"user_id": user_id, "at": at, "balances": answers}
 
     @app.get("/v1/events/{event_id:path}", response_model=models.EventStatus,
              responses=ERRORS, summary="an event's status, outcome and ledger entries")
-    def get_event(event_id: Annotated[str, Path(pattern=r"^[!-~]{1,200}$")],
-                  credentials: Credentials) -> dict[str, Any]:
+    async def get_event(event_id: Annotated[str, Path(pattern=r"^[!-~]{1,200}$")],
+                        credentials: Credentials) -> dict[str, Any]:
         key = _key(credentials)
-        with db.read() as cur:
+
+        def work(cur: Cursor) -> dict[str, Any] | None:
             auth.check(cur, key, KeyScope.READ)
-            found = reads.event(cur, event_id)
+            return reads.event(cur, event_id)
+
+        found = await db.read(work)
         if found is None:
             raise NotFoundError(f"no event {event_id[:200]!r}", code="unknown_event")
         return found
 
     @app.get("/v1/users/{user_id}/transactions", response_model=models.Transactions,
              responses=ERRORS, summary="a user's transfers, newest first, by cursor")
-    def get_transactions(user_id: UserId, credentials: Credentials,
-                         cursor: Annotated[str | None, Query(max_length=19)] = None,
-                         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50
-                         ) -> dict[str, Any]:
+    async def get_transactions(user_id: UserId, credentials: Credentials,
+                               cursor: Annotated[str | None, Query(max_length=19)] = None,
+                               limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50
+                               ) -> dict[str, Any]:
         before = reads.parse_cursor(cursor)
         key = _key(credentials)
-        with db.read() as cur:
+
+        def work(cur: Cursor) -> tuple[list[dict[str, Any]], str | None]:
             auth.check(cur, key, KeyScope.READ)
             items, next_cursor = reads.transactions(cur, user_id, before, limit)
             if not items and not users.exists(cur, user_id):
                 raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
+            return items, next_cursor
+
+        items, next_cursor = await db.read(work)
         return {"items": items, "next_cursor": next_cursor}
 
     @app.post("/v1/users", response_model=models.User, status_code=201,
               responses={**ERRORS, 200: {"model": models.User,
                                          "description": "the user existed already"}},
               summary="create a user")
-    def post_user(body: models.NewUser, credentials: Credentials) -> JSONResponse:
+    async def post_user(body: models.NewUser, credentials: Credentials) -> JSONResponse:
         key = _key(credentials)
-        with db.write() as cur:
+
+        def work(cur: Cursor) -> bool:
             auth.check(cur, key, KeyScope.WRITE)
-            created = _user_rule(lambda: users.add_user(cur, body.user_id))
+            return _user_rule(lambda: users.add_user(cur, body.user_id))
+
+        created = await db.write(work)
         return JSONResponse({"user_id": body.user_id, "created": created},
                             status_code=201 if created else 200)
 
@@ -182,28 +204,34 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
               responses={**ERRORS, 200: {"model": models.AddressAdded,
                                          "description": "it was this user's already"}},
               summary="assign a deposit address to a user")
-    def post_address(user_id: UserId, body: models.NewAddress,
-                     credentials: Credentials) -> JSONResponse:
+    async def post_address(user_id: UserId, body: models.NewAddress,
+                           credentials: Credentials) -> JSONResponse:
         key = _key(credentials)
-        with db.write() as cur:
+
+        def work(cur: Cursor) -> bool:
             auth.check(cur, key, KeyScope.WRITE)
-            created = _user_rule(lambda: users.add_address(cur, body.network, body.address,
-                                                           user_id))
-            network, address = users.normal_address(body.network, body.address)
+            return _user_rule(lambda: users.add_address(cur, body.network, body.address,
+                                                        user_id))
+
+        created = await db.write(work)
+        network, address = users.normal_address(body.network, body.address)
         return JSONResponse({"network": network, "address": address, "user_id": user_id,
                              "created": created}, status_code=201 if created else 200)
 
     @app.get("/v1/users/{user_id}/deposit-addresses", response_model=models.Addresses,
              responses=ERRORS, summary="a user's deposit addresses")
-    def get_addresses(user_id: UserId, credentials: Credentials,
-                      limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = MAX_LIMIT
-                      ) -> dict[str, Any]:
+    async def get_addresses(user_id: UserId, credentials: Credentials,
+                            limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = MAX_LIMIT
+                            ) -> dict[str, Any]:
         key = _key(credentials)
-        with db.read() as cur:
+
+        def work(cur: Cursor) -> list[users.DepositAddress]:
             auth.check(cur, key, KeyScope.READ)
             if not users.exists(cur, user_id):
                 raise NotFoundError(f"no user {user_id!r}", code="unknown_user")
-            found = users.addresses(cur, user_id, limit)
+            return users.addresses(cur, user_id, limit)
+
+        found = await db.read(work)
         return {"user_id": user_id, "items": [
             {"network": a.network, "address": a.address, "user_id": a.user_id,
              "created_at": a.created_at} for a in found]}
@@ -211,37 +239,45 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     @app.post("/v1/withdrawals", response_model=models.WithdrawalRequested, status_code=202,
               responses=ERRORS, summary="request a withdrawal (held until the gateway"
                                         " settles or fails it)")
-    def post_withdrawal(request: Request, body: models.NewWithdrawal,
-                        credentials: Credentials,
-                        idempotency_key: Annotated[str, Header(
-                            alias="Idempotency-Key", min_length=1, max_length=200,
-                            description="the same key with the same body answers the"
-                                        " first answer again; with another body 409")]
-                        ) -> JSONResponse:
+    async def post_withdrawal(request: Request, body: models.NewWithdrawal,
+                              credentials: Credentials,
+                              idempotency_key: Annotated[str, Header(
+                                  alias=IDEMPOTENCY_HEADER, min_length=1, max_length=200,
+                                  description="the same key with the same body answers"
+                                              " the first answer again; with another"
+                                              " body 409")]
+                              ) -> JSONResponse:
         key = _key(credentials)
         idem = withdrawals.check_idempotency_key(idempotency_key)
         wanted = withdrawals.parse_request(body.user_id, body.asset, body.amount,
                                            body.destination, settings.withdrawal_assets)
-        with db.write() as cur:
+        trace_id = _trace(request).trace_id
+
+        def work(cur: Cursor) -> tuple[int, dict[str, Any], bool]:
             key_id = auth.check(cur, key, KeyScope.WRITE)
-            try:
-                status, answer, replayed = withdrawals.request(
-                    cur, key_id=key_id, idempotency_key=idem, wanted=wanted,
-                    provider=settings.withdrawal_provider, trace_id=_trace(request).trace_id)
-            except ConflictError:
-                metrics.withdrawals.labels("conflict").inc()
-                raise
+            return withdrawals.request(
+                cur, key_id=key_id, idempotency_key=idem, wanted=wanted,
+                provider=settings.withdrawal_provider, trace_id=trace_id)
+
+        try:
+            status, answer, replayed = await db.write(work)
+        except ConflictError:
+            metrics.withdrawals.labels("conflict").inc()
+            raise
         metrics.withdrawals.labels("replayed" if replayed else "accepted").inc()
         return JSONResponse(answer, status_code=status)
 
     @app.get("/v1/withdrawals/{withdrawal_id}", response_model=models.Withdrawal,
              responses=ERRORS, summary="a requested withdrawal's state")
-    def get_withdrawal(withdrawal_id: Annotated[str, Path(max_length=200)],
-                       credentials: Credentials) -> dict[str, Any]:
+    async def get_withdrawal(withdrawal_id: Annotated[str, Path(pattern=r"^[!-~]{1,200}$")],
+                             credentials: Credentials) -> dict[str, Any]:
         key = _key(credentials)
-        with db.read() as cur:
+
+        def work(cur: Cursor) -> dict[str, Any] | None:
             auth.check(cur, key, KeyScope.READ)
-            found = reads.withdrawal(cur, withdrawal_id)
+            return reads.withdrawal(cur, withdrawal_id)
+
+        found = await db.read(work)
         if found is None:
             raise NotFoundError(f"no withdrawal {withdrawal_id[:200]!r}",
                                 code="unknown_withdrawal")
@@ -253,9 +289,8 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
 
     @app.get("/readyz", response_model=models.Health, responses=ERRORS,
              summary="the database answers")
-    def readyz() -> dict[str, str]:
-        with db.read() as cur:
-            cur.execute("SELECT 1")
+    async def readyz() -> dict[str, str]:
+        await db.read(lambda cur: cur.execute("SELECT 1"), one_statement=True)
         return {"status": "ready"}
 
     @app.get("/metrics", response_class=Response, summary="Prometheus metrics")
@@ -275,7 +310,7 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(error_body("invalid_request", _validation_reason(exc),
+        return JSONResponse(error_body(_validation_code(exc), _validation_reason(exc),
                                        _trace(request).trace_id), status_code=400)
 
     @app.exception_handler(Exception)
@@ -295,6 +330,15 @@ def _user_rule(action: Any) -> bool:
     except users.UserError as exc:
         raise USER_ERROR_STATUS.get(exc.code, InvalidRequestError)(
             str(exc), code=exc.code) from None
+
+
+def _validation_code(exc: RequestValidationError) -> str:
+    """invalid_request, or the documented missing_idempotency_key for a POST without the
+    header (FastAPI finds it missing before the route's own check would)."""
+    missing_key = any(e.get("type") == "missing"
+                      and tuple(e.get("loc", ())) == ("header", IDEMPOTENCY_HEADER)
+                      for e in exc.errors())
+    return "missing_idempotency_key" if missing_key else "invalid_request"
 
 
 def _validation_reason(exc: RequestValidationError) -> str:

@@ -1,6 +1,8 @@
 """Who may call: `Authorization: Bearer <API key>`, the key live and holding the route's
-scope, within its rate limit. Checked in the request's own transaction (one round trip
-more, no second transaction), before the route reads or writes anything."""
+scope, within its rate limit. The key is looked up in the request's own transaction
+(no second transaction), before the route writes anything: by `check` as the
+transaction's first statement, or inside the route's one statement (`admit` then
+judges what it found, e.g. the balances read, api/reads.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ BEARER = "bearer "
 class Authenticator:
     def __init__(self, rate_per_second: float, burst: int) -> None:
         self._buckets = TokenBuckets(rate_per_second, burst, what="API key")
-        # The routes run in a thread pool; the buckets were written for one event loop.
+        # `check` runs in the database threads; the buckets were written for one loop.
         self._lock = threading.Lock()
 
     @staticmethod
@@ -36,7 +38,10 @@ class Authenticator:
     def check(self, cur: Cursor, key: str, scope: keys.Scope) -> str:
         """The calling key's id, or a refusal: 401 (no live key), 403 (scope), 429 (its
         bucket is empty; Retry-After)."""
-        found = keys.live_key(cur, key)
+        return self.admit(keys.live_key(cur, key), scope)
+
+    def admit(self, found: keys.Caller | None, scope: keys.Scope) -> str:
+        """`check` on a key already looked up (keys.LIVE_KEY_SQL)."""
         if found is None:
             raise UnauthorizedError("the API key is not valid or was revoked",
                                     code="invalid_api_key")

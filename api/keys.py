@@ -94,12 +94,23 @@ def revoke(cur: Cursor, key_id: str) -> bool:
     return False
 
 
-def live_key(cur: Cursor, key: str) -> tuple[str, frozenset[Scope]] | None:
+Caller = tuple[str, frozenset[Scope]]  # a live key: (key id, scopes)
+# (key id, scopes) of the live key with the hash %(key_hash)s, no row if there is none:
+# what "live" means is migration 0012's api_live_key, the one place of that rule.
+LIVE_KEY_SQL = "SELECT key_id, scopes FROM api_live_key(%(key_hash)s)"
+
+
+def caller(key_id: str | None, scopes: Iterable[str] | None) -> Caller | None:
+    """The LIVE_KEY_SQL row as a Caller; None when it found no key."""
+    return None if key_id is None or scopes is None else (
+        key_id, frozenset(Scope(s) for s in scopes))
+
+
+def live_key(cur: Cursor, key: str) -> Caller | None:
     """(key id, scopes) of the live (not revoked) key `key`, else None. A malformed
     token is not looked up."""
     if KEY_PATTERN.fullmatch(key) is None:
         return None
-    cur.execute("SELECT key_id, scopes FROM api_keys WHERE key_hash = %s"
-                " AND revoked_at IS NULL", (key_hash(key),))
+    cur.execute(LIVE_KEY_SQL, {"key_hash": key_hash(key)})
     row = cur.fetchone()
-    return None if row is None else (row[0], frozenset(Scope(s) for s in row[1]))
+    return None if row is None else caller(row[0], row[1])

@@ -23,6 +23,15 @@ class ApiMetrics:
                                    "Withdrawal requests by outcome", ["outcome"],
                                    registry=self.registry)
 
+        # The two series of each (route, status), found once: labels() per answer was
+        # a few us of every request's CPU (bench/api_bench.py). Bounded as the labels.
+        self._series: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+
     def observe_answer(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.latency.labels(route, f"{status // 100}xx").observe(seconds)
+        series = self._series.get((route, status))
+        if series is None:
+            series = self._series[(route, status)] = (
+                self.requests.labels(route, str(status)),
+                self.latency.labels(route, f"{status // 100}xx"))
+        series[0].inc()
+        series[1].observe(seconds)

@@ -1,21 +1,54 @@
-"""What the API reads, each in the request's snapshot (api/database.py `read`): an
-event's status and ledger entries, a user's history one cursor page at a time, a
-withdrawal's state. Amounts leave as canonical strings (schema/transfers.signed)."""
+"""What the API reads, each in the request's snapshot (api/database.py `read`): a user's
+balances with the caller's key in one statement, an event's status and ledger entries,
+a user's history one cursor page at a time, a withdrawal's state. Amounts leave as
+canonical strings (schema/transfers.signed)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from paystream.api import keys
 from paystream.api.errors import InvalidRequestError
+from paystream.schema import balances as books
 from paystream.schema.accounts import USER_KINDS
-from paystream.schema.db import Cursor
+from paystream.schema.amounts import canonical_text
+from paystream.schema.db import Cursor, one_row
 from paystream.schema.transfers import signed
 
 USER_BOOKS = [k.value for k in USER_KINDS]
 # A cursor is the transfer id a page ended at: a BIGINT, so at most 19 digits.
 CURSOR_PATTERN = re.compile(r"[1-9][0-9]{0,18}")
 MAX_TRANSFER_ID = 2**63 - 1
+
+
+# The caller's key, whether the user exists and their balances rows now, in ONE
+# statement (migration 0012's api_balances says why a function): the most asked route
+# answers in one round trip (api/database.py one_statement). NULLs: no live key, and
+# nothing else was read.
+BALANCES_WITH_KEY_SQL = ("SELECT key_id, scopes, user_exists, balance_rows"
+                         " FROM api_balances(%(key_hash)s, %(user_id)s)")
+
+
+def balances_with_key(cur: Cursor, key: str, user_id: str
+                      ) -> tuple[keys.Caller | None, bool, list[dict[str, str]]]:
+    """(the live key `key`, or None; whether the user exists; their balances now, as the
+    API answers them)."""
+    cur.execute(BALANCES_WITH_KEY_SQL, {"key_hash": keys.key_hash(key), "user_id": user_id})
+    key_id, scopes, exists, found = one_row(cur)
+    caller = keys.caller(key_id, scopes)
+    if caller is None:
+        return None, False, []
+    return caller, exists, [
+        {"asset": asset, "available": canonical_text(available),
+         "pending": canonical_text(pending), "held": canonical_text(held)}
+        for asset, available, pending, held in found]
+
+
+def balance_answers(rows: list[books.BalanceRow]) -> list[dict[str, str]]:
+    """Balances rows as the API answers them (amounts canonical, never numbers)."""
+    return [{"asset": r.asset, "available": signed(r.balance), "pending": signed(r.pending),
+             "held": signed(r.held)} for r in rows]
 
 
 def event(cur: Cursor, event_id: str) -> dict[str, Any] | None:

@@ -18,8 +18,9 @@ MAX_LIMIT = 500
 @dataclass(frozen=True)
 class ApiSettings:
     database_url: str = ""
-    # Connections to Postgres, one per request in flight: requests beyond it wait up to
-    # db_wait_s for one, then get 503 (a slow database must not queue work unboundedly).
+    # Database threads, each with its own connection to Postgres, one per request in
+    # flight: requests beyond them wait up to db_wait_s for one, then get 503 (a slow
+    # database must not queue work unboundedly).
     db_pool_size: int = 8
     db_wait_s: float = 2.0
     db_connect_timeout_s: int = 2

@@ -9,7 +9,9 @@ its p99 <= 20 ms at 1,000 req/s. Saturation load comes from wrk (bench/wrk_load.
 few us of CPU per request); the fixed rate from an open-loop aiohttp generator in a
 child process that measures every request from its scheduled send time (no coordinated
 omission). Needs the stack's Postgres (`paystream stack up`). The machine is shared:
-every line carries the load average.
+every line carries the load average, and each saturation phase the CPU it cost per
+request in the server, in Postgres (the stack's postmaster and its children) and in
+wrk, from /proc: figures that other load on the machine disturbs far less than req/s.
 """
 
 from __future__ import annotations
@@ -18,19 +20,23 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import cpu_usage  # noqa: E402
 from ingest_bench import MAX_LAG_S, REQUEST_TIMEOUT_S, Result, load_average  # noqa: E402
 from wrk_load import run_wrk  # noqa: E402
 
 from paystream.schema.db import connect, database_url, where  # noqa: E402
+from paystream.stack.settings import StackSettings  # noqa: E402
 from tests.support.api import api_server, bearer, new_key  # noqa: E402
 from tests.support.ingest import ingest_server  # noqa: E402
 
@@ -112,11 +118,37 @@ def fixed_rate(label: str, url: str, headers: dict[str, str], rate: float,
     return Result(label, sent, ok, errors, seconds, latencies, load=load_average())
 
 
+@dataclass(frozen=True)
+class CpuPerRequest:
+    """CPU microseconds one answered request cost each side of a saturation phase."""
+
+    server: float
+    postgres: float
+    wrk: float
+
+    def text(self) -> str:
+        return (f"server {self.server:.0f} us, postgres {self.postgres:.0f} us,"
+                f" wrk {self.wrk:.0f} us")
+
+
 def saturation(label: str, url: str, headers: dict[str, str], connections: int,
-               duration: float) -> Result:
+               duration: float, server_pid: int, pgdata: Path
+               ) -> tuple[Result, CpuPerRequest]:
+    before = (cpu_usage.tree_seconds(server_pid), cpu_usage.postgres_seconds(pgdata),
+              _children_seconds())
     done = run_wrk(url, [(b"", headers)], connections, duration, method="GET")
-    return Result(label, done.answered, done.ok, done.errors, done.seconds, [],
-                  load=load_average(), percentiles={0.50: done.p50_ms, 0.99: done.p99_ms})
+    after = (cpu_usage.tree_seconds(server_pid), cpu_usage.postgres_seconds(pgdata),
+             _children_seconds())
+    per = [(b - a) / max(done.answered, 1) * 1e6 for a, b in zip(before, after, strict=True)]
+    return (Result(label, done.answered, done.ok, done.errors, done.seconds, [],
+                   load=load_average(), percentiles={0.50: done.p50_ms, 0.99: done.p99_ms}),
+            CpuPerRequest(*per))
+
+
+def _children_seconds() -> float:
+    """CPU seconds of this process's finished children: wrk, once it has exited."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def main() -> int:
@@ -130,6 +162,7 @@ def main() -> int:
 
     user = seed_user()
     headers = bearer(new_key("read", name="bench")[1])
+    pgdata = StackSettings.from_env().pg_data
     quiet = {"PAYSTREAM_LOG_LEVEL": "WARNING"}
     print(f"api benchmark: load average {load_average()} at start, {os.cpu_count()} CPUs,"
           f" {args.workers} uvicorn worker(s), {args.duration:.0f} s per phase,"
@@ -140,18 +173,23 @@ def main() -> int:
             api_server({**quiet, "PAYSTREAM_API_RATE_PER_SECOND": "1000000",
                         "PAYSTREAM_API_RATE_BURST": "1000000"}, workers=args.workers) as api:
         path = f"/v1/users/{user}/balances"
-        sides = {"bare FastAPI + 1 read": bare.url + path, "api balances": api.url + path}
-        for url in sides.values():  # warm-up: connections open, code paths hot
-            saturation("warm-up", url, headers, 8, 2)
+        sides = {"bare FastAPI + 1 read": (bare.url + path, bare.process.pid),
+                 "api balances": (api.url + path, api.process.pid)}
+        for url, pid in sides.values():  # warm-up: connections open, code paths hot
+            saturation("warm-up", url, headers, 8, 2, pid, pgdata)
         sat: dict[str, list[Result]] = {side: [] for side in sides}
+        cpu: dict[str, list[CpuPerRequest]] = {side: [] for side in sides}
         rate: dict[str, list[Result]] = {side: [] for side in sides}
         for n in range(args.rounds):
-            for side, url in sides.items():
-                sat[side].append(saturation(f"{side}, saturation #{n + 1}", url, headers,
-                                            args.concurrency, args.duration))
-                print(sat[side][-1].line().split("  cdc wait")[0], flush=True)
+            for side, (url, pid) in sides.items():
+                result, used = saturation(f"{side}, saturation #{n + 1}", url, headers,
+                                          args.concurrency, args.duration, pid, pgdata)
+                sat[side].append(result)
+                cpu[side].append(used)
+                print(f"{result.line().split('  cdc wait')[0]}  cpu/req: {used.text()}",
+                      flush=True)
         for n in range(args.rounds):
-            for side, url in sides.items():
+            for side, (url, _pid) in sides.items():
                 rate[side].append(fixed_rate(f"{side}, {args.rate:.0f} req/s #{n + 1}", url,
                                              headers, args.rate, args.duration))
                 print(rate[side][-1].line().split("  cdc wait")[0], flush=True)
@@ -160,15 +198,28 @@ def main() -> int:
     p99 = statistics.median(r.pct(0.99) for r in rate["api balances"])
     bare_p99 = statistics.median(r.pct(0.99) for r in rate["bare FastAPI + 1 read"])
     share = api_rps / bare_rps if bare_rps else 0.0
+    bare_cpu, api_cpu = (_median_cpu(cpu[side]) for side in sides)
     print()
     print(f"saturation (median over {args.rounds} round(s)): bare {bare_rps:.0f} req/s,"
           f" api {api_rps:.0f} req/s")
+    print(f"cpu per request (medians): bare {bare_cpu.text()}; api {api_cpu.text()}")
+    every = ((bare_cpu.server + bare_cpu.postgres + bare_cpu.wrk)
+             / (api_cpu.server + api_cpu.postgres + api_cpu.wrk))
+    print(f"  bare / api cpu per request: server {bare_cpu.server / api_cpu.server:.0%},"
+          f" server + postgres + wrk {every:.0%} (with nothing else on the machine the"
+          " throughput share lies between the two: the first if the one-process server"
+          " is the bottleneck, the second if both cores are busy)")
     print(f"throughput at saturation: {share:.0%} of the bare endpoint (target >= "
           f"{TARGET_SHARE:.0%}): {'MET' if share >= TARGET_SHARE else 'NOT MET'}")
     print(f"p99 at {args.rate:.0f} req/s: api {p99:.2f} ms, bare {bare_p99:.2f} ms (target"
           f" <= {TARGET_P99_MS:.0f} ms): {'MET' if p99 <= TARGET_P99_MS else 'NOT MET'}")
     print(f"load average at the end: {load_average()}")
     return 0
+
+
+def _median_cpu(phases: list[CpuPerRequest]) -> CpuPerRequest:
+    return CpuPerRequest(*(statistics.median(getattr(p, f) for p in phases)
+                           for f in ("server", "postgres", "wrk")))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """CPU seconds per component, from /proc (Linux; run on the database host).
 
-Python: the given processes' own user+system time (read while they are alive).
-Postgres: the stack's postmaster and its children, plus what the postmaster has reaped
-from exited backends (cutime+cstime): a backend that lived only during the run is
-counted too; another cluster on the same machine (a second stack) is not.
-Kafka and Connect: the JVMs whose pid files the stack keeps (every broker of a cluster).
-All are read before and after; the difference is the run's.
+Python: the given processes' own user+system time (read while they are alive), or a
+process with its children (uvicorn's workers). Postgres: the stack's postmaster and its
+children (every backend and auxiliary process is one), plus what the postmaster has
+reaped from exited backends (cutime+cstime): a backend that lived only during the run
+is counted too, another cluster on a shared machine is not. Kafka and Connect: the JVMs
+whose pid files the stack keeps (every broker of a cluster). All are read before and
+after; the difference is the run's.
 """
 
 from __future__ import annotations
@@ -36,23 +37,28 @@ def process_seconds(pids: Iterable[int]) -> float:
     return total / TICKS
 
 
+def tree_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its live children (uvicorn's workers)."""
+    return process_seconds([pid, *_children(pid)])
+
+
 def postgres_seconds(pgdata: Path) -> float:
-    """CPU seconds of this Postgres server so far (its live processes + reaped ones)."""
+    """CPU seconds of the Postgres server of `pgdata` so far (live processes + reaped
+    ones)."""
     postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-    total = 0
+    fields = _stat(postmaster)
+    reaped = 0 if fields is None else int(fields[13]) + int(fields[14])  # cutime, cstime
+    return tree_seconds(postmaster) + reaped / TICKS
+
+
+def _children(pid: int) -> list[int]:
+    found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat(int(entry.name))
-        if fields is None:
-            continue
-        pid, ppid = int(entry.name), int(fields[1])
-        if pid == postmaster:
-            total += int(fields[11]) + int(fields[12])
-            total += int(fields[13]) + int(fields[14])  # cutime, cstime: reaped backends
-        elif ppid == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / TICKS
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None and int(fields[1]) == pid:  # ppid
+                found.append(int(entry.name))
+    return found
 
 
 def stack_seconds(run_dir: Path, component: str) -> float:

@@ -67,14 +67,21 @@ def from_base_units(raw: int, decimals: int) -> Decimal:
 
 
 def format_amount(amount: Decimal) -> str:
-    """The canonical wire text of an amount: plain notation, no exponent, no trailing zeros.
+    """The canonical wire text of an amount: plain notation, no exponent, no trailing zeros
+    (and never "-0")."""
+    # Decimal's "f" without a precision is exact (no context rounds it); trimming that
+    # text costs a seventh of rebuilding the digit tuple (_canonical), and the merchant
+    # API formats three amounts per balance in every answer.
+    return canonical_text(format(amount, "f"))
 
-    The text of _canonical(amount), from the plain notation's string (a tenth of the
-    digit-tuple route's cost: this runs several times per event on the ledger's path)."""
-    text = format(amount, "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
+
+def canonical_text(plain: str) -> str:
+    """format_amount of the number `plain` spells in plain notation (format(d, "f"), or
+    Postgres' NUMERIC text output, which never uses an exponent): its trailing
+    fractional zeros dropped, "-0" as "0". Exact: only zeros are removed."""
+    if "." in plain:
+        plain = plain.rstrip("0").rstrip(".")
+    return "0" if plain == "-0" else plain
 
 
 def _checked(amount: Decimal) -> Decimal:

@@ -1,5 +1,7 @@
 """Balances: a balance row's key (one balance per (user, asset), never one number for two
-assets), and the one reader of a user's balances, now or at a point in time."""
+assets), and the one reader of a user's balances, now or at a point in time (but for
+the merchant API's GET balances, which reads the rows with its key check in one call:
+migration 0012's api_balances)."""
 
 from __future__ import annotations
 

@@ -5,20 +5,23 @@ from the tables read directly as the owner, never from the API's own code."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from itertools import count
 
 import httpx
+import psycopg2.extensions
 import pytest
 
 from paystream.launch import free_port, paystream_argv
-from paystream.schema.db import Connection
+from paystream.schema.db import Connection, Cursor
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.api import ApiServer, api_server, bearer, new_key
 from tests.support.consumers import record_of, store_events, wire_message
@@ -215,8 +218,13 @@ def test_balances_now_and_at_a_moment_from_the_postings(
                      params={"at": between.isoformat()}).json()
     assert then["balances"] == [{"asset": "USD", "available": "10.25", "pending": "0",
                                  "held": "0"}]
-    _error(httpx.get(f"{api.url}/v1/users/{user}/balances", headers=bearer(key),
-                     params={"at": "yesterday"}), 400, "invalid_request")
+    # The same moment with an offset ISO 8601 allows and Postgres does not (+22:00).
+    far_east = between.astimezone(timezone(timedelta(hours=22)))
+    assert httpx.get(f"{api.url}/v1/users/{user}/balances", headers=bearer(key),
+                     params={"at": far_east.isoformat()}).json()["balances"] == then["balances"]
+    for wrong in ("yesterday", "0001-01-01T00:00:00+01:00"):  # the second is year 0 in UTC
+        _error(httpx.get(f"{api.url}/v1/users/{user}/balances", headers=bearer(key),
+                         params={"at": wrong}), 400, "invalid_request")
     _error(httpx.get(f"{api.url}/v1/users/{unique('ghost')}/balances",
                      headers=bearer(key)), 404, "unknown_user")
 
@@ -294,7 +302,8 @@ def test_a_withdrawal_is_written_once_per_idempotency_key(
     same = _withdraw(api, key, idem, {**body, "amount": "5.5"})  # the same amount
     assert (same.status_code, same.json()) == (202, first.json())
     _error(_withdraw(api, key, idem, {**body, "amount": "6"}), 409, "idempotency_key_reused")
-    _error(_withdraw(api, key, None, body), 400, "invalid_request")
+    _error(_withdraw(api, key, None, body), 400, "missing_idempotency_key")
+    _error(_withdraw(api, key, "has space", body), 400, "invalid_idempotency_key")
     # Another key's Idempotency-Key space is its own.
     other = _withdraw(api, new_key("write")[1], idem, body)
     assert other.status_code == 202 and other.json()["withdrawal_id"] != withdrawal_id
@@ -343,6 +352,9 @@ def test_a_withdrawal_request_that_cannot_be_one_is_refused_and_writes_nothing(
         assert cur.fetchone()[0] == 0
     _error(httpx.get(f"{api.url}/v1/withdrawals/api:withdrawal:{'0' * 32}",
                      headers=bearer(key)), 404, "unknown_withdrawal")
+    # A NUL cannot be in a query (psycopg2 refuses it): refused before, never a 500.
+    _error(httpx.get(f"{api.url}/v1/withdrawals/a%00b", headers=bearer(key)), 400,
+           "invalid_request")
 
 
 
@@ -350,40 +362,73 @@ def test_a_withdrawal_request_that_cannot_be_one_is_refused_and_writes_nothing(
 
 def test_a_read_is_one_repeatable_read_snapshot_and_leaves_no_session_state() -> None:
     from paystream.api.database import Database
+    from paystream.api.errors import DatabaseUnavailableError
     from paystream.api.settings import ApiSettings
 
-    database = Database(ApiSettings.from_env())  # as the API's role, as `paystream api`
+    # One database thread, so every transaction below runs on one server connection.
+    database = Database(replace(ApiSettings.from_env(), db_pool_size=1))
+    state = ("SELECT current_setting('transaction_isolation'),"
+             " current_setting('transaction_read_only'), current_setting('statement_timeout'),"
+             " current_user, txid_current_if_assigned() IS NULL, pg_backend_pid()")
+
+    def several(cur: Cursor) -> tuple:
+        cur.execute(state)
+        settings = cur.fetchone()
+        cur.execute("SELECT now()")
+        first = cur.fetchone()[0]
+        time.sleep(0.02)
+        cur.execute("SELECT now()")
+        return settings, first, cur.fetchone()[0]
+
+    def one(cur: Cursor) -> tuple:
+        cur.execute(state)
+        return cur.fetchone()
+
+    def a_second_statement(cur: Cursor) -> None:
+        cur.execute("SELECT 1")
+        cur.execute("SELECT 2")
+
+    def written(cur: Cursor) -> tuple:
+        cur.execute("SELECT current_setting('transaction_isolation'),"
+                    " current_setting('statement_timeout'), pg_backend_pid()")
+        return cur.fetchone()
+
+    def session(conn: Connection) -> tuple:
+        # What the next transaction, anyone's behind a pooler, finds on the connection.
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('statement_timeout'),"
+                        " current_setting('transaction_isolation'),"
+                        " (SELECT count(*) FROM pg_prepared_statements),"
+                        " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                        "  AND pid = pg_backend_pid()), pg_backend_pid()")
+            return conn.autocommit, conn.get_transaction_status(), cur.fetchone()
+
+    async def scenario() -> None:
+        settings, first, later = await database.read(several)
+        pid = settings[-1]
+        assert settings == ("repeatable read", "on", "2s", "paystream_api", True, pid)
+        assert later == first  # one transaction for the whole work
+        # One statement: no BEGIN / COMMIT, the same transaction settings (an implicit
+        # transaction of one message), and a second statement is refused.
+        assert await database.read(one, one_statement=True) == settings
+        with pytest.raises(RuntimeError, match="second statement"):
+            await database.read(a_second_statement, one_statement=True)
+        assert await database.write(written) == ("read committed", "2s", pid)
+        assert await database._threads.run(session) == (
+            True, psycopg2.extensions.TRANSACTION_STATUS_IDLE, ("0", "read committed", 0, 0, pid))
+
     try:
-        with database.read() as cur:
-            cur.execute("SELECT current_setting('transaction_isolation'),"
-                        " current_setting('transaction_read_only'),"
-                        " current_setting('statement_timeout'), current_user,"
-                        " txid_current_if_assigned() IS NULL")
-            assert cur.fetchone() == ("repeatable read", "on", "2s", "paystream_api", True)
-            cur.execute("SELECT now(), clock_timestamp()")
-            first = cur.fetchone()[0]
-            time.sleep(0.02)
-            cur.execute("SELECT now()")
-            assert cur.fetchone()[0] == first  # one transaction for the whole block
-        with database.write() as cur:
-            cur.execute("SELECT current_setting('transaction_isolation'),"
-                        " current_setting('statement_timeout')")
-            assert cur.fetchone() == ("read committed", "2s")
-        # Between transactions the session is as Postgres made it: a pooler may hand the
-        # server connection to anyone (PgBouncer transaction mode).
-        with database.read() as cur:
-            pass
-        conn = database._slots.get_nowait()
-        try:
-            assert conn is not None and conn.autocommit
-            with conn.cursor() as cur:
-                cur.execute("SELECT current_setting('statement_timeout'),"
-                            " current_setting('transaction_isolation'),"
-                            " (SELECT count(*) FROM pg_prepared_statements),"
-                            " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                            "  AND pid = pg_backend_pid())")
-                assert cur.fetchone() == ("0", "read committed", 0, 0)
-        finally:
-            database._slots.put(conn)
+        asyncio.run(scenario())
     finally:
         database.close()
+    # The statement timeout holds in both kinds of read (SET LOCAL in the transaction).
+    quick = Database(replace(ApiSettings.from_env(), db_statement_timeout_ms=200))
+    try:
+        for one_statement in (True, False):
+            started = time.monotonic()
+            with pytest.raises(DatabaseUnavailableError, match="QueryCanceled"):
+                asyncio.run(quick.read(lambda cur: cur.execute("SELECT pg_sleep(3)"),
+                                       one_statement=one_statement))
+            assert time.monotonic() - started < 2
+    finally:
+        quick.close()

@@ -286,6 +286,20 @@ REFUSED = [
 ]
 
 
+def test_only_the_api_may_call_its_key_lookup_and_balances_read(db: Connection) -> None:
+    # Migration 0012's functions; SECURITY INVOKER besides, so a role that could call
+    # one still could not read api_keys through it.
+    with db.cursor() as cur:
+        for role in LOGIN_ROLES:
+            for function in ("api_live_key(text)", "api_balances(text, text)"):
+                cur.execute("SELECT has_function_privilege(%s, %s, 'EXECUTE')",
+                            (ROLE_NAMES[role], function))
+                assert cur.fetchone()[0] == (role == "api"), (role, function)
+        cur.execute("SELECT bool_or(prosecdef) FROM pg_proc"
+                    " WHERE proname IN ('api_live_key', 'api_balances')")
+        assert cur.fetchone()[0] is False
+
+
 @pytest.mark.parametrize(("role", "sql"), REFUSED)
 def test_a_role_is_refused_what_it_was_not_granted(as_role, role: DbRole, sql: str) -> None:
     conn = as_role(role)
