@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 import aiohttp
 import psycopg2
 import structlog
+import uvloop
 
 from paystream.notify import metrics, store
 from paystream.notify.crash_hooks import SenderCrashHooks
@@ -52,6 +53,11 @@ log = structlog.get_logger("notify.delivery")
 USER_AGENT = "paystream-notifier/1"
 # The answers' status line is all a delivery needs: the body is never read.
 _ERROR_TEXT_MAX = 300
+# The recorder waits this long for answers to gather unless this many are there already:
+# small next to the lease (an answer is recorded long before it lapses) and to the
+# intent-to-delivery target (1 s).
+_RECORD_GATHER_S = 0.02
+_RECORD_BATCH = 64
 
 
 class Sender:
@@ -61,13 +67,21 @@ class Sender:
         self._hooks = hooks or SenderCrashHooks.from_env()
         self._rng = rng or random.Random()
         self._busy: Counter[str] = Counter()
+        self._in_flight = 0
         self._answers: list[store.Answer] = []
-        self._conn: Connection | None = None
+        # Set by the attempts that end: capacity freed (claim more), an answer to record.
+        self._freed, self._answered = asyncio.Event(), asyncio.Event()
+        self._freed_since_claim = 0
+        self._claim_when_freed = 1
+        # One connection per loop, so a claim never waits for a record nor the other way.
+        self._conns: dict[str, Connection] = {}
 
     def run(self, stop: threading.Event) -> None:
         """Deliver until `stop` is set; the attempts in flight then finish (each within
         its timeout) and are recorded."""
-        asyncio.run(self._run(stop))
+        # uvloop: the event loop's own overhead is a third of the sender's CPU otherwise.
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self._run(stop))
 
     async def _run(self, stop: threading.Event) -> None:
         s = self.settings
@@ -75,42 +89,69 @@ class Sender:
         connector = aiohttp.TCPConnector(limit=s.max_in_flight, limit_per_host=0)
         async with aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=s.timeout_s),
-                auto_decompress=False) as client:
+                cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False) as client:
+            sending = asyncio.Event()
+            sending.set()
+            # Step 4 runs beside steps 2 and 3: answers are recorded while the next
+            # slots are claimed and sent.
+            recorder = asyncio.create_task(self._recording(sending))
             while not stop.is_set():
-                # Step 4 of the turn before: record what was answered since.
-                await self._record()
+                # Cleared before the claim: an attempt ending meanwhile counts.
+                self._freed.clear()
+                self._freed_since_claim = 0
                 # Step 2: claim what is due, within the capacity left.
-                claims = await self._claim(s.max_in_flight - len(tasks))
+                claims = await self._claim(s.max_in_flight - self._in_flight)
                 # Step 3: send each, concurrently.
                 for c in claims:
                     self._busy[c.endpoint_id] += 1
-                    tasks.add(asyncio.create_task(self._attempt(client, c)))
-                metrics.IN_FLIGHT.set(len(tasks))
-                if tasks:
-                    done, _ = await asyncio.wait(tasks, timeout=s.poll_s,
-                                                 return_when=asyncio.FIRST_COMPLETED)
-                    tasks -= done
-                elif not claims:
-                    await asyncio.sleep(s.poll_s)
+                    self._in_flight += 1
+                    task = asyncio.create_task(self._attempt(client, c))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                metrics.IN_FLIGHT.set(self._in_flight)
+                # Look again once half of what is in flight has ended (a claim per
+                # attempt would cost a transaction per attempt under load; at a low rate
+                # that is the first to end), or after a while when nothing is in flight.
+                self._claim_when_freed = max(1, self._in_flight // 2)
+                await _wait(self._freed if self._in_flight else None, s.poll_s, stop)
             if tasks:
                 await asyncio.wait(tasks)
-            await self._record()
-        if self._conn is not None:
-            self._conn.close()
+            sending.clear()
+            self._answered.set()
+            await recorder
+        for conn in self._conns.values():
+            conn.close()
 
-    def _connection(self) -> Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(database_url("notifier"),
-                                 application_name="paystream-notify-sender")
-        return self._conn
+    async def _recording(self, sending: asyncio.Event) -> None:
+        """Step 4, a loop of its own: record every answer, in batches of whatever ended
+        since the last; after the sending stopped, until nothing is left."""
+        while sending.is_set() or self._answers:
+            await self._answered.wait()
+            if sending.is_set() and len(self._answers) < _RECORD_BATCH:
+                # A moment for more answers to join: a transaction per answer would cost
+                # Postgres more than the answers themselves (a commit, a plan).
+                await asyncio.sleep(_RECORD_GATHER_S)
+            self._answered.clear()
+            if not await self._record() and not sending.is_set():
+                return  # stopping with the database away: the leases lapse, resent later
+
+    def _connection(self, role: str) -> Connection:
+        conn = self._conns.get(role)
+        if conn is None or conn.closed:
+            conn = self._conns[role] = connect(
+                database_url("notifier"), application_name=f"paystream-notify-{role}")
+        return conn
 
     async def _claim(self, capacity: int) -> list[store.Claim]:
         s = self.settings
+        if capacity <= 0:
+            return []
         busy = {e: n for e, n in self._busy.items() if n > 0}
         try:
             claims = await asyncio.to_thread(
-                lambda: store.claim(self._connection(), busy, per_endpoint=s.per_endpoint,
-                                    limit=capacity, lease_s=s.lease_s))
+                lambda: store.claim(self._connection("claim"), busy,
+                                    per_endpoint=s.per_endpoint, limit=capacity,
+                                    lease_s=s.lease_s))
         except psycopg2.Error as exc:
             self._lost_connection("claim", exc)
             await asyncio.sleep(min(1.0, s.poll_s * 5))
@@ -118,13 +159,14 @@ class Sender:
         self._hooks.after_claim(len(claims))
         return claims
 
-    async def _record(self) -> None:
+    async def _record(self) -> bool:
+        """Record the answers so far; False if the database refused them (kept)."""
         if not self._answers:
-            return
+            return True
         answers, self._answers = self._answers, []
         try:
             recorded = await asyncio.to_thread(
-                lambda: store.record(self._connection(), answers,
+                lambda: store.record(self._connection("record"), answers,
                                      disable_after_s=self.settings.disable_after_s))
         except psycopg2.Error as exc:
             # Kept for the next turn: an answer is recorded late rather than never (its
@@ -132,19 +174,21 @@ class Sender:
             self._answers = answers + self._answers
             self._lost_connection("record", exc)
             await asyncio.sleep(min(1.0, self.settings.poll_s * 5))
-            return
+            self._answered.set()
+            return False
         metrics.LOST_CLAIMS.inc(recorded.lost)
         for endpoint_id, url in recorded.disabled:
             metrics.ENDPOINTS_DISABLED.labels(endpoint_id).inc()
             log.error("endpoint_disabled", endpoint_id=endpoint_id, url=url,
                       failing_for_s=self.settings.disable_after_s)
+        return True
 
-    def _lost_connection(self, step: str, exc: psycopg2.Error) -> None:
-        log.warning("notify_database_error", step=step, error=str(exc).strip()[:300])
-        if self._conn is not None:
+    def _lost_connection(self, role: str, exc: psycopg2.Error) -> None:
+        log.warning("notify_database_error", step=role, error=str(exc).strip()[:300])
+        conn = self._conns.pop(role, None)
+        if conn is not None:
             with contextlib.suppress(psycopg2.Error):
-                self._conn.close()
-        self._conn = None
+                conn.close()
 
     async def _attempt(self, client: aiohttp.ClientSession, claim: store.Claim) -> None:
         s = self.settings
@@ -157,10 +201,11 @@ class Sender:
         status: int | None = None
         error: str | None = None
         try:
-            async with asyncio.timeout(s.timeout_s):
-                async with client.post(claim.url, data=claim.body, headers=headers,
-                                       allow_redirects=False) as response:
-                    status = response.status
+            # The session's total timeout (PAYSTREAM_NOTIFY_TIMEOUT_S) bounds the whole
+            # attempt: connect, send, the answer's status line.
+            async with client.post(claim.url, data=claim.body, headers=headers,
+                                   allow_redirects=False) as response:
+                status = response.status
         except TimeoutError:
             error = f"no answer within {s.timeout_s:g} s"
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL aiohttp refuses
@@ -168,7 +213,12 @@ class Sender:
         latency = time.perf_counter() - t0
         self._hooks.after_send()
         self._busy[claim.endpoint_id] -= 1
+        self._in_flight -= 1
         self._answers.append(self._answer(claim, started_at, latency, status, error))
+        self._answered.set()
+        self._freed_since_claim += 1
+        if self._freed_since_claim >= self._claim_when_freed:
+            self._freed.set()
 
     def _answer(self, claim: store.Claim, started_at: datetime, latency: float,
                 status: int | None, error: str | None) -> store.Answer:
@@ -197,3 +247,20 @@ class Sender:
                         attempt=claim.attempt, status_code=status, error=error,
                         next_attempt_in_s=delay, gave_up=state == "failed")
         return store.Answer(claim, started_at, latency, status, error, state, delay)
+
+
+async def _wait(event: asyncio.Event | None, timeout_s: float, stop: threading.Event) -> None:
+    """Until `event` is set (None: never), `timeout_s` passed, or `stop` is set (a
+    thread's event: looked at every tenth of a second at least)."""
+    deadline = time.monotonic() + timeout_s
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if event is None:
+            await asyncio.sleep(min(left, 0.1))
+            continue
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(left, 0.1)):
+                await event.wait()
+                return

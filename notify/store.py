@@ -5,11 +5,12 @@ the caller goes on (a claim before any send, a record after the answers).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import orjson
 
 from paystream.schema.db import Connection
 from paystream.schema.notifications import Intent, IntentType
@@ -72,10 +73,10 @@ class Answer:
 
 
 def body_of(intent_id: str, intent_type: str, created_at: datetime, data: Any) -> bytes:
-    """The webhook body (schema/notifications.py's Intent.body), compact JSON."""
+    """The webhook body (schema/notifications.py's Intent.body), compact JSON (orjson:
+    the sender builds one per attempt)."""
     stamp = created_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    body = Intent(intent_id, IntentType(intent_type), "", stamp, data).body()
-    return json.dumps(body, separators=(",", ":")).encode()
+    return orjson.dumps(Intent(intent_id, IntentType(intent_type), "", stamp, data).body())
 
 
 def claim(conn: Connection, busy: Mapping[str, int], *, per_endpoint: int, limit: int,
@@ -117,6 +118,7 @@ def record(conn: Connection, answers: Sequence[Answer], *, disable_after_s: floa
              "started_at": a.started_at.isoformat(), "latency_s": a.latency_s,
              "status_code": a.status_code, "error": a.error, "state": a.state,
              "next_in_s": a.next_attempt_in_s} for a in answers]
+    payload = orjson.dumps(rows).decode()
     ok = sorted({a.claim.endpoint_id for a in answers if a.state == "delivered"})
     failing = sorted({a.claim.endpoint_id for a in answers if a.status_code is None
                       or not 200 <= a.status_code < 300} - set(ok))
@@ -126,7 +128,7 @@ def record(conn: Connection, answers: Sequence[Answer], *, disable_after_s: floa
             " latency_s, status_code, error) SELECT intent_id, endpoint_id, attempt,"
             " started_at, latency_s, status_code, error FROM jsonb_to_recordset(%s::jsonb)"
             " AS r(intent_id text, endpoint_id text, attempt int, started_at timestamptz,"
-            " latency_s float8, status_code int, error text)", (json.dumps(rows),))
+            " latency_s float8, status_code int, error text)", (payload,))
         cur.execute(
             "UPDATE notification_deliveries s SET state = r.state,"
             " next_attempt_at = CASE WHEN r.state = 'pending'"
@@ -137,7 +139,7 @@ def record(conn: Connection, answers: Sequence[Answer], *, disable_after_s: floa
             " FROM jsonb_to_recordset(%s::jsonb) AS r(intent_id text, endpoint_id text,"
             " claim_id uuid, state text, status_code int, error text, next_in_s float8)"
             " WHERE s.intent_id = r.intent_id AND s.endpoint_id = r.endpoint_id"
-            " AND s.claim_id = r.claim_id", (json.dumps(rows),))
+            " AND s.claim_id = r.claim_id", (payload,))
         lost = len(rows) - cur.rowcount
         if ok:
             cur.execute("UPDATE notification_endpoints SET failing_since = NULL"

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.chaos import notifications as ntf
 from paystream.chaos import processes as px
+from paystream.chaos import receiver as rx
 from paystream.chaos.chain import (
     REORG_GRACE_BLOCKS,
     RETRY_BUDGET_S,
@@ -25,18 +27,23 @@ from paystream.chaos.chain import (
 from paystream.chaos.forgery import Forgery, forge
 from paystream.chaos.invariants import (
     InvariantReport,
+    accepted_events,
     chain_pending_count,
     check,
     check_chain,
+    expected_books,
     forged_pending_count,
     pending_count,
 )
 from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import ASSETS, MIX, Kind, TrafficPlan
+from paystream.consumers.crash_hooks import AFTER_DB_COMMIT as CRASH_AFTER_DB_COMMIT
 from paystream.ingest import admin
 from paystream.launch import free_port
+from paystream.notify import crash_hooks as notify_hooks
+from paystream.notify import endpoints
 from paystream.schema.db import connect, database_url
-from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
+from paystream.schema.events import NOTIFICATIONS_TOPIC, PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka, postgres
 from paystream.stack import connect as kafka_connect
 from paystream.stack.process import read_pid
@@ -44,24 +51,36 @@ from paystream.stack.settings import StackSettings
 
 # The fault cycle, as fractions of one cycle's length; each run jitters the points.
 CYCLE = (
+    (0.07, "notifier-crash-after-claim"),
     (0.12, "consumer-sigkill"),
     (0.17, "chain-reorg"),
     (0.22, "consumer-crash-after-db-commit"),
     (0.28, "forged-records"),
+    (0.31, "notifier-sigkill"),
     (0.34, "connect-restart"),
     (0.41, "finality-sigkill"),
     (0.48, "broker-restart"),
+    (0.52, "notifier-crash-after-send"),
     (0.55, "anvil-restart"),
     (0.62, "postgres-restart"),
     (0.69, "chain-reorg"),
+    (0.73, "notifier-crash-after-db-commit"),
     (0.76, "ingest-restart"),
     (0.82, "forged-records"),
     (0.88, "consumer-sigkill"),
+    (0.93, "notifier-sigkill"),
 )
 CYCLE_S = 100.0
 POISON_SHARE = dict(MIX)[Kind.POISON]
 CHAIN_SHARE = 0.05   # chain deposits per payments webhook
 CHAIN_USERS = 20     # users that get a deposit address
+# The notifier's schedule shortened to the run's length (16 attempts within two minutes,
+# inside the drain); its lease at the minimum (twice the timeout), so a killed sender's
+# claims lapse soon; a timeout a loaded machine's receiver meets.
+NOTIFIER_ENV = {"PAYSTREAM_NOTIFY_RETRY_DELAYS_S": "0.5,1,2,4" + ",8" * 12,
+                "PAYSTREAM_NOTIFY_TIMEOUT_S": "5", "PAYSTREAM_NOTIFY_LEASE_S": "10",
+                "PAYSTREAM_NOTIFY_POLL_S": "0.1"}
+SHAKY_SHARE = 0.05   # deliveries the receiver answers 500 on purpose (retried, same id)
 
 
 @dataclass(frozen=True)
@@ -129,13 +148,28 @@ class Chaos:
         self.watchdog = px.Managed("connector-watchdog",
                                    ["stack", "watchdog", "--interval", "2"], env, self.log_dir)
         self.group = group
+        # The notifier (consumer and sender in one process, as `paystream run` starts
+        # it) on a group of the run's own, delivering to a real receiver.
+        self.notifier_group = f"chaos-notifier-{self.run_id}"
+        self.notifier = px.Managed(
+            "notifier", ["consume", "notifier", "--group", self.notifier_group,
+                         "--metrics-port", "0"], {**env, **NOTIFIER_ENV}, self.log_dir)
+        self.receiver: rx.Receiver  # a process of its own while the run goes (run())
+        self.endpoint_ids: list[str] = []
+        self.deliveries: ntf.Deliveries | None = None
         self.plan = TrafficPlan(self.run_id, cfg.users, cfg.seed)
+        self.published = ntf.Published(set(self.plan.users))
+        self.topic_reader: ntf.TopicReader | None = None
         self.chain = ChainDriver(self.s, f"http://127.0.0.1:{self.port}", self.alchemy_key,
                                  self.network, self.plan.users[:CHAIN_USERS],
                                  random.Random(cfg.seed + 1), max(1.0, cfg.rate * CHAIN_SHARE))
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def path_of(self, user: str) -> str:
+        """The receiver's path of a user's endpoint (answers 500 now and then)."""
+        return f"/shaky/{user}"
 
     # --- set-up -------------------------------------------------------------------
     def prepare(self) -> None:
@@ -144,6 +178,12 @@ class Chaos:
             with conn, conn.cursor() as cur:
                 cur.executemany("INSERT INTO users (user_id) VALUES (%s)"
                                 " ON CONFLICT DO NOTHING", [(u,) for u in self.plan.users])
+                # An endpoint per user, as merchants' systems would register them.
+                for user in self.plan.users:
+                    endpoint_id, secret = endpoints.add(
+                        cur, self.receiver.url(self.path_of(user)), user, [])
+                    self.endpoint_ids.append(endpoint_id)
+                    self.receiver.add_secret(self.path_of(user), secret)
             self.chain.prepare(lambda net, address, user: admin.add_address(
                 conn, net, address, user))
         finally:
@@ -153,9 +193,14 @@ class Chaos:
         kafka.start_group_at_end(self.group, PAYMENTS_TOPIC, self.s.kafka_bootstrap)
         kafka.start_group_at_end(self.mirror_group, PAYMENTS_DLQ_TOPIC,
                                  self.s.kafka_bootstrap)
+        # The notifier and the run's own reader of the topic start at the same offsets.
+        starts = kafka.start_group_at_end(self.notifier_group, NOTIFICATIONS_TOPIC,
+                                          self.s.kafka_bootstrap)
+        self.topic_reader = ntf.TopicReader(self.s.kafka_bootstrap, NOTIFICATIONS_TOPIC,
+                                            starts, self.published)
         self.ingest.start()
         px.wait_http_ok(f"http://127.0.0.1:{self.admin_port}/readyz", 60)
-        for c in (*self.ledgers, self.mirror, self.finality, self.watchdog):
+        for c in (*self.ledgers, self.mirror, self.finality, self.watchdog, self.notifier):
             c.start()
 
     # --- faults ---------------------------------------------------------------------
@@ -188,6 +233,13 @@ class Chaos:
             "chain-reorg": lambda: f"reorg: {self.chain.reorg()}",
             "anvil-restart": lambda: self.chain.restart_node(self._pause()),
             "finality-sigkill": lambda: self._sigkill(self.finality),
+            "notifier-sigkill": lambda: self._sigkill(self.notifier),
+            "notifier-crash-after-claim": lambda: self._armed_crash(
+                self.notifier, notify_hooks.AFTER_CLAIM, self.rng.randint(1, 20)),
+            "notifier-crash-after-send": lambda: self._armed_crash(
+                self.notifier, notify_hooks.AFTER_SEND, self.rng.randint(1, 20)),
+            "notifier-crash-after-db-commit": lambda: self._armed_crash(
+                self.notifier, CRASH_AFTER_DB_COMMIT, self.rng.randint(2, 5)),
             "forged-records": self._forge,
         }
         try:
@@ -222,23 +274,29 @@ class Chaos:
     def _consumer_crash_after_commit(self) -> str:
         # A fresh consumer armed to SIGKILL itself right after a batch's DB commit,
         # before the offset commit: the window the commit protocol must survive.
-        victim = self.rng.choice(self.ledgers)
+        return self._armed_crash(self.rng.choice(self.ledgers), CRASH_AFTER_DB_COMMIT,
+                                 self.rng.randint(2, 5))
+
+    def _armed_crash(self, victim: px.Managed, hook: str, n: int) -> str:
+        """Replace `victim` by a process armed to SIGKILL itself at a crash point (`hook`
+        = n: consumers/crash_hooks.py, notify/crash_hooks.py); once it did, start a
+        plain one. A process that does not reach its point in 60 s fails the fault."""
         victim.kill()
-        victim.start(PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT=str(self.rng.randint(2, 5)))
+        victim.start(**{hook: str(n)})
         deadline = time.monotonic() + 60
         while victim.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         if victim.alive():
             victim.kill()
             victim.start()
-            raise RuntimeError("the armed consumer did not reach its crash point in 60 s")
+            raise RuntimeError(f"the armed {victim.name} did not reach {hook}={n} in 60 s")
         armed = victim.proc
         victim.start()
         # The crash hook SIGKILLs its own process: any other end is not this fault.
         if armed is None or armed.returncode != -signal.SIGKILL:
             raise RuntimeError(f"the armed {victim.name} ended "
                                f"{armed.returncode if armed else None}, not by its hook")
-        return f"{victim.name} killed itself after a DB commit; now pid {victim.pid}"
+        return f"{victim.name} killed itself at {hook}={n}; now pid {victim.pid}"
 
     def _ingest_restart(self) -> str:
         def start() -> None:
@@ -261,7 +319,8 @@ class Chaos:
     def _supervise(self) -> None:
         """A process that died with no fault to explain it is a violation (a crash the
         chaos provoked by accident); it is restarted, as a process manager would."""
-        for c in (self.ingest, *self.ledgers, self.mirror, self.finality, self.watchdog):
+        for c in (self.ingest, *self.ledgers, self.mirror, self.finality, self.watchdog,
+                  self.notifier):
             if not c.alive():
                 code = c.proc.returncode if c.proc else None
                 self.log(f"{c.name} exited ({code}) with no fault to explain it; restarting")
@@ -271,13 +330,33 @@ class Chaos:
 
     # --- the run ---------------------------------------------------------------------
     def run(self) -> tuple[InvariantReport, dict[str, Any]]:
+        with rx.in_own_process(free_port(), shaky_share=SHAKY_SHARE,
+                               seed=self.cfg.seed) as self.receiver:
+            try:
+                self.prepare()
+                return self._run()
+            finally:
+                for c in (*self.ledgers, self.mirror, self.finality, self.watchdog,
+                          self.notifier, self.ingest):
+                    c.stop()
+                self._close_notifications()
+
+    def _close_notifications(self) -> None:
+        if self.topic_reader is not None:
+            self.topic_reader.close()
+        self._disable_endpoints()
+
+    def _disable_endpoints(self) -> None:
+        """The run's endpoints stay, disabled: nothing is made for them any more."""
+        if not self.endpoint_ids:
+            return
+        conn = connect(database_url("owner"))
         try:
-            self.prepare()
-            return self._run()
+            with conn, conn.cursor() as cur:
+                for endpoint_id in self.endpoint_ids:
+                    endpoints.disable(cur, endpoint_id, f"chaos run {self.run_id} over")
         finally:
-            for c in (*self.ledgers, self.mirror, self.finality, self.watchdog,
-                      self.ingest):
-                c.stop()
+            conn.close()
 
     def _progress(self, sender: Sender) -> None:
         now = time.monotonic()
@@ -328,6 +407,12 @@ class Chaos:
         self.log(f"traffic done: {len(sender.sent)} requests, "
                  f"{len(self.chain.deposits)} chain deposits; draining")
         drained_at = self._drain(sender)
+        # What the run's users must be told: from the sender's record and the chain.
+        expected = ntf.expected_pairs(accepted_events(sender.sent).values(),
+                                      expected_books(sender.sent).outcomes,
+                                      self.chain.deposits, self.chain.receipt)
+        if drained_at is not None:
+            drained_at = self._drain_notifications(expected)
         conn = connect(database_url("owner"))
         try:
             with conn, conn.cursor() as cur:
@@ -335,6 +420,11 @@ class Chaos:
                 check_chain(cur, findings, self.chain.deposits, self.chain.receipt)
         finally:
             conn.close()
+        self.deliveries = ntf.check_deliveries(expected, self.published, self.receiver,
+                                               self.path_of)
+        findings.lost += self.deliveries.lost
+        findings.double_applied += self.deliveries.twice
+        findings.violations += self.deliveries.violations
         findings.violations += [f"fault not injected: {e}" for e in self.fault_errors]
         findings.violations += [f"unexplained exit: {e}" for e in self.unexplained_exits]
         if self.chain.error:
@@ -367,6 +457,25 @@ class Chaos:
         self.log("drain timed out")
         return None
 
+    def _drain_notifications(self, expected: set[ntf.Pair]) -> float | None:
+        """Until every intent the run's users must get is on the topic and answered 2xx
+        by the receiver (retries and lapsed leases included)."""
+        assert self.topic_reader is not None
+        deadline = time.monotonic() + self.cfg.drain_timeout_s
+        while time.monotonic() < deadline:
+            self._supervise()
+            try:
+                caught_up = self.topic_reader.catch_up()
+            except Exception as exc:  # a broker hiccup: the next turn reads on
+                self.log(f"notifications check failed: {exc}")
+                caught_up = False
+            if (caught_up and expected <= set(self.published.ids)
+                    and ntf.undelivered(self.published, self.receiver, self.path_of) == 0):
+                return time.monotonic()
+            time.sleep(0.5)
+        self.log("notifications drain timed out")
+        return None
+
 
 def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dict[str, Any]
            ) -> str:
@@ -391,6 +500,7 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         f"forged records produced to {PAYMENTS_TOPIC}: {len(chaos.forged)}; processes "
         f"that exited with no fault to explain it: {len(chaos.unexplained_exits)}",
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
+        ntf.report_line(chaos.deliveries) if chaos.deliveries else "notifications: not checked",
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
         f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "
         f"after the last request: {_secs(stats['drain_after_traffic_s'])}",

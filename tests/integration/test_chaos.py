@@ -1,7 +1,9 @@
 """The chaos suite's short form on the real stack: faults of every kind under load, then
 lost = 0 and double-applied = 0 (issue 5's must-show), chain deposits on the stack's
 anvil included (issue 6): reorgs, a node restart and a watcher kill among the faults;
-hostile-but-valid deliveries and forged topic records in the traffic (issue 12)."""
+hostile-but-valid deliveries and forged topic records in the traffic (issue 12); the
+notifier SIGKILLed at random and at its crash points, every intent delivered to a real
+receiver under its one webhook-id (issue 15)."""
 
 from __future__ import annotations
 
@@ -54,5 +56,21 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     for kind in ("forged_unknown", "forged_altered", "forged_replayed"):
         assert int(outcomes.get(kind, 0)) >= 1, kind
     assert "with no fault to explain it: 0\n" in out
+    for kind in ("notifier-sigkill", "notifier-crash-after-claim", "notifier-crash-after-send",
+                 "notifier-crash-after-db-commit"):
+        assert faults[kind] >= 1, kind
+    # Every intent the run's users must get was published and delivered, each signature
+    # verified, retries exercised, none under two webhook-ids (the report must say so: a
+    # run that skipped the checks prints "not checked").
+    notes = re.search(r"notifications: (\d+) intents published for the run's users \((\d+)"
+                      r" expected .*\), (\d+) delivered; (\d+) signed requests verified, (\d+)"
+                      r" refused; (\d+) answered 500 on purpose .*: (\d+); under two"
+                      r" webhook-ids: (\d+)", out)
+    assert notes, out
+    published, expected, delivered, requests, refused, failures, _, twice = map(
+        int, notes.groups())
+    assert published == expected == delivered > 1000
+    assert requests > delivered and failures > 0
+    assert refused == 0 and twice == 0
     # The pipeline's transactions went through the bouncer (its own count, not ours).
     assert _pooled_transactions(bouncer) - before > 1000
