@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.chaos import nodes
 from paystream.chaos import processes as px
 from paystream.chaos.chain import (
     REORG_GRACE_BLOCKS,
@@ -25,6 +26,7 @@ from paystream.chaos.chain import (
 from paystream.chaos.forgery import Forgery, forge
 from paystream.chaos.invariants import (
     InvariantReport,
+    applied_times,
     chain_pending_count,
     check,
     check_chain,
@@ -33,6 +35,7 @@ from paystream.chaos.invariants import (
 )
 from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import ASSETS, MIX, Kind, TrafficPlan
+from paystream.env import SettingsError
 from paystream.ingest import admin
 from paystream.launch import free_port
 from paystream.schema.db import connect, database_url
@@ -58,6 +61,12 @@ CYCLE = (
     (0.82, "forged-records"),
     (0.88, "consumer-sigkill"),
 )
+# On a replicated cluster the broker's fault is a node's: a broker, then later the active
+# controller, killed and kept down while the pipeline goes on (chaos/nodes.py).
+CLUSTER_CYCLE = (
+    *((frac, nodes.BROKER_KILL if kind == "broker-restart" else kind) for frac, kind in CYCLE),
+    (0.72, nodes.CONTROLLER_KILL),
+)
 CYCLE_S = 100.0
 POISON_SHARE = dict(MIX)[Kind.POISON]
 CHAIN_SHARE = 0.05   # chain deposits per payments webhook
@@ -71,12 +80,22 @@ class ChaosConfig:
     users: int
     seed: int
     drain_timeout_s: float = 300.0
+    # The Kafka nodes the run expects the stack to have (None: whatever it has).
+    brokers: int | None = None
 
 
 class Chaos:
     def __init__(self, cfg: ChaosConfig) -> None:
         self.cfg = cfg
         self.s = StackSettings.from_env()
+        if cfg.brokers is not None and cfg.brokers != self.s.brokers:
+            raise SettingsError(
+                f"the run asks for {cfg.brokers} Kafka node(s) and the stack in "
+                f"{self.s.state_dir} has {self.s.brokers}: bring it up with "
+                f"`paystream stack up --brokers {cfg.brokers}` (another state dir), or "
+                "drop --brokers")
+        self.cluster = self.s.brokers > 1
+        self.node_faults: list[nodes.NodeFault] = []
         self.run_id = secrets.token_hex(3)
         self.rng = random.Random(cfg.seed)
         self.log_dir = self.s.state_dir / "chaos" / self.run_id
@@ -164,7 +183,7 @@ class Chaos:
         cycles = max(1, round(self.cfg.duration_s / CYCLE_S))
         length = self.cfg.duration_s / cycles
         for n in range(cycles):
-            for frac, kind in CYCLE:
+            for frac, kind in (CLUSTER_CYCLE if self.cluster else CYCLE):
                 jitter = self.rng.uniform(-0.03, 0.03)
                 points.append(((n + frac + jitter) * length, kind))
         return sorted(points)
@@ -189,7 +208,12 @@ class Chaos:
             "anvil-restart": lambda: self.chain.restart_node(self._pause()),
             "finality-sigkill": lambda: self._sigkill(self.finality),
             "forged-records": self._forge,
+            nodes.BROKER_KILL: lambda: self._node_fault(nodes.BROKER_KILL),
+            nodes.CONTROLLER_KILL: lambda: self._node_fault(nodes.CONTROLLER_KILL),
         }
+        for fault in self.node_faults:
+            if fault.window_end is None:  # the fault before this one: its window ends
+                fault.window_end = time.time()
         try:
             self.log(f"  {actions[kind]()}")
         except Exception as exc:  # a fault that could not be injected is a failed run
@@ -198,6 +222,11 @@ class Chaos:
         else:
             self.faults[kind] += 1
         self.last_fault_at = time.monotonic()
+
+    def _node_fault(self, kind: str) -> str:
+        fault = nodes.kill_node(self.s, kind, self.rng)
+        self.node_faults.append(fault)
+        return nodes.describe(fault).removeprefix("node fault: ")
 
     def _pause(self) -> float:
         return self.rng.uniform(1.0, 3.0)
@@ -310,12 +339,20 @@ class Chaos:
                                  daemon=True)
         thread.start()
         chain.start()
+        # A node fault keeps its node down for a while: the faults after it move back by
+        # its length, so they keep their spacing (an anvil restart and the reorg due
+        # 2 s after it, both late, would otherwise meet: the reorg re-mined the block
+        # the restart had just reloaded, unchanged, and the run failed).
+        shift = 0.0
         for at, kind in self.schedule():
-            while time.monotonic() - started < at:
+            while time.monotonic() - started < at + shift:
                 self._supervise()
                 self._progress(sender)
                 time.sleep(0.2)
+            began = time.monotonic()
             self.inject(kind)
+            if kind in nodes.NODE_FAULTS:
+                shift += time.monotonic() - began
         faults_pending.clear()
         while thread.is_alive():
             self._supervise()
@@ -324,6 +361,9 @@ class Chaos:
         chain.join(RETRY_BUDGET_S)  # its last deliveries may still be retrying
         stop_chain.set()
         traffic_end = time.monotonic()
+        for fault in self.node_faults:
+            if fault.window_end is None:
+                fault.window_end = time.time()
         self.chain.settle()
         self.log(f"traffic done: {len(sender.sent)} requests, "
                  f"{len(self.chain.deposits)} chain deposits; draining")
@@ -333,6 +373,7 @@ class Chaos:
             with conn, conn.cursor() as cur:
                 findings = check(cur, sender.sent, self.plan.users, self.forged)
                 check_chain(cur, findings, self.chain.deposits, self.chain.receipt)
+                nodes.measure_stalls(self.node_faults, applied_times(cur, sender.sent))
         finally:
             conn.close()
         findings.violations += [f"fault not injected: {e}" for e in self.fault_errors]
@@ -392,6 +433,8 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         f"that exited with no fault to explain it: {len(chaos.unexplained_exits)}",
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
+        f"kafka nodes: {chaos.s.brokers}",
+        *(nodes.describe(f) for f in chaos.node_faults),
         f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "
         f"after the last request: {_secs(stats['drain_after_traffic_s'])}",
         f"lost = {len(findings.lost)}",
