@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import string
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -358,10 +360,41 @@ def registered(s: StackSettings, timeout: float = 3) -> set[int] | None:
     return set(md.brokers)
 
 
+def answers(port: int, timeout: float = 3.0) -> bool:
+    """The broker on `port` answers an ApiVersions request (v0: the one request a SASL
+    listener takes before authentication). A starting broker binds its port early but
+    processes requests only once it has caught up with the metadata and been unfenced,
+    so this is the node's own readiness; librdkafka cannot ask one chosen node (it
+    answers from whichever broker it likes)."""
+    client_id = b"paystream-probe"
+    header = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack(">i", len(header)) + header)
+            reply = b""
+            while len(reply) < 10:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return False
+                reply += chunk
+    except OSError:
+        return False
+    _size, correlation, error = struct.unpack(">iih", reply[:10])
+    return bool(correlation == 7 and error == 0)
+
+
+def serving(s: StackSettings, node: KafkaNode, members: set[int] | None) -> bool:
+    """The node answers requests itself, and the cluster lists it as a live broker
+    (`members`: kafka.registered(s)), which is what clients go by. The listing alone is
+    not enough: a node killed a moment ago is listed until the controller fences it."""
+    return members is not None and node.node_id in members and answers(node.client_port)
+
+
 def healthy(s: StackSettings) -> bool:
-    """Every node registered as a live broker (one node: that one)."""
-    ids = registered(s)
-    return ids is not None and {n.node_id for n in s.kafka_nodes} <= ids
+    """Every node serving (one node: that one)."""
+    members = registered(s)
+    return all(serving(s, n, members) for n in s.kafka_nodes)
 
 
 def start(s: StackSettings) -> bool:
@@ -387,7 +420,7 @@ def start(s: StackSettings) -> bool:
                                  log_file(s, node))
         return healthy(s)
 
-    wait_until(COMPONENT, f"accepting requests with {s.brokers} node(s) registered",
+    wait_until(COMPONENT, f"accepting requests with {s.brokers} node(s) serving",
                ready, timeout=120, log=log_file(s, started[0]))
     return True
 

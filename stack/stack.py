@@ -221,15 +221,15 @@ def status(s: StackSettings) -> int:
 
 
 def _kafka_rows(s: StackSettings) -> tuple[list[tuple[str, str, str, str, str, str]], bool]:
-    """A row per Kafka node (`kafka`, or `kafka-<id>` in a cluster), its health that of a
-    registered broker, and in a cluster which node is the active controller; True when
+    """A row per Kafka node (`kafka`, or `kafka-<id>` in a cluster), healthy when it is a
+    serving broker, and in a cluster which node is the active controller; True when
     every node is healthy (and a cluster has an active controller)."""
-    registered = kafka.registered(s) or set()
     leader = quorum.active_controller(s) if s.brokers > 1 else None
+    members = kafka.registered(s)
     rows, ok = [], True
     for node in s.kafka_nodes:
         pid = read_pid(kafka.pid_file(s, node))
-        up = pid is not None and node.node_id in registered
+        up = pid is not None and kafka.serving(s, node, members)
         ok = ok and up
         health = _health(up)
         if up and leader is not None and leader.node_id == node.node_id:

@@ -110,6 +110,7 @@ class Chaos:
         self.unexplained_exits: list[str] = []
         self.forged: list[Forgery] = []
         self.last_fault_at = 0.0
+        self.sender: Sender | None = None
         self._last_progress = 0.0
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
@@ -224,9 +225,24 @@ class Chaos:
         self.last_fault_at = time.monotonic()
 
     def _node_fault(self, kind: str) -> str:
-        fault = nodes.kill_node(self.s, kind, self.rng)
+        fault = nodes.kill_node(self.s, kind, self.rng, self._caught_up)
         self.node_faults.append(fault)
         return nodes.describe(fault).removeprefix("node fault: ")
+
+    def _caught_up(self) -> bool:
+        """Is the pipeline's backlog of the run's events at most two seconds of traffic?"""
+        if self.sender is None:
+            return True
+        try:
+            conn = connect(database_url("owner"))
+            try:
+                with conn, conn.cursor() as cur:
+                    left = pending_count(cur, list(self.sender.sent))
+            finally:
+                conn.close()
+        except Exception:  # Postgres restarting: not caught up yet
+            return False
+        return left <= max(20.0, 2 * self.cfg.rate)
 
     def _pause(self) -> float:
         return self.rng.uniform(1.0, 3.0)
@@ -317,8 +333,8 @@ class Chaos:
 
     def _run(self) -> tuple[InvariantReport, dict[str, Any]]:
         self._last_progress = time.monotonic()
-        sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan,
-                        self.alchemy_key)
+        sender = self.sender = Sender(f"http://127.0.0.1:{self.port}", self.secret,
+                                      self.plan, self.alchemy_key)
         # A daemon: if the harness itself fails, the process must still exit.
         # Faults are due at fixed points of the run, but one can take half a minute on a
         # loaded machine (a broker restart) and push the rest back: the traffic goes on

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from paystream.chaos import processes as px
@@ -24,11 +24,13 @@ from paystream.stack.settings import StackSettings
 
 BROKER_KILL, CONTROLLER_KILL = "broker-kill", "controller-kill"
 NODE_FAULTS = (BROKER_KILL, CONTROLLER_KILL)
-# How long a killed node stays down: past the controller's broker session timeout (9 s,
-# Kafka's default), so the survivors fence it and take over its partitions, which is
-# what the run must show; not much longer, to keep the test suite's run short.
-OUTAGE_S = (10.0, 14.0)
+# How long a killed node stays down: past an election (~2 s) and the new controller's
+# broker session timeout (9 s, Kafka's default), so the survivors fence it and take over
+# its partitions, which is what the run must show; not much longer, to keep the test
+# suite's run short.
+OUTAGE_S = (18.0, 22.0)
 ELECTION_TIMEOUT_S = 30.0
+CATCH_UP_TIMEOUT_S = 60.0
 IN_SYNC_TIMEOUT_S = 120.0
 
 
@@ -49,10 +51,18 @@ class NodeFault:
     stall_s: float | None = None
 
 
-def kill_node(s: StackSettings, kind: str, rng: random.Random) -> NodeFault:
+def kill_node(s: StackSettings, kind: str, rng: random.Random,
+              caught_up: Callable[[], bool]) -> NodeFault:
     """SIGKILL a broker that is not the active controller (BROKER_KILL) or the active
     controller (CONTROLLER_KILL); keep it down for an outage; start it again; return
-    once every partition is back in sync. Raises when a step cannot be verified."""
+    once every partition is back in sync. Raises when a step cannot be verified.
+
+    It waits first (up to CATCH_UP_TIMEOUT_S) until `caught_up()`: the pipeline has caught
+    up, so the stall it measures is its own and not what an earlier fault (a Connect
+    restart, say) left."""
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+    while not caught_up() and time.monotonic() < deadline:
+        time.sleep(0.2)
     leader = quorum.active_controller(s)
     if leader is None:
         raise RuntimeError("no active controller before the fault")
@@ -71,7 +81,7 @@ def kill_node(s: StackSettings, kind: str, rng: random.Random) -> NodeFault:
         new = _wait_for_new_controller(s, victim.node_id)
         fault.new_controller, fault.elected_after_s = new.node_id, time.time() - fault.killed_at
     time.sleep(max(0.0, fault.killed_at + rng.uniform(*OUTAGE_S) - time.time()))
-    kafka.start(s)  # the missing node; returns once every node is registered
+    kafka.start(s)  # the missing node; returns once every node serves
     fault.down_s = time.time() - fault.killed_at
     after = read_pid(kafka.pid_file(s, victim))
     if after is None or after == before:
@@ -98,14 +108,13 @@ def _wait_for_new_controller(s: StackSettings, old: int) -> quorum.Leader:
 
 def longest_gap(applied: Sequence[float], start: float, end: float) -> float:
     """The longest time within [start, end] with no event applied, `applied` being the
-    sorted times events were applied at. The gap that spans `start` counts from the
-    last event applied before it; a window with nothing applied is stalled to `end`."""
-    before = [t for t in applied if t <= start]
+    sorted times events were applied at: the first gap counts from `start` (the fault,
+    not what stalled before it); a window with nothing applied is stalled to `end`."""
     inside = [t for t in applied if start < t <= end]
-    times = [before[-1] if before else start, *inside]
+    times = [start, *inside]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     if not inside:
-        gaps.append(end - times[0])
+        gaps.append(end - start)
     return max(gaps)
 
 
