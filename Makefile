@@ -92,7 +92,8 @@ test-cluster: install
 BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
-.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify
+.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
+	bench-cluster
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -108,6 +109,12 @@ bench-cdc: stack-up  ## outbox commit -> Kafka record latency through Debezium
 
 bench-e2e: stack-up  ## webhook 2xx -> applied latency through the whole pipeline
 	$(BENCH) bench/e2e_latency.py
+
+# The cluster is the cluster tests' stack (brought up here, stopped after).
+bench-cluster: stack-up  ## one broker vs three: CDC and e2e latency, idle CPU and memory
+	$(TEST_CLUSTER_STACK) $(BIN)/paystream stack up && \
+	  $(BENCH) bench/cluster_cost.py --cluster $(TEST_CLUSTER_STACK); status=$$?; \
+	  $(TEST_CLUSTER_STACK) $(BIN)/paystream stack down; exit $$status
 
 bench-notify: stack-up  ## webhook deliveries/s vs a one-at-a-time sender; p99 at 200 intents/s
 	$(BENCH) bench/notify_bench.py

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from paystream import kafka_security
 from paystream.chaos.processes import sigkill
@@ -35,7 +35,7 @@ from paystream.stack.process import read_pid, stop_pids
 from paystream.stack.settings import StackSettings
 from tests.support.consumers import create_topic
 from tests.support.ids import unique
-from tests.support.kafka_tools import quorum_leader, record_batches
+from tests.support.kafka_tools import in_log, quorum_leader, record_batches
 from tests.support.topics import TopicReader, headers_of
 from tests.support.waiting import wait_for
 
@@ -140,12 +140,24 @@ def _values(topic: str) -> list[bytes]:
         consumer.close()
 
 
+def _min_isr(s: StackSettings, topic: str, value: str | None) -> None:
+    """Set `topic`'s own min.insync.replicas, or drop it (None: the broker's default)."""
+    op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.insync.replicas", value or "", incremental_operation=op)])
+    client = kafka.admin(s)  # keep a reference: a collected client cancels its futures
+    for future in client.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
 def test_one_node_down_writes_go_on_two_down_they_are_refused_and_nothing_is_lost(
         cluster: StackSettings):
     """min.insync.replicas=2 with acks=all: with one node of three down every write is
-    taken (CDC included); with two down the one left refuses writes
-    (NOT_ENOUGH_REPLICAS) rather than hold the only copy, and Connect's producer keeps
-    its record until a second node is back: it arrives once, nothing is lost."""
+    taken, CDC's included, in idempotent batches; with two down the one left refuses
+    writes (NOT_ENOUGH_REPLICAS) rather than hold the only copy. Connect's producer
+    writes with acks=all: while its topic asks for more replicas in sync than there are,
+    its record is held back (acks=1 would be taken by the leader alone), then arrives
+    once. Nothing is lost."""
     topic = unique("cluster-writes")
     create_topic(topic, 1)
     payments = TopicReader(PAYMENTS_TOPIC)
@@ -165,6 +177,20 @@ def test_one_node_down_writes_go_on_two_down_they_are_refused_and_nothing_is_los
                    and b.first <= on_topic.offset() <= b.last]
         assert batch.producer_id >= 0, batch
 
+        # Two replicas in sync, three asked for: an acks=all write is refused before
+        # the leader appends it, so it is on no node's disk (acks=1 would be in the
+        # leader's log, and its followers', waiting for the high watermark).
+        _min_isr(cluster, PAYMENTS_TOPIC, "3")
+        try:
+            held = _write_event(unique("user"))
+            assert payments.read(1, timeout=15, match=_of(held)) == []
+            for node in cluster.kafka_nodes:
+                if node != first:
+                    assert not in_log(cluster, node.node_id, PAYMENTS_TOPIC, held.event_id)
+        finally:
+            _min_isr(cluster, PAYMENTS_TOPIC, None)
+        assert len(payments.read(1, timeout=60, match=_of(held))) == 1
+
         _stop(cluster, second)
         refused = _produce(topic, b"two-down", acks="all", retries=0,
                            **{"enable.idempotence": False})
@@ -174,7 +200,8 @@ def test_one_node_down_writes_go_on_two_down_they_are_refused_and_nothing_is_los
 
         kafka.start(cluster)
         assert len(payments.read(1, timeout=90, match=_of(withheld))) == 1
-        assert payments.read(1, timeout=5, match=_of(withheld)) == []  # and only once
+        # Once each: Connect's retries while nodes were away were deduplicated.
+        assert payments.read(1, timeout=5, match=lambda m: _of(held)(m) or _of(withheld)(m)) == []
     finally:
         payments.close()
         kafka.start(cluster)

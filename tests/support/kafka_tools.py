@@ -33,16 +33,28 @@ def _java(s: StackSettings, *args: str, timeout: float = 120) -> str:
     return done.stdout
 
 
-def record_batches(s: StackSettings, node_id: int, topic: str) -> list[Batch]:
-    """Every record batch of `topic` in node `node_id`'s data folder, read from the
-    segment files by Kafka's DumpLogSegments."""
+def _dump(s: StackSettings, node_id: int, topic: str, *options: str) -> str:
+    """DumpLogSegments over every segment of `topic` in node `node_id`'s data folder."""
     node = next(n for n in s.kafka_nodes if n.node_id == node_id)
     folders = sorted(kafka.data_dir(s, node).glob(f"{topic}-*"),
                      key=lambda p: int(p.name.rsplit("-", 1)[1]))
     segments = [f for d in folders for f in sorted(d.glob("*.log"))]
     if not segments:
-        return []
-    out = _java(s, "org.apache.kafka.tools.DumpLogSegments", "--files", ",".join(map(str, segments)))
+        return ""
+    return _java(s, "org.apache.kafka.tools.DumpLogSegments", *options,
+                 "--files", ",".join(map(str, segments)))
+
+
+def in_log(s: StackSettings, node_id: int, topic: str, text: str) -> bool:
+    """Whether `text` is in a record (key, value or headers) of `topic` on node
+    `node_id`'s disk, visible to consumers or not (beyond the high watermark too)."""
+    return text in _dump(s, node_id, topic, "--print-data-log")
+
+
+def record_batches(s: StackSettings, node_id: int, topic: str) -> list[Batch]:
+    """Every record batch of `topic` in node `node_id`'s data folder, read from the
+    segment files by Kafka's DumpLogSegments."""
+    out = _dump(s, node_id, topic)
     batches, partition = [], -1
     for line in out.splitlines():
         if line.startswith("Dumping "):
