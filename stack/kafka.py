@@ -292,8 +292,8 @@ def check_storage(s: StackSettings) -> None:
             "(topics, offsets and Connect's state are recreated; Debezium resumes from "
             "its replication slot):\n"
             "  paystream stack down\n"
-            f"  cd {s.state_dir} && mkdir -p old-kafka && mv {folders} {kafka_nodes.RECORD_FILE}"
-            " old-kafka/\n"
+            f"  cd {s.state_dir} && mkdir -p old-kafka && mv {folders} old-kafka/ && "
+            f"rm -f {kafka_nodes.RECORD_FILE}\n"
             f"  paystream stack up --brokers {s.brokers}"))
     if (any((data_dir(s, n) / "meta.properties").exists() for n in s.kafka_nodes)
             and not (s.state_dir / SCRAM_MARKER).exists()):
@@ -392,8 +392,12 @@ def serving(s: StackSettings, node: KafkaNode, members: set[int] | None) -> bool
 
 
 def healthy(s: StackSettings) -> bool:
-    """Every node serving (one node: that one)."""
+    """Every node serving (one node: that one). Nodes run elsewhere
+    (PAYSTREAM_KAFKA_BOOTSTRAP, as docker-compose's setup job has them) are not probed
+    on local ports: every node registered is all that is asked of them."""
     members = registered(s)
+    if s.kafka_bootstrap != kafka_nodes.bootstrap():
+        return members is not None and {n.node_id for n in s.kafka_nodes} <= members
     return all(serving(s, n, members) for n in s.kafka_nodes)
 
 
