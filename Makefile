@@ -64,10 +64,27 @@ TEST_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test PAYSTREAM_PG_PORT=5434 \
 	PAYSTREAM_ANVIL_PORT=8546 PAYSTREAM_PGBOUNCER=1 PAYSTREAM_PGBOUNCER_PORT=6434 \
 	$(TEST_PROMETHEUS)
 
-# Unit tests need no services; integration tests run against the test stack.
+# The replicated cluster's tests (tests/cluster/, the chaos run on a cluster among them)
+# get a stack of their own: three Kafka nodes, another state dir and other ports, so the
+# nodes they kill are never the test stack's. It is stopped afterwards, passed or not
+# (three brokers' memory is not left behind).
+TEST_CLUSTER_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test-cluster \
+	PAYSTREAM_KAFKA_BROKERS=3 PAYSTREAM_PG_PORT=5435 PAYSTREAM_KAFKA_PORT=9192 \
+	PAYSTREAM_CONTROLLER_PORT=9193 PAYSTREAM_KAFKA_PORT_STEP=10 PAYSTREAM_CONNECT_PORT=8085 \
+	PAYSTREAM_ANVIL_PORT=8547
+
+.PHONY: test-cluster
+# Unit tests need no services; integration tests run against the test stack; then the
+# cluster's.
 test: install lint
 	$(TEST_STACK) $(BIN)/paystream stack up
 	$(TEST_STACK) $(BIN)/pytest
+	$(MAKE) test-cluster
+
+test-cluster: install
+	$(TEST_CLUSTER_STACK) $(BIN)/paystream stack up && \
+	  $(TEST_CLUSTER_STACK) $(BIN)/pytest tests/cluster; status=$$?; \
+	  $(TEST_CLUSTER_STACK) $(BIN)/paystream stack down; exit $$status
 
 # Benchmarks print their figures next to a baseline measured in the same run (docs/
 # benchmarks.md). They use the test kits in tests/support, hence the repository root on
@@ -75,7 +92,8 @@ test: install lint
 BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
-.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify
+.PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
+	bench-cluster
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -91,6 +109,12 @@ bench-cdc: stack-up  ## outbox commit -> Kafka record latency through Debezium
 
 bench-e2e: stack-up  ## webhook 2xx -> applied latency through the whole pipeline
 	$(BENCH) bench/e2e_latency.py
+
+# The cluster is the cluster tests' stack (brought up here, stopped after).
+bench-cluster: stack-up  ## one broker vs three: CDC and e2e latency, idle CPU and memory
+	$(TEST_CLUSTER_STACK) $(BIN)/paystream stack up && \
+	  $(BENCH) bench/cluster_cost.py --cluster $(TEST_CLUSTER_STACK); status=$$?; \
+	  $(TEST_CLUSTER_STACK) $(BIN)/paystream stack down; exit $$status
 
 bench-notify: stack-up  ## webhook deliveries/s vs a one-at-a-time sender; p99 at 200 intents/s
 	$(BENCH) bench/notify_bench.py

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import psycopg2
 import psycopg2.extensions
 
-from paystream import credentials
+from paystream import credentials, kafka_nodes
 from paystream.env import env_int, env_str
 
 # The one spelling of a database handle for every signature in paystream.
@@ -176,14 +176,9 @@ def pgbouncer_port(env: Mapping[str, str] | None = None) -> int:
     return env_int("PAYSTREAM_PGBOUNCER_PORT", 6432, env)
 
 
-def kafka_port() -> int:
-    """The local broker's port (PAYSTREAM_KAFKA_PORT); the one reader of it."""
-    return env_int("PAYSTREAM_KAFKA_PORT", 9092)
-
-
 def kafka_bootstrap() -> str:
-    """PAYSTREAM_KAFKA_BOOTSTRAP, else the local broker on PAYSTREAM_KAFKA_PORT."""
-    return env_str("PAYSTREAM_KAFKA_BOOTSTRAP", f"127.0.0.1:{kafka_port()}")
+    """PAYSTREAM_KAFKA_BOOTSTRAP, else every node of the local cluster (kafka_nodes)."""
+    return env_str("PAYSTREAM_KAFKA_BOOTSTRAP", None) or kafka_nodes.bootstrap()
 
 
 def connect(dsn: str, *, connect_timeout: int = 5,

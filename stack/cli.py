@@ -18,6 +18,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="also start PgBouncer in transaction pooling mode (as "
                          "PAYSTREAM_PGBOUNCER=1 does); processes use it with "
                          "PAYSTREAM_DB_VIA_PGBOUNCER=1")
+    up.add_argument("--brokers", type=int, metavar="N",
+                    help="Kafka nodes: 1, or 3 for a replicated cluster (replication "
+                         "factor 3, min ISR 2), as PAYSTREAM_KAFKA_BROKERS does; fixed when "
+                         "the storage is first formatted, remembered after")
     up.set_defaults(func=_up)
     ssub.add_parser("down", help="stop every component; data is kept") \
         .set_defaults(func=_down)
@@ -46,7 +50,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # confluent-kafka loaded.
 
 def _up(args: argparse.Namespace) -> int:
+    import os
+
     from paystream.stack import stack
+    if args.brokers is not None:
+        # Through the variable, so every reader in this process (the bootstrap servers,
+        # the settings) and the processes it starts agree on the cluster's shape.
+        os.environ["PAYSTREAM_KAFKA_BROKERS"] = str(args.brokers)
     return stack.up(StackSettings.from_env(), with_prometheus=args.prometheus,
                     with_pgbouncer=args.pgbouncer)
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from paystream import credentials, kafka_security
+from paystream import credentials, kafka_nodes, kafka_security
 from paystream.connectors import endpoint
 from paystream.env import env_int
 from paystream.schema import db
@@ -45,6 +45,10 @@ OUT_ROOT = Path("/run/paystream/out")
 PG_HOST, PG_PORT, PG_DB = "postgres", 5432, "paystream"
 KAFKA_HOST, KAFKA_PORT, CONTROLLER_PORT = "kafka", 9092, 9093
 KAFKA_BOOTSTRAP = f"{KAFKA_HOST}:{KAFKA_PORT}"
+# The replicated variant (docker-compose.cluster.yml): the secrets job and the setup job
+# get PAYSTREAM_KAFKA_BROKERS=3, node 1 stays the `kafka` service, nodes 2 and 3 are
+# `kafka-2` and `kafka-3`, each container its node's files.
+CLUSTER_BROKERS = 3
 CONNECT_HOST, CONNECT_PORT = "connect", endpoint.DEFAULT_CONNECT_PORT
 # In the images: apache/kafka's data folder and jars, debezium/connect's plugins.
 KAFKA_DATA = "/var/lib/kafka/data"
@@ -98,8 +102,19 @@ SERVICES = (
     Service("api", "api"),
 )
 SETUP = "setup"
-UIDS = {"kafka": KAFKA_UID, "connect": CONNECT_UID, SETUP: PAYSTREAM_UID,
-        **{s.name: PAYSTREAM_UID for s in SERVICES}}
+
+
+def kafka_services(brokers: int) -> list[str]:
+    """The Kafka containers (their service and host names), node 1 first."""
+    return [KAFKA_HOST, *(f"{KAFKA_HOST}-{n}" for n in range(2, brokers + 1))]
+
+
+def kafka_bootstrap(brokers: int = 1) -> str:
+    return ",".join(f"{host}:{KAFKA_PORT}" for host in kafka_services(brokers))
+
+
+UIDS = {**{k: KAFKA_UID for k in kafka_services(CLUSTER_BROKERS)}, "connect": CONNECT_UID,
+        SETUP: PAYSTREAM_UID, **{s.name: PAYSTREAM_UID for s in SERVICES}}
 
 
 def pg_dsn(role: db.DbRole) -> str:
@@ -109,15 +124,16 @@ def pg_dsn(role: db.DbRole) -> str:
             f"?passfile={passfile}")
 
 
-def service_env(service: Service) -> dict[str, str]:
+def service_env(service: Service, brokers: int = 1) -> dict[str, str]:
     """The credentials part of a paystream container's environment (docker-compose.yml
-    gives each exactly these): its role's DSN, its Kafka principal and password file."""
+    gives each exactly these, docker-compose.cluster.yml the bootstrap of `brokers`
+    nodes): its role's DSN, its Kafka principal and password file."""
     env = {"PAYSTREAM_SECRETS_DIR": str(SECRETS_MOUNT)}
     if service.db_role:
         env[db.ROLE_URL_VARIABLES[service.db_role]] = pg_dsn(service.db_role)
     if service.kafka_role:
         env.update({
-            "PAYSTREAM_KAFKA_BOOTSTRAP": KAFKA_BOOTSTRAP,
+            "PAYSTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap(brokers),
             "PAYSTREAM_KAFKA_USER": kafka_security.username(service.kafka_role),
             "PAYSTREAM_KAFKA_PASSWORD_FILE": str(
                 SECRETS_MOUNT / kafka_security.secret_name(service.kafka_role)),
@@ -130,17 +146,19 @@ def service_env(service: Service) -> dict[str, str]:
     return env
 
 
-def setup_env() -> dict[str, str]:
+def setup_env(brokers: int = 1) -> dict[str, str]:
     """The setup job's: the owner's DSN (migrations), the admin principal, Connect's
     REST credentials; every password in its volume. PAYSTREAM_SUPERUSER_DATABASE_URL
-    comes from the user's .env (docker-compose.yml)."""
-    return {
+    comes from the user's .env (docker-compose.yml). With a cluster it also waits for
+    every node (PAYSTREAM_KAFKA_BROKERS): a topic of three replicas needs three brokers."""
+    cluster = {} if brokers == 1 else {"PAYSTREAM_KAFKA_BROKERS": str(brokers)}
+    return {**cluster,
         "PAYSTREAM_SECRETS_DIR": str(SECRETS_MOUNT),
         "PAYSTREAM_PG_HOST": PG_HOST,
         "PAYSTREAM_PG_PORT": str(PG_PORT),
         "PAYSTREAM_PG_DB": PG_DB,
         db.ROLE_URL_VARIABLES["owner"]: pg_dsn("owner"),
-        "PAYSTREAM_KAFKA_BOOTSTRAP": KAFKA_BOOTSTRAP,
+        "PAYSTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap(brokers),
         "PAYSTREAM_KAFKA_USER": kafka_security.username(kafka_security.ADMIN),
         "PAYSTREAM_KAFKA_PASSWORD_FILE": str(
             SECRETS_MOUNT / kafka_security.secret_name(kafka_security.ADMIN)),
@@ -159,12 +177,22 @@ def connect_env() -> dict[str, str]:
 
 # Appended to the stack's rendered configurations: only where the container listens and
 # how others reach it (a later key wins in a Java properties file). The controller
-# listener stays on loopback: only this node's broker half talks to it.
-BROKER_ADDRESSES = {
-    "listeners": f"CLIENT://0.0.0.0:{KAFKA_PORT},CONTROLLER://127.0.0.1:{CONTROLLER_PORT}",
-    "advertised.listeners": (f"CLIENT://{KAFKA_HOST}:{KAFKA_PORT},"
-                             f"CONTROLLER://127.0.0.1:{CONTROLLER_PORT}"),
-}
+# listener of a lone node stays on loopback (only its own broker half talks to it); a
+# cluster's controllers vote and replicate the metadata over it, so it is on the network,
+# behind SASL/PLAIN with the controller principal's password as on the client side.
+
+
+def broker_addresses(node_id: int, brokers: int) -> dict[str, str]:
+    host = kafka_services(brokers)[node_id - 1]
+    listen, advertise = ("127.0.0.1", "127.0.0.1") if brokers == 1 else ("0.0.0.0", host)
+    return {
+        "listeners": f"CLIENT://0.0.0.0:{KAFKA_PORT},CONTROLLER://{listen}:{CONTROLLER_PORT}",
+        "advertised.listeners": (f"CLIENT://{host}:{KAFKA_PORT},"
+                                 f"CONTROLLER://{advertise}:{CONTROLLER_PORT}"),
+    }
+
+
+BROKER_ADDRESSES = broker_addresses(1, 1)
 WORKER_ADDRESSES = {
     "listeners": f"http://0.0.0.0:{CONNECT_PORT}",
     "rest.advertised.host.name": CONNECT_HOST,
@@ -177,21 +205,25 @@ def _append(text: str, overrides: dict[str, str]) -> str:
     return f"{text}\n# --- docker-compose: this container's addresses ---\n{lines}"
 
 
-def broker_properties(partitions: int, admin_password: str,
-                      controller_password: str) -> str:
+def broker_properties(partitions: int, admin_password: str, controller_password: str,
+                      node_id: int = 1, brokers: int = 1) -> str:
+    hosts = kafka_services(brokers)
+    voters = ([(1, f"127.0.0.1:{CONTROLLER_PORT}")] if brokers == 1 else
+              [(n, f"{host}:{CONTROLLER_PORT}") for n, host in enumerate(hosts, 1)])
     return _append(kafka.server_properties_text(
-        kafka_port=KAFKA_PORT, controller_port=CONTROLLER_PORT, data_dir=KAFKA_DATA,
-        partitions=partitions, admin_password=admin_password,
-        controller_password=controller_password), BROKER_ADDRESSES)
+        node_id=node_id, kafka_port=KAFKA_PORT, controller_port=CONTROLLER_PORT,
+        voters=voters, data_dir=KAFKA_DATA, partitions=partitions,
+        admin_password=admin_password, controller_password=controller_password),
+        broker_addresses(node_id, brokers))
 
 
-def worker_properties(connect_password: str) -> str:
+def worker_properties(connect_password: str, brokers: int = 1) -> str:
     client = {"security.protocol": kafka_security.DEFAULT_PROTOCOL,
               "sasl.mechanism": kafka_security.DEFAULT_MECHANISM,
               "sasl.username": kafka_security.username(kafka_security.CONNECT),
               "sasl.password": connect_password}
     return _append(connect.worker_properties_text(
-        bootstrap=KAFKA_BOOTSTRAP, connect_port=CONNECT_PORT, client=client),
+        bootstrap=kafka_bootstrap(brokers), connect_port=CONNECT_PORT, client=client),
         WORKER_ADDRESSES)
 
 
@@ -208,9 +240,11 @@ def _secret(name: str) -> str:
     return credentials.read_secret(name)
 
 
-def service_files() -> dict[str, dict[str, str]]:
+def service_files(brokers: int | None = None) -> dict[str, dict[str, str]]:
     """{container: {file name: text}} for every container but the setup job, from the
-    passwords in the secrets dir (generated by write_all)."""
+    passwords in the secrets dir (generated by write_all), for `brokers` Kafka nodes
+    (default: PAYSTREAM_KAFKA_BROKERS, which docker-compose.cluster.yml sets)."""
+    brokers = kafka_nodes.broker_count() if brokers is None else brokers
     passwords = postgres.read_role_passwords()
     out: dict[str, dict[str, str]] = {}
     for service in SERVICES:
@@ -226,19 +260,22 @@ def service_files() -> dict[str, dict[str, str]]:
         out[service.name] = files
     admin_password = _secret(kafka_security.secret_name(kafka_security.ADMIN))
     partitions = env_int("PAYSTREAM_TOPIC_PARTITIONS", 12)
-    out["kafka"] = {
-        "server.properties": broker_properties(
-            partitions, admin_password, _secret(kafka.CONTROLLER_SECRET)),
-        "storage-format.args": kafka.storage_format_args(
-            classpath=KAFKA_CLASSPATH, cluster_id=_secret(CLUSTER_ID_SECRET),
-            properties=SECRETS_MOUNT / "server.properties", admin_password=admin_password),
-    }
+    for node_id, name in enumerate(kafka_services(brokers), 1):
+        out[name] = {
+            "server.properties": broker_properties(
+                partitions, admin_password, _secret(kafka.CONTROLLER_SECRET),
+                node_id=node_id, brokers=brokers),
+            "storage-format.args": kafka.storage_format_args(
+                classpath=KAFKA_CLASSPATH, cluster_id=_secret(CLUSTER_ID_SECRET),
+                properties=SECRETS_MOUNT / "server.properties",
+                admin_password=admin_password, standalone=brokers == 1),
+        }
     users_text, jaas_text = connect.rest_auth_texts(
         endpoint.rest_user(), _secret(endpoint.REST_SECRET),
         SECRETS_MOUNT / connect.REST_USERS)
     out["connect"] = {
         "connect-distributed.properties": worker_properties(
-            _secret(kafka_security.secret_name(kafka_security.CONNECT))),
+            _secret(kafka_security.secret_name(kafka_security.CONNECT)), brokers),
         connect.REST_JAAS: jaas_text,
         connect.REST_USERS: users_text,
         db.secret_name("cdc"): passwords["cdc"] + "\n",
@@ -266,7 +303,8 @@ def _own(path: Path, uid: int | None) -> None:
         os.chown(path, uid, uid)
 
 
-def write_all(out_root: Path = OUT_ROOT, *, chown: bool = True) -> list[str]:
+def write_all(out_root: Path = OUT_ROOT, *, chown: bool = True,
+              brokers: int | None = None) -> list[str]:
     """The secrets job: every password (ensure_passwords), the setup job's passfile,
     and each container's files into out_root/<container>/, 0600, owned by the user the
     container runs as (`chown`: as root, in the job). Idempotent: passwords are kept,
@@ -275,7 +313,7 @@ def write_all(out_root: Path = OUT_ROOT, *, chown: bool = True) -> list[str]:
     setup_dir = credentials.secrets_dir()
     postgres.write_pgpass(postgres.read_role_passwords())
     written = []
-    for name, files in service_files().items():
+    for name, files in service_files(brokers).items():
         folder = out_root / name
         uid = UIDS[name] if chown else None
         for file_name, text in files.items():

@@ -1,5 +1,6 @@
-"""The Kafka broker (KRaft, one combined broker + controller), its users and ACLs, the
-project's topics, and starting a consumer group at a topic's end.
+"""The Kafka nodes (KRaft, each a combined broker + controller: one, or a replicated
+cluster of paystream.kafka_nodes' shape), their users and ACLs, the project's topics,
+and starting a consumer group at a topic's end.
 
 The broker authenticates every client (SASL/SCRAM-SHA-512) and authorizes every request
 (StandardAuthorizer, ACLS below); paystream/kafka_security.py builds the clients' side.
@@ -11,7 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import string
+import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import confluent_kafka
@@ -30,9 +34,17 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from paystream import credentials, kafka_security
+from paystream import credentials, kafka_nodes, kafka_security
+from paystream.kafka_nodes import KafkaNode
 from paystream.kafka_security import ADMIN, CONNECT, DLQ_MIRROR, HEALTH, LEDGER, NOTIFIER
-from paystream.stack.process import StackError, read_pid, run, start_detached, stop_pid, wait_until
+from paystream.stack.process import (
+    StackError,
+    read_pid,
+    run,
+    start_detached,
+    stop_pids,
+    wait_until,
+)
 from paystream.stack.settings import StackSettings
 
 COMPONENT = "kafka"
@@ -162,37 +174,72 @@ def java_cmd(s: StackSettings, heap: str, log_name: str, main: str, *args: str,
     ]
 
 
-def server_properties_text(*, kafka_port: int, controller_port: int, data_dir: object,
+def quorum_setting(voters: Sequence[tuple[int, str]]) -> str:
+    """The controller quorum line of server.properties, from (node id, controller
+    address) of every voter. One node: the dynamic quorum its `--standalone` format
+    bootstraps. More: the static voter set, the same on every node (each is formatted
+    without --standalone, and the set is fixed: kafka_nodes records its size)."""
+    if len(voters) == 1:
+        return f"controller.quorum.bootstrap.servers={voters[0][1]}"
+    return "controller.quorum.voters=" + ",".join(f"{i}@{addr}" for i, addr in voters)
+
+
+def server_properties_text(*, node_id: int, kafka_port: int, controller_port: int,
+                           voters: Sequence[tuple[int, str]], data_dir: object,
                            partitions: int, admin_password: str,
                            controller_password: str) -> str:
-    """The broker's configuration (server.properties filled in): the stack's, and
-    docker-compose's broker (stack/compose.py), which appends only its addresses."""
+    """A node's configuration (server.properties filled in): the stack's nodes, and
+    docker-compose's (stack/compose.py), which appends only their addresses. The
+    replication of every topic follows from the number of voters
+    (kafka_nodes.replication)."""
+    replicas, min_insync = kafka_nodes.replication(len(voters))
     return render_text(CONFIG_DIR / "server.properties",
+                       node_id=node_id, quorum=quorum_setting(voters),
                        kafka_port=kafka_port, controller_port=controller_port,
                        data_dir=data_dir, partitions=partitions,
+                       replicas=replicas, min_insync=min_insync,
                        admin_user=kafka_security.username(ADMIN),
                        admin_password=admin_password,
                        controller_user=CONTROLLER_USER,
                        controller_password=controller_password)
 
 
-def server_properties(s: StackSettings) -> Path:
-    target = credentials.secrets_dir() / "server.properties"
+def node_name(s: StackSettings, node: KafkaNode) -> str:
+    """`kafka` on a one-node stack (its files keep the names they always had),
+    `kafka-<id>` in a cluster: the pid file, the log, the properties file."""
+    return COMPONENT if s.brokers == 1 else f"{COMPONENT}-{node.node_id}"
+
+
+def data_dir(s: StackSettings, node: KafkaNode) -> Path:
+    return s.kafka_data if s.brokers == 1 else s.state_dir / f"kafka-data-{node.node_id}"
+
+
+def server_properties(s: StackSettings, node: KafkaNode) -> Path:
+    target = credentials.secrets_dir() / f"server{node_suffix(s, node)}.properties"
     credentials.write_private(target, server_properties_text(
-        kafka_port=s.kafka_port, controller_port=s.controller_port,
-        data_dir=s.kafka_data, partitions=s.partitions,
+        node_id=node.node_id, kafka_port=node.client_port,
+        controller_port=node.controller_port,
+        voters=[(n.node_id, f"127.0.0.1:{n.controller_port}") for n in s.kafka_nodes],
+        data_dir=data_dir(s, node), partitions=s.partitions,
         admin_password=credentials.read_secret(kafka_security.secret_name(ADMIN)),
         controller_password=credentials.read_secret(CONTROLLER_SECRET)))
     return target
 
 
+def node_suffix(s: StackSettings, node: KafkaNode) -> str:
+    return "" if s.brokers == 1 else f"-{node.node_id}"
+
+
 def storage_format_args(*, classpath: str, cluster_id: str, properties: object,
-                        admin_password: str) -> str:
-    """The java launcher's @file that formats the storage with the SCRAM admin
-    bootstrapped (idempotent: --ignore-formatted). The admin's password goes through
-    this file (0600), never through a command line (ps, /proc/<pid>/cmdline)."""
+                        admin_password: str, standalone: bool = True) -> str:
+    """The java launcher's @file that formats a node's storage with the SCRAM admin
+    bootstrapped (idempotent: --ignore-formatted); `standalone`: the one node of a
+    dynamic quorum (a cluster's nodes name their voters in their properties). The
+    admin's password goes through this file (0600), never through a command line (ps,
+    /proc/<pid>/cmdline)."""
     return "\n".join([
-        "-cp", f'"{classpath}"', "kafka.tools.StorageTool", "format", "--standalone",
+        "-cp", f'"{classpath}"', "kafka.tools.StorageTool", "format",
+        *(["--standalone"] if standalone else []),
         "-t", cluster_id, "-c", f'"{properties}"', "--ignore-formatted",
         "--add-scram",
         f'"SCRAM-SHA-512=[name={kafka_security.username(ADMIN)},'
@@ -218,45 +265,83 @@ def old_storage_message(s: StackSettings) -> str:
         "skips what it has applied)")
 
 
+class ClusterShapeError(StackError):
+    """A broker count other than the one this state dir's Kafka data was formatted for."""
+
+
+def formatted_count(s: StackSettings) -> int | None:
+    """The node count this state dir's Kafka storage was formatted for: recorded by the
+    format, or 1 for a one-node storage formatted before the record existed."""
+    recorded = kafka_nodes.recorded_count()
+    if recorded is None and (s.kafka_data / "meta.properties").exists():
+        return 1
+    return recorded
+
+
 def check_storage(s: StackSettings) -> None:
-    """Refuse a storage formatted without the SCRAM admin (OldStorageError)."""
-    if ((s.kafka_data / "meta.properties").exists()
+    """Refuse a storage formatted without the SCRAM admin (OldStorageError), or for
+    another number of nodes (ClusterShapeError): a KRaft voter set is fixed at format."""
+    formatted = formatted_count(s)
+    if formatted is not None and formatted != s.brokers:
+        folders = "kafka-data" if formatted == 1 else "kafka-data-*"
+        raise ClusterShapeError(COMPONENT, (
+            f"the Kafka data in {s.state_dir} was formatted for {formatted} node(s), and "
+            f"{s.brokers} were asked for (PAYSTREAM_KAFKA_BROKERS or --brokers); nothing "
+            "was changed. A KRaft cluster's voters are fixed when it is formatted. Use "
+            f"--brokers {formatted}, or move the data away to start an empty cluster "
+            "(topics, offsets and Connect's state are recreated; Debezium resumes from "
+            "its replication slot):\n"
+            "  paystream stack down\n"
+            f"  cd {s.state_dir} && mkdir -p old-kafka && mv {folders} old-kafka/ && "
+            f"rm -f {kafka_nodes.RECORD_FILE}\n"
+            f"  paystream stack up --brokers {s.brokers}"))
+    if (any((data_dir(s, n) / "meta.properties").exists() for n in s.kafka_nodes)
             and not (s.state_dir / SCRAM_MARKER).exists()):
         raise OldStorageError(COMPONENT, old_storage_message(s))
 
 
 def format_storage(s: StackSettings) -> bool:
-    """Format KRaft storage once (idempotent), with the SCRAM admin user bootstrapped;
-    return True if it was formatted now. Refuses (OldStorageError) a storage an older
-    paystream formatted without that user: never reformats existing data."""
+    """Format every node's KRaft storage once (idempotent), with the SCRAM admin user
+    bootstrapped, one cluster id for all; return True if one was formatted now. Refuses
+    (OldStorageError) a storage an older paystream formatted without that user, and
+    (ClusterShapeError) one formatted for another node count: never reformats data."""
     check_storage(s)
-    if (s.kafka_data / "meta.properties").exists():
+    todo = [n for n in s.kafka_nodes if not (data_dir(s, n) / "meta.properties").exists()]
+    if not todo:
+        kafka_nodes.record_count(s.brokers)
         return False
-    props = server_properties(s)
     id_file = s.state_dir / "kafka-cluster-id"
     if not id_file.exists():
         out = run(["java", "-cp", f"{s.jars_dir}/*", "kafka.tools.StorageTool",
                    "random-uuid"], COMPONENT, timeout=120)
         id_file.write_text(out.strip().splitlines()[-1] + "\n")
-    args_file = credentials.secrets_dir() / "storage-format.args"
-    credentials.write_private(args_file, storage_format_args(
-        classpath=f"{s.jars_dir}/*", cluster_id=id_file.read_text().strip(),
-        properties=props,
-        admin_password=credentials.read_secret(kafka_security.secret_name(ADMIN))))
-    try:
-        run(["java", f"@{args_file}"], COMPONENT, timeout=120)
-    finally:
-        args_file.unlink(missing_ok=True)
+    for node in todo:
+        args_file = credentials.secrets_dir() / f"storage-format{node_suffix(s, node)}.args"
+        credentials.write_private(args_file, storage_format_args(
+            classpath=f"{s.jars_dir}/*", cluster_id=id_file.read_text().strip(),
+            properties=server_properties(s, node), standalone=s.brokers == 1,
+            admin_password=credentials.read_secret(kafka_security.secret_name(ADMIN))))
+        try:
+            run(["java", f"@{args_file}"], COMPONENT, timeout=120)
+        finally:
+            args_file.unlink(missing_ok=True)
+    kafka_nodes.record_count(s.brokers)
     (s.state_dir / SCRAM_MARKER).write_text(id_file.read_text())
     return True
 
 
-def pid_file(s: StackSettings) -> Path:
-    return s.run_dir / "kafka.pid"
+def pid_file(s: StackSettings, node: KafkaNode | None = None) -> Path:
+    """A node's pid file; None: the first node (the only one of a one-node stack)."""
+    return s.run_dir / f"{node_name(s, node or s.kafka_nodes[0])}.pid"
 
 
-def log_file(s: StackSettings) -> Path:
-    return s.logs_dir / "kafka.log"
+def log_file(s: StackSettings, node: KafkaNode | None = None) -> Path:
+    """A node's log; None: the first node's."""
+    return s.logs_dir / f"{node_name(s, node or s.kafka_nodes[0])}.log"
+
+
+def log_files(s: StackSettings) -> list[Path]:
+    return [log_file(s, n) for n in s.kafka_nodes]
 
 
 def admin(s: StackSettings) -> AdminClient:
@@ -265,29 +350,91 @@ def admin(s: StackSettings) -> AdminClient:
                         "log_level": 2, **kafka_security.client_config(ADMIN)})
 
 
-def healthy(s: StackSettings) -> bool:
+def registered(s: StackSettings, timeout: float = 3) -> set[int] | None:
+    """The node ids the cluster's metadata lists as live brokers; None when no node
+    answers."""
     try:
-        md = admin(s).list_topics(timeout=3)
+        md = admin(s).list_topics(timeout=timeout)
     except KafkaException:
+        return None
+    return set(md.brokers)
+
+
+def answers(port: int, timeout: float = 3.0) -> bool:
+    """The broker on `port` answers an ApiVersions request (v0: the one request a SASL
+    listener takes before authentication). A starting broker binds its port early but
+    processes requests only once it has caught up with the metadata and been unfenced,
+    so this is the node's own readiness; librdkafka cannot ask one chosen node (it
+    answers from whichever broker it likes)."""
+    client_id = b"paystream-probe"
+    header = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack(">i", len(header)) + header)
+            reply = b""
+            while len(reply) < 10:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return False
+                reply += chunk
+    except OSError:
         return False
-    return len(md.brokers) > 0
+    _size, correlation, error = struct.unpack(">iih", reply[:10])
+    return bool(correlation == 7 and error == 0)
+
+
+def serving(s: StackSettings, node: KafkaNode, members: set[int] | None) -> bool:
+    """The node answers requests itself, and the cluster lists it as a live broker
+    (`members`: kafka.registered(s)), which is what clients go by. The listing alone is
+    not enough: a node killed a moment ago is listed until the controller fences it."""
+    return members is not None and node.node_id in members and answers(node.client_port)
+
+
+def healthy(s: StackSettings) -> bool:
+    """Every node serving (one node: that one). Nodes run elsewhere
+    (PAYSTREAM_KAFKA_BOOTSTRAP, as docker-compose's setup job has them) are not probed
+    on local ports: every node registered is all that is asked of them."""
+    members = registered(s)
+    if s.kafka_bootstrap != kafka_nodes.bootstrap():
+        return members is not None and {n.node_id for n in s.kafka_nodes} <= members
+    return all(serving(s, n, members) for n in s.kafka_nodes)
 
 
 def start(s: StackSettings) -> bool:
-    if read_pid(pid_file(s)) is not None:
-        return False
+    """Start every node that is not running, then wait until all are registered: the
+    voters elect a controller only once a majority runs, so they start together."""
     check_storage(s)
-    props = server_properties(s)
-    start_detached(java_cmd(s, s.kafka_heap, "kafka", "kafka.Kafka", str(props)),
-                   pid_file=pid_file(s), out_file=s.logs_dir / "kafka.out")
-    wait_until(COMPONENT, "accepting requests", lambda: healthy(s), timeout=120,
-               log=log_file(s), pid_file=pid_file(s))
+    started = []
+    for node in s.kafka_nodes:
+        if read_pid(pid_file(s, node)) is not None:
+            continue
+        props = server_properties(s, node)
+        name = node_name(s, node)
+        start_detached(java_cmd(s, s.kafka_heap, name, "kafka.Kafka", str(props)),
+                       pid_file=pid_file(s, node), out_file=s.logs_dir / f"{name}.out")
+        started.append(node)
+    if not started:
+        return False
+
+    def ready() -> bool:
+        for node in started:
+            if read_pid(pid_file(s, node)) is None:
+                raise StackError(node_name(s, node), "process exited while starting",
+                                 log_file(s, node))
+        return healthy(s)
+
+    wait_until(COMPONENT, f"accepting requests with {s.brokers} node(s) serving",
+               ready, timeout=120, log=log_file(s, started[0]))
     return True
 
 
 def stop(s: StackSettings) -> bool:
-    # Controlled shutdown of a single node takes a few seconds.
-    return stop_pid(pid_file(s), timeout=60)
+    """Stop every node. SIGTERM to all at once: each node's broker half shuts down
+    (controlled: its leaderships handed over) while the controllers still have their
+    quorum, then the controllers; one by one, the last node would wait for a quorum
+    that is gone. A controlled shutdown takes a few seconds."""
+    return stop_pids([pid_file(s, n) for n in s.kafka_nodes], timeout=60)
 
 
 def ensure_users(s: StackSettings) -> str:
@@ -370,11 +517,13 @@ def kcat_env(s: StackSettings) -> dict[str, str]:
 
 
 def ensure_topics(s: StackSettings) -> list[str]:
-    """Create the project's topics with their final partition count; return those created."""
+    """Create the project's topics with their final partition count; return those created.
+    Their replication factor and min ISR are the broker's defaults (server.properties:
+    one per cluster shape, kafka_nodes.replication)."""
     client = admin(s)
     existing = client.list_topics(timeout=10).topics
     created = []
-    missing = [NewTopic(t, num_partitions=s.partitions, replication_factor=1)
+    missing = [NewTopic(t, num_partitions=s.partitions, replication_factor=-1)
                for t in TOPICS if t not in existing]
     if missing:
         for name, fut in client.create_topics(missing, operation_timeout=30).items():

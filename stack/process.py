@@ -80,22 +80,31 @@ def start_detached(cmd: list[str], *, pid_file: Path, out_file: Path,
 
 def stop_pid(pid_file: Path, *, timeout: float) -> bool:
     """SIGTERM, wait up to `timeout` seconds, then SIGKILL. True if a process was stopped."""
-    pid = read_pid(pid_file)
-    if pid is None:
-        pid_file.unlink(missing_ok=True)
-        return False
-    os.kill(pid, signal.SIGTERM)
+    return stop_pids([pid_file], timeout=timeout)
+
+
+def stop_pids(pid_files: list[Path], *, timeout: float) -> bool:
+    """stop_pid for several processes at once: SIGTERM to all, then one deadline for all.
+    True if any was stopped."""
+    pids = [pid for pid in map(read_pid, pid_files) if pid is not None]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # it ended since read_pid
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
-        _reap(pid)
-        time.sleep(0.2)
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
-        while pid_alive(pid):
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        for pid in pids:
             _reap(pid)
-            time.sleep(0.1)
-    pid_file.unlink(missing_ok=True)
-    return True
+        time.sleep(0.2)
+    for pid in pids:
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                _reap(pid)
+                time.sleep(0.1)
+    for pid_file in pid_files:
+        pid_file.unlink(missing_ok=True)
+    return bool(pids)
 
 
 def _reap(pid: int) -> None:

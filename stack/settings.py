@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from paystream import credentials
+from paystream import credentials, kafka_nodes
 from paystream.connectors import endpoint
 from paystream.env import env_int, env_str
+from paystream.kafka_nodes import KafkaNode
 from paystream.schema import db
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -23,8 +24,7 @@ class StackSettings:
     pg_host: str
     pg_port: int
     pg_db: str
-    kafka_port: int
-    controller_port: int
+    kafka_nodes: tuple[KafkaNode, ...]
     connect_port: int
     kafka_heap: str
     connect_heap: str
@@ -39,14 +39,28 @@ class StackSettings:
             pg_host=pg.host,
             pg_port=pg.port,
             pg_db=pg.db,
-            kafka_port=db.kafka_port(),
-            controller_port=env_int("PAYSTREAM_CONTROLLER_PORT", 9093),
+            kafka_nodes=(nodes := kafka_nodes.nodes()),
             connect_port=endpoint.connect_port(),
-            kafka_heap=env_str("PAYSTREAM_KAFKA_HEAP", "512m"),
+            # Per node: three brokers and Connect must fit beside the rest on a 2-core,
+            # shared machine (docs/operations.md#a-replicated-cluster).
+            kafka_heap=env_str("PAYSTREAM_KAFKA_HEAP", "512m" if len(nodes) == 1 else "384m"),
             connect_heap=env_str("PAYSTREAM_CONNECT_HEAP", "768m"),
             partitions=env_int("PAYSTREAM_TOPIC_PARTITIONS", 12),
             connector_name=endpoint.connector_name(),
         )
+
+    @property
+    def brokers(self) -> int:
+        return len(self.kafka_nodes)
+
+    @property
+    def kafka_port(self) -> int:
+        """The first node's client port (the only one of a one-node stack)."""
+        return self.kafka_nodes[0].client_port
+
+    @property
+    def controller_port(self) -> int:
+        return self.kafka_nodes[0].controller_port
 
     # Folders under the state dir; all git-ignored, all survive `down` + `up`.
     @property
@@ -59,6 +73,7 @@ class StackSettings:
 
     @property
     def kafka_data(self) -> Path:
+        """A one-node stack's Kafka data (a cluster's nodes: stack.kafka.data_dir)."""
         return self.state_dir / "kafka-data"
 
     @property

@@ -19,7 +19,16 @@ from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
-from paystream.stack import anvil, compose, connect, kafka, pgbouncer, postgres, prometheus
+from paystream.stack import (
+    anvil,
+    compose,
+    connect,
+    kafka,
+    pgbouncer,
+    postgres,
+    prometheus,
+    quorum,
+)
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
 from paystream.stack.settings import StackSettings
@@ -59,8 +68,10 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
             _step(f"pgbouncer start :{bouncer.port}", lambda: pgbouncer.start(s, bouncer))
         _step("jars (maven)", lambda: kafka.resolve_jars(s))
         _step("kafka secrets", lambda: ", ".join(kafka.ensure_secrets()) or False)
-        _step("kafka storage format", lambda: kafka.format_storage(s))
-        _step(f"kafka start :{s.kafka_port}", lambda: kafka.start(s))
+        nodes = "" if s.brokers == 1 else f" ({s.brokers} nodes)"
+        _step(f"kafka storage format{nodes}", lambda: kafka.format_storage(s))
+        _step(f"kafka start :{','.join(str(n.client_port) for n in s.kafka_nodes)}",
+              lambda: kafka.start(s))
         _step("kafka SCRAM users", lambda: kafka.ensure_users(s))
         _step("kafka ACLs", lambda: kafka.ensure_acls(s))
         _step("kcat config (kcat -F)", lambda: str(kafka.write_kcat_config(s)))
@@ -178,16 +189,15 @@ def status(s: StackSettings) -> int:
         words = out.split()
         kcat_version = words[words.index("Version") + 1] if "Version" in words else "?"
     pg_ok = postgres.healthy(s)
-    kafka_ok = kafka.healthy(s)
+    node_rows, kafka_ok = _kafka_rows(s)
     connect_ok = connect.healthy(s)
     anvil_ok = anvil.healthy(s)
     state = connect.connector_state(s) if connect_ok else "unknown"
-    kpid, cpid = read_pid(kafka.pid_file(s)), read_pid(connect.pid_file(s))
+    cpid = read_pid(connect.pid_file(s))
     rows = [
         ("postgres", str(s.pg_port), str(postgres.pid(s) if pg_ok else "-"),
          postgres.version(s) if pg_ok else "-", _health(pg_ok), "-"),
-        ("kafka", str(s.kafka_port), str(kpid or "-"), kafka.kafka_version(s),
-         _health(kafka_ok), kafka.jvm_rss_mib(kpid)),
+        *node_rows,
         ("connect", str(s.connect_port), str(cpid or "-"),
          connect.version(s) if connect_ok else "-", _health(connect_ok),
          kafka.jvm_rss_mib(cpid)),
@@ -210,6 +220,25 @@ def status(s: StackSettings) -> int:
     return 0 if ok else 1
 
 
+def _kafka_rows(s: StackSettings) -> tuple[list[tuple[str, str, str, str, str, str]], bool]:
+    """A row per Kafka node (`kafka`, or `kafka-<id>` in a cluster), healthy when it is a
+    serving broker, and in a cluster which node is the active controller; True when
+    every node is healthy (and a cluster has an active controller)."""
+    leader = quorum.active_controller(s) if s.brokers > 1 else None
+    members = kafka.registered(s)
+    rows, ok = [], True
+    for node in s.kafka_nodes:
+        pid = read_pid(kafka.pid_file(s, node))
+        up = pid is not None and kafka.serving(s, node, members)
+        ok = ok and up
+        health = _health(up)
+        if up and leader is not None and leader.node_id == node.node_id:
+            health += ",active-controller"
+        rows.append((kafka.node_name(s, node), str(node.client_port), str(pid or "-"),
+                     kafka.kafka_version(s), health, kafka.jvm_rss_mib(pid)))
+    return rows, ok and (s.brokers == 1 or leader is not None)
+
+
 def _optional_row(rows: list[tuple[str, str, str, str, str, str]], name: str, enabled: bool,
                   port: int, pid: int | None, probe: Callable[[], tuple[bool, str]]) -> bool:
     """The row of a component started only when asked (Prometheus, PgBouncer), shown when
@@ -226,22 +255,24 @@ def _health(ok: bool) -> str:
     return "healthy" if ok else "down"
 
 
-LOGS = {
-    "postgres": postgres.log_file,
-    "kafka": kafka.log_file,
-    "connect": connect.log_file,
-    "anvil": anvil.log_file,
-    "prometheus": prometheus.log_file,
-    "pgbouncer": pgbouncer.log_file,
+# Each component's logs: every node's for Kafka.
+LOGS: dict[str, Callable[[StackSettings], list[Path]]] = {
+    "postgres": lambda s: [postgres.log_file(s)],
+    "kafka": kafka.log_files,
+    "connect": lambda s: [connect.log_file(s)],
+    "anvil": lambda s: [anvil.log_file(s)],
+    "prometheus": lambda s: [prometheus.log_file(s)],
+    "pgbouncer": lambda s: [pgbouncer.log_file(s)],
 }
 
 
 def logs(s: StackSettings, component: str | None, lines: int, follow: bool) -> int:
     names = [component] if component else list(LOGS)
-    paths: list[Path] = [LOGS[n](s) for n in names]
+    paths: list[Path] = [p for n in names for p in LOGS[n](s)]
     if follow:
         return subprocess.call(["tail", "-n", str(lines), "-F", *map(str, paths)])
-    for name, path in zip(names, paths, strict=True):
-        print(f"==> {name}: {path} <==")
-        print(tail_file(path, lines))
+    for name in names:
+        for path in LOGS[name](s):
+            print(f"==> {name}: {path} <==")
+            print(tail_file(path, lines))
     return 0

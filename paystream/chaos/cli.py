@@ -19,6 +19,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--users", type=int)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--drain-timeout", type=float, default=300.0)
+    p.add_argument("--brokers", type=int, metavar="N",
+                   help="the Kafka nodes the stack must have (stack up --brokers N); with "
+                        "3 or more a broker and the active controller are killed instead of "
+                        "the one broker restarted. Default: the stack's own count")
     p.set_defaults(func=_chaos)
 
 
@@ -28,7 +32,7 @@ def _chaos(args: argparse.Namespace) -> int:
     base = SHORT if args.short else LONG
     cfg = ChaosConfig(rate=args.rate or base["rate"], duration_s=args.duration or base["duration"],
                       users=args.users or int(base["users"]), seed=args.seed,
-                      drain_timeout_s=args.drain_timeout)
+                      drain_timeout_s=args.drain_timeout, brokers=args.brokers)
     chaos = Chaos(cfg)
     findings, stats = chaos.run()
     print(report(cfg, chaos, findings, stats))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.chaos import nodes
 from paystream.chaos import notifications as ntf
 from paystream.chaos import processes as px
 from paystream.chaos import receiver as rx
@@ -28,6 +29,7 @@ from paystream.chaos.forgery import Forgery, forge
 from paystream.chaos.invariants import (
     InvariantReport,
     accepted_events,
+    applied_times,
     chain_pending_count,
     check,
     check_chain,
@@ -38,6 +40,7 @@ from paystream.chaos.invariants import (
 from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import ASSETS, MIX, Kind, TrafficPlan
 from paystream.consumers.crash_hooks import AFTER_DB_COMMIT as CRASH_AFTER_DB_COMMIT
+from paystream.env import SettingsError
 from paystream.ingest import admin
 from paystream.launch import free_port
 from paystream.notify import crash_hooks as notify_hooks
@@ -70,6 +73,12 @@ CYCLE = (
     (0.88, "consumer-sigkill"),
     (0.93, "notifier-sigkill"),
 )
+# On a replicated cluster the broker's fault is a node's: a broker, then later the active
+# controller, killed and kept down while the pipeline goes on (chaos/nodes.py).
+CLUSTER_CYCLE = (
+    *((frac, nodes.BROKER_KILL if kind == "broker-restart" else kind) for frac, kind in CYCLE),
+    (0.72, nodes.CONTROLLER_KILL),
+)
 CYCLE_S = 100.0
 POISON_SHARE = dict(MIX)[Kind.POISON]
 CHAIN_SHARE = 0.05   # chain deposits per payments webhook
@@ -90,12 +99,22 @@ class ChaosConfig:
     users: int
     seed: int
     drain_timeout_s: float = 300.0
+    # The Kafka nodes the run expects the stack to have (None: whatever it has).
+    brokers: int | None = None
 
 
 class Chaos:
     def __init__(self, cfg: ChaosConfig) -> None:
         self.cfg = cfg
         self.s = StackSettings.from_env()
+        if cfg.brokers is not None and cfg.brokers != self.s.brokers:
+            raise SettingsError(
+                f"the run asks for {cfg.brokers} Kafka node(s) and the stack in "
+                f"{self.s.state_dir} has {self.s.brokers}: bring it up with "
+                f"`paystream stack up --brokers {cfg.brokers}` (another state dir), or "
+                "drop --brokers")
+        self.cluster = self.s.brokers > 1
+        self.node_faults: list[nodes.NodeFault] = []
         self.run_id = secrets.token_hex(3)
         self.rng = random.Random(cfg.seed)
         self.log_dir = self.s.state_dir / "chaos" / self.run_id
@@ -110,6 +129,7 @@ class Chaos:
         self.unexplained_exits: list[str] = []
         self.forged: list[Forgery] = []
         self.last_fault_at = 0.0
+        self.sender: Sender | None = None
         self._last_progress = 0.0
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
@@ -209,7 +229,7 @@ class Chaos:
         cycles = max(1, round(self.cfg.duration_s / CYCLE_S))
         length = self.cfg.duration_s / cycles
         for n in range(cycles):
-            for frac, kind in CYCLE:
+            for frac, kind in (CLUSTER_CYCLE if self.cluster else CYCLE):
                 jitter = self.rng.uniform(-0.03, 0.03)
                 points.append(((n + frac + jitter) * length, kind))
         return sorted(points)
@@ -241,7 +261,12 @@ class Chaos:
             "notifier-crash-after-db-commit": lambda: self._armed_crash(
                 self.notifier, CRASH_AFTER_DB_COMMIT, self.rng.randint(2, 5)),
             "forged-records": self._forge,
+            nodes.BROKER_KILL: lambda: self._node_fault(nodes.BROKER_KILL),
+            nodes.CONTROLLER_KILL: lambda: self._node_fault(nodes.CONTROLLER_KILL),
         }
+        for fault in self.node_faults:
+            if fault.window_end is None:  # the fault before this one: its window ends
+                fault.window_end = time.time()
         try:
             self.log(f"  {actions[kind]()}")
         except Exception as exc:  # a fault that could not be injected is a failed run
@@ -250,6 +275,26 @@ class Chaos:
         else:
             self.faults[kind] += 1
         self.last_fault_at = time.monotonic()
+
+    def _node_fault(self, kind: str) -> str:
+        fault = nodes.kill_node(self.s, kind, self.rng, self._caught_up)
+        self.node_faults.append(fault)
+        return nodes.describe(fault).removeprefix("node fault: ")
+
+    def _caught_up(self) -> bool:
+        """Is the pipeline's backlog of the run's events at most two seconds of traffic?"""
+        if self.sender is None:
+            return True
+        try:
+            conn = connect(database_url("owner"))
+            try:
+                with conn, conn.cursor() as cur:
+                    left = pending_count(cur, list(self.sender.sent))
+            finally:
+                conn.close()
+        except Exception:  # Postgres restarting: not caught up yet
+            return False
+        return left <= max(20.0, 2 * self.cfg.rate)
 
     def _pause(self) -> float:
         return self.rng.uniform(1.0, 3.0)
@@ -367,8 +412,8 @@ class Chaos:
 
     def _run(self) -> tuple[InvariantReport, dict[str, Any]]:
         self._last_progress = time.monotonic()
-        sender = Sender(f"http://127.0.0.1:{self.port}", self.secret, self.plan,
-                        self.alchemy_key)
+        sender = self.sender = Sender(f"http://127.0.0.1:{self.port}", self.secret,
+                                      self.plan, self.alchemy_key)
         # A daemon: if the harness itself fails, the process must still exit.
         # Faults are due at fixed points of the run, but one can take half a minute on a
         # loaded machine (a broker restart) and push the rest back: the traffic goes on
@@ -389,12 +434,20 @@ class Chaos:
                                  daemon=True)
         thread.start()
         chain.start()
+        # A node fault keeps its node down for a while: the faults after it move back by
+        # its length, so they keep their spacing (an anvil restart and the reorg due
+        # 2 s after it, both late, would otherwise meet: the reorg re-mined the block
+        # the restart had just reloaded, unchanged, and the run failed).
+        shift = 0.0
         for at, kind in self.schedule():
-            while time.monotonic() - started < at:
+            while time.monotonic() - started < at + shift:
                 self._supervise()
                 self._progress(sender)
                 time.sleep(0.2)
+            began = time.monotonic()
             self.inject(kind)
+            if kind in nodes.NODE_FAULTS:
+                shift += time.monotonic() - began
         faults_pending.clear()
         while thread.is_alive():
             self._supervise()
@@ -403,6 +456,9 @@ class Chaos:
         chain.join(RETRY_BUDGET_S)  # its last deliveries may still be retrying
         stop_chain.set()
         traffic_end = time.monotonic()
+        for fault in self.node_faults:
+            if fault.window_end is None:
+                fault.window_end = time.time()
         self.chain.settle()
         self.log(f"traffic done: {len(sender.sent)} requests, "
                  f"{len(self.chain.deposits)} chain deposits; draining")
@@ -418,6 +474,7 @@ class Chaos:
             with conn, conn.cursor() as cur:
                 findings = check(cur, sender.sent, self.plan.users, self.forged)
                 check_chain(cur, findings, self.chain.deposits, self.chain.receipt)
+                nodes.measure_stalls(self.node_faults, applied_times(cur, sender.sent))
         finally:
             conn.close()
         self.deliveries = ntf.check_deliveries(expected, self.published, self.receiver,
@@ -502,6 +559,8 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
         ntf.report_line(chaos.deliveries) if chaos.deliveries else "notifications: not checked",
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
+        f"kafka nodes: {chaos.s.brokers}",
+        *(nodes.describe(f) for f in chaos.node_faults),
         f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "
         f"after the last request: {_secs(stats['drain_after_traffic_s'])}",
         f"lost = {len(findings.lost)}",

@@ -141,6 +141,15 @@ def pending_count(cur: Cursor, sent: list[Request]) -> int:
     return (len(accepted) - final) + (len(poison) - mirrored)
 
 
+def applied_times(cur: Cursor, sent: list[Request]) -> list[float]:
+    """When the ledger applied each of the run's accepted events (its batch transaction's
+    start, processed_events.processed_at, as epoch seconds), sorted: the stalls are the
+    gaps in it."""
+    cur.execute("SELECT extract(epoch FROM processed_at)::float8 FROM processed_events"
+                " WHERE event_id = ANY(%s) ORDER BY 1", (list(accepted_events(sent)),))
+    return [float(row[0]) for row in cur.fetchall()]
+
+
 # The dead letter each kind of forged record must end as (a replayed copy of a real
 # event is a duplicate, never a dead letter).
 FORGED_DEAD_LETTER = {"unknown": "unknown_event", "altered": "content_mismatch"}

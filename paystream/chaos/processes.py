@@ -108,7 +108,7 @@ def bounce(name: str, port: int, pid_of: Callable[[], int | None], kill: Callabl
     return f"{name} pid {before} -> {after}, port {port} closed and reopened"
 
 
-def _sigkill(pid: int | None) -> None:
+def sigkill(pid: int | None) -> None:
     if pid is None:
         raise RuntimeError("process to kill is not running")
     os.kill(pid, signal.SIGKILL)
@@ -120,7 +120,7 @@ def _sigkill(pid: int | None) -> None:
 
 
 def kill_connect(s: StackSettings) -> None:
-    _sigkill(read_pid(connect.pid_file(s)))
+    sigkill(read_pid(connect.pid_file(s)))
 
 
 def restart_connect(s: StackSettings) -> None:
@@ -129,7 +129,7 @@ def restart_connect(s: StackSettings) -> None:
 
 
 def kill_broker(s: StackSettings) -> None:
-    _sigkill(read_pid(kafka.pid_file(s)))
+    sigkill(read_pid(kafka.pid_file(s)))
 
 
 def restart_broker(s: StackSettings) -> None:

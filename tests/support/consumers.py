@@ -42,9 +42,10 @@ def admin() -> AdminClient:
 
 
 def create_topic(name: str, partitions: int = 12) -> None:
-    """Create a topic and wait until every partition has a leader."""
+    """Create a topic (the broker's default replication: 3 on a cluster) and wait until
+    every partition has a leader."""
     client = admin()  # keep a reference: a collected client cancels its futures
-    futures = client.create_topics([NewTopic(name, partitions, 1)], operation_timeout=30)
+    futures = client.create_topics([NewTopic(name, partitions, -1)], operation_timeout=30)
     try:
         futures[name].result(timeout=30)
     except KafkaException as exc:

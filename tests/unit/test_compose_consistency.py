@@ -6,6 +6,7 @@ worker configuration, database roles, Kafka principals and ACLs, and least privi
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -62,7 +63,7 @@ def rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[
     monkeypatch.setenv("PAYSTREAM_SECRETS_DIR", str(tmp_path / "setup"))
     monkeypatch.setenv("PAYSTREAM_TOPIC_PARTITIONS",
                        _env("secrets")["PAYSTREAM_TOPIC_PARTITIONS"])
-    compose.write_all(tmp_path / "out", chown=False)
+    compose.write_all(tmp_path / "out", chown=False, brokers=1)
     return {d.name: {f.name: f.read_text() for f in d.iterdir()}
             for d in (tmp_path / "out").iterdir()}
 
@@ -241,9 +242,11 @@ def test_the_uids_owning_the_files_are_the_ones_the_containers_run_as():
 def test_broker_security_settings_equal_the_local_brokers(rendered):
     broker = _props(rendered["kafka"]["server.properties"])
     local = _props(kafka.server_properties_text(
-        kafka_port=9092, controller_port=9093, data_dir="/data", partitions=12,
-        admin_password="a", controller_password="c"))
-    template = _props((CONFIG_DIR / "server.properties").read_text())
+        node_id=1, kafka_port=9092, controller_port=9093, voters=[(1, "127.0.0.1:9093")],
+        data_dir="/data", partitions=12, admin_password="a", controller_password="c"))
+    template = {k: string.Template(v).safe_substitute(
+        admin_user="paystream-admin", controller_user=kafka.CONTROLLER_USER, replicas="1",
+        min_insync="1") for k, v in _props((CONFIG_DIR / "server.properties").read_text()).items()}
     for key in ("listener.security.protocol.map", "sasl.mechanism.inter.broker.protocol",
                 "sasl.mechanism.controller.protocol",
                 "listener.name.client.sasl.enabled.mechanisms",
@@ -252,9 +255,7 @@ def test_broker_security_settings_equal_the_local_brokers(rendered):
                 "inter.broker.listener.name", "controller.listener.names",
                 "auto.create.topics.enable", "min.insync.replicas",
                 "offsets.topic.replication.factor", "group.initial.rebalance.delay.ms"):
-        assert broker[key] == local[key] == template[key].replace(
-            "${admin_user}", "paystream-admin").replace(
-            "${controller_user}", kafka.CONTROLLER_USER), key
+        assert broker[key] == local[key] == template[key], key
     assert broker["listener.security.protocol.map"] == \
         "CLIENT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
     assert broker["super.users"] == "User:paystream-admin;User:paystream-controller"
@@ -364,3 +365,140 @@ def test_compose_waits_in_the_order_the_credentials_need():
     assert SERVICES["setup"]["depends_on"]["postgres"] == {"condition": "service_healthy"}
     # Connect authenticates with a user the setup job creates: it must come back.
     assert SERVICES["connect"]["restart"] in ("on-failure", "unless-stopped", "always")
+
+
+# --- the replicated variant: docker-compose.cluster.yml merged onto the base file ---
+
+CLUSTER_FILE = yaml.safe_load((ROOT / "docker-compose.cluster.yml").read_text())
+NODES = compose.kafka_services(compose.CLUSTER_BROKERS)
+
+
+def _volume_target(volume: str) -> str:
+    return volume.split(":")[1]
+
+
+def _merge_service(base: dict, override: dict) -> dict:
+    """One service as `docker compose -f base -f override` makes it: environment and
+    depends_on merged by key, volumes by their target path, anything else replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if key == "extends":
+            continue
+        if key in ("environment", "depends_on") and key in out:
+            out[key] = {**out[key], **value}
+        elif key == "volumes" and key in out:
+            by_target = {_volume_target(v): v for v in out[key]}
+            by_target.update({_volume_target(v): v for v in value})
+            out[key] = list(by_target.values())
+        else:
+            out[key] = value
+    return out
+
+
+def _merged() -> dict:
+    services = dict(SERVICES)
+    for name, service in CLUSTER_FILE["services"].items():
+        if "extends" in service:
+            source = yaml.safe_load((ROOT / service["extends"]["file"]).read_text())
+            # Compose never shares depends_on through extends.
+            start = {k: v for k, v in source["services"][service["extends"]["service"]].items()
+                     if k != "depends_on"}
+        else:
+            start = services[name]
+        services[name] = _merge_service(start, service)
+    return {"services": services, "volumes": {**COMPOSE["volumes"], **CLUSTER_FILE["volumes"]}}
+
+
+MERGED = _merged()
+CLUSTER_SERVICES = MERGED["services"]
+
+
+@pytest.fixture
+def rendered_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                     ) -> dict[str, dict[str, str]]:
+    """What the cluster variant's secrets job writes (PAYSTREAM_KAFKA_BROKERS from the
+    override file)."""
+    env = {k: str(v) for k, v in CLUSTER_SERVICES["secrets"]["environment"].items()}
+    monkeypatch.setenv("PAYSTREAM_SECRETS_DIR", str(tmp_path / "setup"))
+    monkeypatch.setenv("PAYSTREAM_TOPIC_PARTITIONS", env["PAYSTREAM_TOPIC_PARTITIONS"])
+    monkeypatch.setenv("PAYSTREAM_KAFKA_BROKERS", env["PAYSTREAM_KAFKA_BROKERS"])
+    compose.write_all(tmp_path / "out", chown=False)
+    return {d.name: {f.name: f.read_text() for f in d.iterdir()}
+            for d in (tmp_path / "out").iterdir()}
+
+
+def test_cluster_variant_runs_every_node_as_the_base_file_runs_kafka():
+    assert NODES == ["kafka", "kafka-2", "kafka-3"]
+    base = CLUSTER_SERVICES["kafka"]
+    assert base == SERVICES["kafka"]  # node 1 is the base file's broker, unchanged
+    for name in NODES[1:]:
+        node = CLUSTER_SERVICES[name]
+        for key in ("image", "user", "command", "environment"):
+            assert node[key] == base[key], (name, key)
+        suffix = name.removeprefix("kafka")
+        assert sorted(node["volumes"]) == sorted([
+            f"kafkadata{suffix}:{compose.KAFKA_DATA}", f"secrets-{name}:{MOUNT}:ro"]), name
+        assert node["depends_on"]["secrets"] == {"condition": "service_completed_successfully"}
+        assert f"kafkadata{suffix}" in MERGED["volumes"]
+        assert f"secrets-{name}" in MERGED["volumes"]
+        assert f"secrets-{name}:{compose.OUT_ROOT}/{name}" in CLUSTER_SERVICES["secrets"]["volumes"]
+        assert compose.UIDS[name] == compose.KAFKA_UID
+        assert "ports" not in node  # nothing but the ingest and the API is published
+    published = {n for n, svc in CLUSTER_SERVICES.items() if "ports" in svc}
+    assert published == {"ingest", "api"}
+
+
+def test_cluster_variant_secrets_job_writes_each_node_its_own_files(rendered_cluster):
+    assert set(rendered_cluster) == {s.name for s in compose.SERVICES} | {*NODES, "connect"}
+    ids = set()
+    for node_id, name in enumerate(NODES, 1):
+        files = rendered_cluster[name]
+        assert set(files) == set(compose.BROKER_FILES), name
+        props = _props(files["server.properties"])
+        assert props["node.id"] == str(node_id)
+        assert props["controller.quorum.voters"] == (
+            "1@kafka:9093,2@kafka-2:9093,3@kafka-3:9093")
+        assert "controller.quorum.bootstrap.servers" not in props
+        assert props["advertised.listeners"] == f"CLIENT://{name}:9092,CONTROLLER://{name}:9093"
+        args = files["storage-format.args"].splitlines()
+        assert "--standalone" not in args and "--add-scram" in args
+        ids.add(args[args.index("-t") + 1])
+    assert len(ids) == 1  # one cluster id for the three nodes
+
+
+def test_cluster_variant_nodes_equal_the_local_clusters_but_for_addresses(rendered_cluster):
+    voters = [(n, f"127.0.0.1:{9093 + 10 * (n - 1)}") for n in (1, 2, 3)]
+    for node_id, name in enumerate(NODES, 1):
+        broker = _props(rendered_cluster[name]["server.properties"])
+        local = _props(kafka.server_properties_text(
+            node_id=node_id, kafka_port=9092, controller_port=9093, voters=voters,
+            data_dir="/data", partitions=12, admin_password="a", controller_password="c"))
+        for key, value in (("default.replication.factor", "3"),
+                           ("min.insync.replicas", "2"),
+                           ("offsets.topic.replication.factor", "3"),
+                           ("transaction.state.log.min.isr", "2"),
+                           ("unclean.leader.election.enable", "false")):
+            assert broker[key] == local[key] == value, (name, key)
+        differing = {k for k in set(broker) | set(local) if broker.get(k) != local.get(k)}
+        assert differing <= {"listeners", "advertised.listeners", "log.dirs",
+                             "controller.quorum.voters",
+                             "listener.name.client.scram-sha-512.sasl.jaas.config",
+                             "listener.name.controller.plain.sasl.jaas.config"}, differing
+
+
+def test_cluster_variant_clients_bootstrap_from_every_node(rendered_cluster):
+    every = compose.kafka_bootstrap(compose.CLUSTER_BROKERS)
+    assert every == "kafka:9092,kafka-2:9092,kafka-3:9092"
+    for service in compose.SERVICES:
+        env = {k: _interpolate(str(v)) for k, v in
+               (CLUSTER_SERVICES[service.name].get("environment") or {}).items()}
+        for key, value in compose.service_env(service, compose.CLUSTER_BROKERS).items():
+            assert env.get(key) == value, (service.name, key)
+    setup = {k: _interpolate(str(v)) for k, v in CLUSTER_SERVICES["setup"]["environment"].items()}
+    for key, value in compose.setup_env(compose.CLUSTER_BROKERS).items():
+        assert setup.get(key) == value, key
+    worker = _props(rendered_cluster["connect"]["connect-distributed.properties"])
+    assert worker["bootstrap.servers"] == every
+    for name in ("setup", "connect"):
+        for node in NODES[1:]:
+            assert CLUSTER_SERVICES[name]["depends_on"][node] == {"condition": "service_started"}

@@ -130,7 +130,7 @@ def test_the_secrets_job_writes_private_files_and_keeps_the_passwords(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAYSTREAM_SECRETS_DIR", str(tmp_path / "setup"))
     out = tmp_path / "out"
-    compose.write_all(out, chown=False)
+    compose.write_all(out, chown=False, brokers=1)
     first = {p: p.read_text() for p in out.rglob("*") if p.is_file()}
     for path in [*first, *(tmp_path / "setup").iterdir()]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
@@ -142,13 +142,14 @@ def test_the_secrets_job_writes_private_files_and_keeps_the_passwords(
         {"paystream_ingest": credentials.read_secret("db-ingest")})
     # Again: the same passwords (generated once), the same files; a stale file goes.
     (out / "ingest" / "kafka-admin").write_text("leftover")
-    compose.write_all(out, chown=False)
+    compose.write_all(out, chown=False, brokers=1)
     second = {p: p.read_text() for p in out.rglob("*") if p.is_file()}
     assert second == first
 
 
+@pytest.mark.parametrize("brokers", [1, compose.CLUSTER_BROKERS])
 def test_the_secrets_job_gives_each_file_to_its_containers_user(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brokers: int) -> None:
     monkeypatch.setenv("PAYSTREAM_SECRETS_DIR", str(tmp_path / "setup"))
     owned: dict[str, set[int]] = {}
 
@@ -159,8 +160,9 @@ def test_the_secrets_job_gives_each_file_to_its_containers_user(
                          else "setup", set()).add(uid)
 
     monkeypatch.setattr(compose.os, "chown", fake_chown)
-    compose.write_all(tmp_path / "out", chown=True)
-    assert owned == {name: {uid} for name, uid in compose.UIDS.items()}
+    compose.write_all(tmp_path / "out", chown=True, brokers=brokers)
+    absent = compose.kafka_services(compose.CLUSTER_BROKERS)[brokers:]  # no such node
+    assert owned == {name: {uid} for name, uid in compose.UIDS.items() if name not in absent}
 
 
 def test_cluster_ids_look_like_kafkas() -> None:

@@ -16,7 +16,7 @@ def secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("PAYSTREAM_STATE_DIR", str(tmp_path / "state"))
     for name in ("PAYSTREAM_SECRETS_DIR", "PAYSTREAM_KAFKA_SECURITY_PROTOCOL",
                  "PAYSTREAM_KAFKA_SASL_MECHANISM", "PAYSTREAM_KAFKA_USER",
-                 "PAYSTREAM_KAFKA_PASSWORD_FILE"):
+                 "PAYSTREAM_KAFKA_PASSWORD_FILE", "PAYSTREAM_KAFKA_BROKERS"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
 
