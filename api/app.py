@@ -92,10 +92,12 @@ def _key(credentials: HTTPAuthorizationCredentials | None) -> str:
 
 
 def _moment(at: datetime | None) -> str | None:
-    """?at= as Postgres reads it; a moment without an offset is UTC."""
+    """?at= as Postgres reads it, in UTC; a moment without an offset is UTC. Python takes
+    offsets up to ±23:59, Postgres only up to ±15:59 (`+16:00` was a 500, found by
+    schemathesis), so the moment is sent converted."""
     if at is None:
         return None
-    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
+    return (at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
 
 
 def create_app(settings: ApiSettings, *, database: Database | None = None) -> ApiApp:
