@@ -145,3 +145,16 @@ def test_a_bug_is_a_json_500_in_the_error_format() -> None:
     assert answer.status_code == 500
     assert answer.json()["code"] == "internal_error"
     assert "a bug" not in answer.text
+
+
+def test_a_moment_reaches_postgres_in_utc_whatever_its_offset() -> None:
+    """Python takes offsets up to ±23:59, Postgres only ±15:59: +16:00 was a 500."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from paystream.api.app import _moment
+
+    far = datetime(2000, 1, 1, tzinfo=timezone(timedelta(hours=16)))
+    assert _moment(far) == "1999-12-31T08:00:00+00:00"
+    assert _moment(datetime(2000, 1, 1)) == "2000-01-01T00:00:00+00:00"  # naive: UTC
+    assert _moment(datetime(2000, 1, 1, tzinfo=UTC)) == "2000-01-01T00:00:00+00:00"
+    assert _moment(None) is None
