@@ -9,8 +9,8 @@ chaos run's invariants.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from decimal import Decimal
+from typing import NamedTuple
 
 from paystream.schema.accounts import USER_KINDS, AccountKind
 from paystream.schema.amounts import format_amount
@@ -18,9 +18,9 @@ from paystream.schema.db import Cursor
 from paystream.schema.pgcopy import copy_rows, copy_text
 
 
-@dataclass(frozen=True, slots=True)
-class NewTransfer:
-    """A transfer to write: its source event and (account id, asset, signed amount)s."""
+class NewTransfer(NamedTuple):
+    """A transfer to write: its source event and (account id, asset, signed amount)s (a
+    tuple: the ledger builds one per event that moves money)."""
 
     source_event_id: str
     event_type: str
