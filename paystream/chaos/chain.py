@@ -278,11 +278,11 @@ class ChainDriver:
 
     def _min_depth(self) -> int:
         """A re-mining reorg replaces two blocks at least. Its transfers go into the last
-        new block, so at depth 1 the new block held the same transfer on the same parent,
-        and when the reorg came within the second the block was mined (it runs right
-        after a deposit) it had the same timestamp too: the same hash, no reorg (the run
-        failed on it, most often just after an anvil restart, when few blocks had been
-        mined since and the room left depth 1 only)."""
+        new block, so at depth 1 the new block holds the same transfer on the same
+        parent, and after an anvil restart anvil mines it identical: the same hash, no
+        reorg (measured: 3 of 3 after a restart, 0 of 6 without one; depth 2 always
+        changed the block). The run failed on it just after anvil restarts, when few
+        blocks had been mined since and the room often left depth 1 only."""
         return 2 if self._remine_next() else 1
 
     def _reorg(self, client: httpx.Client, room: int) -> str:
