@@ -17,11 +17,13 @@ database host (Postgres CPU is read from /proc).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -106,20 +108,27 @@ def since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 def run_group(topic: str, group: str, total: int, processes: int, batch_size: int,
               log_dir: Path, stack: StackSettings) -> GroupRun:
-    """The ledger group draining `topic`, timed from the committed offsets."""
+    """The ledger group draining `topic`, timed from the committed offsets.
+
+    The rate is taken from the group's last rebalance on: until every member has its
+    partitions one process may work alone (the first to join takes all twelve), and on
+    a short run that start-up was up to half of it. `wall` keeps it all, process start
+    included."""
     launched = time.perf_counter()
     procs = [ConsumerProcess.start("ledger", topic=topic, group=group, dlq_topic=topic + ".dlq",
                                    log_dir=log_dir, name=f"bench-{i}",
                                    extra_args=["--batch-size", str(batch_size)])
              for i in range(processes)]
     pids = [p.proc.pid for p in procs]
+    samples: list[tuple[float, int]] = []  # (time.time(), events committed)
     try:
-        first_at, first_done = None, 0
+        first_at = None
         while True:
             done = committed_total(group, topic)
             now = time.perf_counter()
+            samples.append((time.time(), done))
             if first_at is None and done > 0:
-                first_at, first_done = now, done
+                first_at = now
                 py0, other0 = cpu_usage.process_seconds(pids), components_cpu(stack)
             if done >= total:
                 break
@@ -137,9 +146,35 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
         for p in procs:
             p.terminate()
     assert first_at is not None
-    return GroupRun((total - first_done) / max(finished - first_at, 1e-9),
+    end_at = samples[-1][0]
+    # Members that leave at the end (terminate) hand partitions to the others: later
+    # assignments are not the group forming.
+    formed = max(last_assignment(p.log_path, end_at) for p in procs)
+    start_at, start_done = next(((t, d) for t, d in samples if t >= formed), samples[0])
+    start_at = max(start_at, next(t for t, d in samples if d > 0))
+    start_done = max(start_done, next(d for t, d in samples if d > 0))
+    print(f"  {group}: every member had its partitions {formed - samples[0][0]:.1f} s after"
+          f" launch; rate from {start_done:,} of {total:,} events committed")
+    return GroupRun((total - start_done) / max(end_at - start_at, 1e-9),
                     total / (finished - launched),
                     {"python": py1 - py0, **since(other0, other1)})
+
+
+def last_assignment(log_path: Path, before: float) -> float:
+    """When the process last logged partitions_assigned before `before` (epoch seconds;
+    0 if never)."""
+    last = 0.0
+    for line in log_path.read_text(errors="replace").splitlines():
+        if '"partitions_assigned"' not in line:
+            continue
+        try:
+            stamp = json.loads(line)["timestamp"]
+        except (ValueError, KeyError):
+            continue
+        at = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        if at <= before:
+            last = max(last, at)
+    return last
 
 
 def prepare(run: str, users: int, count: int, seed: int, with_topic: bool

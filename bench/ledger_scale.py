@@ -31,7 +31,7 @@ from paystream.stack.settings import StackSettings
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--processes", type=int, nargs="+", default=[1, 2, 3, 6])
-    ap.add_argument("--events", type=int, default=60_000)
+    ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--users", type=int, default=1_000)
     ap.add_argument("--batch-size", type=int, default=1_000)
     ap.add_argument("--results", metavar="FILE", help="also write the figures as JSON")

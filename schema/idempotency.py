@@ -6,10 +6,10 @@ import hashlib
 
 
 def idempotency_key(event_id: str, event_type: str) -> str:
-    """SHA-256 hex of the length-prefixed fields, so ("ab","c") and ("a","bc") differ."""
-    digest = hashlib.sha256()
-    for field in (event_id, event_type):
-        data = field.encode("utf-8")
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data)
-    return digest.hexdigest()
+    """SHA-256 hex of the length-prefixed fields, so ("ab","c") and ("a","bc") differ.
+    The bytes are joined first and hashed in one call: the ledger takes two keys per
+    event (its claim and its notification's id), and four update() calls cost twice as
+    much."""
+    a, b = event_id.encode("utf-8"), event_type.encode("utf-8")
+    return hashlib.sha256(b"".join((len(a).to_bytes(8, "big"), a,
+                                    len(b).to_bytes(8, "big"), b))).hexdigest()
