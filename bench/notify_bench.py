@@ -38,6 +38,7 @@ from paystream.notify import endpoints
 from paystream.schema import notification_slots, standard_webhooks
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.notifications import IntentType, new_intent, now_text
+from paystream.schema.users import add_user
 
 
 def _receiver(port: int, secrets: dict[str, str]) -> None:
@@ -144,6 +145,8 @@ def main() -> int:
     users = [f"bench-notify-{run}-{k}" for k in range(args.endpoints)]
     ops = connect(database_url("ops"))
     with ops, ops.cursor() as cur:
+        for user in users:
+            add_user(cur, user)
         added = [endpoints.add(cur, f"http://127.0.0.1:{port}/hook/{k}", user, [])
                  for k, user in enumerate(users)]
     endpoint_ids = [endpoint_id for endpoint_id, _ in added]

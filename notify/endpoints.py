@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from paystream.schema import users
 from paystream.schema.db import Cursor
 from paystream.schema.events import USER_ID_PATTERN
 from paystream.schema.notifications import check_pattern
@@ -38,12 +39,23 @@ COLUMNS = ("endpoint_id", "url", "user_id", "event_types", "created_at", "failin
 
 
 def check_url(url: str) -> str:
-    """An http(s) URL with a host, as typed; EndpointRefused says what is wrong."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EndpointRefused(f"--url must be an http:// or https:// URL with a host, got {url!r}")
-    if len(url) > MAX_URL_LENGTH or any(c.isspace() for c in url):
-        raise EndpointRefused(f"--url must be at most {MAX_URL_LENGTH} characters, no spaces")
+    """An http(s) URL with a host, as typed; EndpointRefused says what is wrong. No
+    credentials in it: `endpoints list` shows URLs, and the signature is what tells a
+    receiver the POST is ours."""
+    if len(url) > MAX_URL_LENGTH or any(c.isspace() or not c.isprintable() for c in url):
+        raise EndpointRefused(f"--url must be at most {MAX_URL_LENGTH} printable characters,"
+                              " no spaces")
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # .port raises on a bad one
+    except ValueError as exc:  # an unclosed [IPv6], a port out of range
+        raise EndpointRefused(f"--url is not a URL ({exc}): {url[:200]!r}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise EndpointRefused(f"--url must be an http:// or https:// URL with a host,"
+                              f" got {url[:200]!r}")
+    if parts.username is not None or parts.password is not None:
+        raise EndpointRefused("--url must not carry credentials (user:password@): receivers"
+                              " authenticate paystream by the webhook signature")
     return url
 
 
@@ -62,6 +74,8 @@ def add(cur: Cursor, url: str, user_id: str | None, events: list[str]) -> tuple[
     check_url(url)
     if user_id is not None and USER_ID_PATTERN.fullmatch(user_id) is None:
         raise EndpointRefused(f"--user must match {USER_ID_PATTERN.pattern}, got {user_id!r}")
+    if user_id is not None and not users.exists(cur, user_id):
+        raise EndpointRefused(f"no user {user_id!r}: add it first (paystream users add)")
     endpoint_id = "ep_" + secrets.token_hex(12)
     key = secrets.token_bytes(KEY_BYTES)
     cur.execute("INSERT INTO notification_endpoints (endpoint_id, url, user_id, event_types,"

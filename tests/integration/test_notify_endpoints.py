@@ -21,6 +21,10 @@ from tests.support.waiting import wait_until
     (["--url", "http://x/ y"], "no spaces"),
     (["--url", "http://x/", "--events", "deposit"], "unknown event filter 'deposit'"),
     (["--url", "http://x/", "--user", "bad user"], "--user must match"),
+    (["--url", "http://x/", "--user", "ntf-nobody"], "no user 'ntf-nobody'"),
+    (["--url", "http://[::1/"], "is not a URL"),
+    (["--url", "http://x:70000/"], "is not a URL"),
+    (["--url", "https://me:secret@x/"], "must not carry credentials"),
 ])
 def test_bad_input_is_refused_with_a_reason_and_nothing_written(db: Connection, args,
                                                                 reason) -> None:

@@ -32,7 +32,10 @@ FAST = {"PAYSTREAM_NOTIFY_RETRY_DELAYS_S": "0.3,0.3,0.3,0.3,0.3,0.3",
 
 
 def add_endpoint(url: str, user: str, events: str | None = None) -> tuple[str, str]:
-    """`paystream endpoints add`; returns (endpoint id, whsec_ secret) from its output."""
+    """`paystream users add` (an endpoint names an existing user), then `paystream endpoints
+    add`; returns (endpoint id, whsec_ secret) from its output."""
+    subprocess.run(paystream_argv("users", "add", user), capture_output=True, timeout=60,
+                   check=True)
     args = ["endpoints", "add", "--url", url, "--user", user]
     if events:
         args += ["--events", events]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from paystream.env import SettingsError
+from paystream.notify.endpoints import EndpointRefused, check_url
 from paystream.notify.schedule import Verdict, judge, retry_delay
 from paystream.notify.settings import DEFAULT_RETRY_DELAYS_S, NotifySettings, ReminderSettings
 from paystream.schema import standard_webhooks
@@ -159,6 +160,22 @@ def test_event_filters() -> None:
     for bad in ("deposit", "deposits.*", "deposit.credited.*", ""):
         with pytest.raises(ValueError, match="unknown event filter"):
             check_pattern(bad)
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:9000/hook", "https://hooks.example.com/a?b=c", "http://[::1]:80/x"])
+def test_an_endpoint_url_is_kept_as_typed(url) -> None:
+    assert check_url(url) == url
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("ftp://example.com/", "http:// or https://"), ("http:///path", "with a host"),
+    ("http://[::1", "is not a URL"), ("http://example.com:99999/", "is not a URL"),
+    ("https://user:secret@example.com/", "credentials"), ("http://a b/", "no spaces"),
+    ("http://example.com/\x00", "printable"), ("http://e.com/" + "a" * 2000, "at most")])
+def test_an_endpoint_url_that_is_not_one_is_refused_with_its_reason(url, why) -> None:
+    with pytest.raises(EndpointRefused, match=why):
+        check_url(url)
 
 
 @pytest.mark.parametrize(("status", "verdict"), [
