@@ -74,3 +74,28 @@ def test_constraints_that_protect_money(db):
     # NUMERIC(38,18): 10^20 does not fit
     assert _fails(db, "UPDATE balances SET balance = 100000000000000000000"
                   " WHERE user_id = %s AND asset = 'USD'", (user,)) == "22003"
+
+
+@pytest.mark.parametrize(("table", "column", "others", "good", "bad"), [
+    ("processed_events", "idempotency_key",
+     "event_id, event_type, outcome) VALUES (%s, 'e', 'deposit', 'applied')",
+     "0123456789abcdef" * 4,
+     ["0123456789abcdef" * 4 + "0", "0123456789abcdef" * 4 + "\n", "0123456789ABCDEF" * 4,
+      "0123456789abcdeg" * 4, "0123456789abcdef" * 3 + "0123456789abcde", ""]),
+    ("notification_intents", "intent_id",
+     "type, user_id, created_at, data) VALUES (%s, 't', 'u', now(), '{}')",
+     "ntf_" + "0123456789abcdef" * 2,
+     ["ntf_" + "0123456789abcdef" * 2 + "0", "ntf_" + "0123456789abcdeF" * 2,
+      "ntf_" + "0123456789abcdef" * 2 + "\n", "ntx_" + "0123456789abcdef" * 2,
+      "ntf_" + "0123456789abcdef" + "0123456789abcde"]),
+])
+def test_key_shapes_are_enforced_exactly(db, table, column, others, good, bad):
+    """Migration 0014 rewrote these CHECKs for speed (length + an unbounded class instead
+    of a bounded repeat): the same keys pass, the same ones fail."""
+    insert = f"INSERT INTO {table} ({column}, {others}"
+    for key in bad:
+        assert _fails(db, insert, (key,)) == "23514", key
+    with db.cursor() as cur:
+        cur.execute(f"DELETE FROM {table} WHERE {column} = %s", (good,))
+        cur.execute(insert, (good,))
+        cur.execute(f"DELETE FROM {table} WHERE {column} = %s", (good,))
