@@ -72,9 +72,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     health.set_defaults(func=_health)
 
     hk = sub.add_parser("housekeeping",
-                        help="delete final processed_events entries older than a TTL")
+                        help="delete final processed_events entries and delivered "
+                             "notifications older than their TTLs")
     hk.add_argument("--ttl-days", type=float, default=None,
-                    help="keep entries younger than this (default 14)")
+                    help="keep processed_events entries younger than this (default 14)")
+    hk.add_argument("--notifications-ttl-days", type=float, default=None,
+                    help="keep notifications younger than this (default 30; at least the"
+                         " notifications topic's 7-day retention)")
     hk.add_argument("--batch-size", type=int, default=None,
                     help="rows per transaction (default 1000)")
     hk.add_argument("--pause", type=float, default=0.0,
@@ -263,28 +267,41 @@ def _full_reconciliation() -> None:
 def _housekeeping(args: argparse.Namespace) -> int:
     from paystream.ops.housekeeping import (
         DEFAULT_BATCH_SIZE,
+        DEFAULT_NOTIFICATION_TTL_DAYS,
         DEFAULT_TTL_DAYS,
         FINAL_OUTCOMES,
+        PurgeResult,
+        purge_notifications,
         purge_processed_events,
     )
     ttl = DEFAULT_TTL_DAYS if args.ttl_days is None else args.ttl_days
+    notify_ttl = (DEFAULT_NOTIFICATION_TTL_DAYS if args.notifications_ttl_days is None
+                  else args.notifications_ttl_days)
     batch = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
-    if ttl < 0 or batch < 1:
-        print("paystream housekeeping: --ttl-days must be >= 0, --batch-size >= 1",
-              file=sys.stderr)
+    if ttl < 0 or notify_ttl < 0 or batch < 1:
+        print("paystream housekeeping: --ttl-days and --notifications-ttl-days must be >= 0,"
+              " --batch-size >= 1", file=sys.stderr)
         return EXIT_CANNOT_RUN
+
+    def report(result: PurgeResult, what: str, days: float) -> None:
+        if result.dry_run:
+            print(f"housekeeping (dry run): {result.deleted} {what} older than {days:g} days"
+                  f" (before {result.cutoff.isoformat()}) would be deleted")
+        else:
+            print(f"housekeeping: deleted {result.deleted} {what} older than {days:g} days"
+                  f" (before {result.cutoff.isoformat()}) in {result.batches} batch(es)"
+                  f" of at most {batch}")
+
     with database("paystream-housekeeping", autocommit=True) as conn:
-        result = purge_processed_events(conn, ttl_days=ttl, batch_size=batch,
-                                        pause_s=args.pause, max_batches=args.max_batches,
-                                        dry_run=args.dry_run)
-    what = f"processed_events entries with outcome {'/'.join(FINAL_OUTCOMES)}"
-    if result.dry_run:
-        print(f"housekeeping (dry run): {result.deleted} {what} older than {ttl:g} days "
-              f"(before {result.cutoff.isoformat()}) would be deleted")
-    else:
-        print(f"housekeeping: deleted {result.deleted} {what} older than {ttl:g} days "
-              f"(before {result.cutoff.isoformat()}) in {result.batches} batch(es) "
-              f"of at most {batch}")
+        report(purge_processed_events(conn, ttl_days=ttl, batch_size=batch,
+                                      pause_s=args.pause, max_batches=args.max_batches,
+                                      dry_run=args.dry_run),
+               f"processed_events entries with outcome {'/'.join(FINAL_OUTCOMES)}", ttl)
+        report(purge_notifications(conn, ttl_days=notify_ttl, batch_size=batch,
+                                   pause_s=args.pause, max_batches=args.max_batches,
+                                   dry_run=args.dry_run),
+               "notifications delivered or failed for good (with their deliveries and"
+               " attempts)", notify_ttl)
     return EXIT_OK
 
 

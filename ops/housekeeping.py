@@ -1,4 +1,5 @@
-"""Housekeeping: forget idempotency rows whose outcome is final and older than a TTL.
+"""Housekeeping: forget idempotency rows whose outcome is final and older than a TTL,
+and notifications whose deliveries are all final and older than theirs.
 
 processed_events grows by one row per event. Past the TTL a redelivery is no longer
 plausible (Kafka retention, Debezium and consumer replays all act within hours), and if
@@ -22,11 +23,12 @@ next run instead of making housekeeping wait on payments.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from paystream.schema import processed_events
-from paystream.schema.db import Connection
+from paystream.schema import notification_slots, processed_events
+from paystream.schema.db import Connection, Cursor
 
 # The outcomes purged: final ones (TigerBeetle's rule: a result is final for its id).
 # Kept whatever their age: the waiting `pending_finality` (a chain deposit not final,
@@ -36,6 +38,9 @@ from paystream.schema.db import Connection
 # table (schema.processed_events); the CLI names these in its report.
 FINAL_OUTCOMES = processed_events.FINAL_OUTCOMES
 DEFAULT_TTL_DAYS = 14.0
+# Notifications: a month of delivery history for operators, and well above the
+# notifications topic's 7-day retention (see purge_notifications).
+DEFAULT_NOTIFICATION_TTL_DAYS = 30.0
 DEFAULT_BATCH_SIZE = 1000
 
 
@@ -56,6 +61,27 @@ def purge_processed_events(conn: Connection, *,
 
     `conn` must be in autocommit mode: every batch commits on its own.
     """
+    return _purge(conn, processed_events.purge_final, processed_events.count_final,
+                  ttl_days, batch_size, pause_s, max_batches, dry_run)
+
+
+def purge_notifications(conn: Connection, *,
+                        ttl_days: float = DEFAULT_NOTIFICATION_TTL_DAYS,
+                        batch_size: int = DEFAULT_BATCH_SIZE,
+                        pause_s: float = 0.0, max_batches: int | None = None,
+                        dry_run: bool = False) -> PurgeResult:
+    """Delete notification intents older than `ttl_days` whose every delivery is final
+    and that no reminder claim names, with their deliveries and attempts
+    (schema.notification_slots.purge_final), `batch_size` intents at a time. The TTL
+    must stay above the notifications topic's retention (7 days): an intent read again
+    after its purge would be sent again."""
+    return _purge(conn, notification_slots.purge_final, notification_slots.count_final,
+                  ttl_days, batch_size, pause_s, max_batches, dry_run)
+
+
+def _purge(conn: Connection, purge: Callable[[Cursor, datetime, int], int],
+           count: Callable[[Cursor, datetime], int], ttl_days: float, batch_size: int,
+           pause_s: float, max_batches: int | None, dry_run: bool) -> PurgeResult:
     if not conn.autocommit:
         raise ValueError("housekeeping needs an autocommit connection (one batch per commit)")
     if ttl_days < 0 or batch_size < 1:
@@ -66,11 +92,10 @@ def purge_processed_events(conn: Connection, *,
         assert row is not None  # a SELECT of one expression returns one row
         cutoff: datetime = row[0]
         if dry_run:
-            return PurgeResult(processed_events.count_final(cur, cutoff), 0, cutoff,
-                               dry_run=True)
+            return PurgeResult(count(cur, cutoff), 0, cutoff, dry_run=True)
         deleted = batches = 0
         while max_batches is None or batches < max_batches:
-            done = processed_events.purge_final(cur, cutoff, batch_size)
+            done = purge(cur, cutoff, batch_size)
             if done <= 0:
                 break
             deleted += done

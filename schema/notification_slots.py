@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg2.errors
 
 from paystream.schema.db import Cursor
 from paystream.schema.notifications import Intent, wants
@@ -50,3 +53,52 @@ def record(cur: Cursor, intents: Sequence[tuple[Intent, str | None]]) -> Recorde
             ([s[0] for s in slots], [s[1] for s in slots]))
         made = cur.rowcount
     return Recorded(fresh, made)
+
+
+# What a purge may delete: an intent recorded before the cutoff whose every slot is
+# final (delivered, or failed for good), and which no reminder claim names (a reminder's
+# key must outlive its window, or the scheduler would make it again). Its slots and
+# attempts go with it, in the same statement.
+_PURGEABLE = (
+    "SELECT i.intent_id FROM notification_intents i"
+    " WHERE i.recorded_at < %(cutoff)s"
+    " AND NOT EXISTS (SELECT 1 FROM notification_deliveries d"
+    "  WHERE d.intent_id = i.intent_id AND d.state = 'pending')"
+    " AND NOT EXISTS (SELECT 1 FROM notification_reminders r"
+    "  WHERE r.intent_id = i.intent_id)")
+
+
+def purge_final(cur: Cursor, cutoff: datetime, limit: int) -> int:
+    """Delete up to `limit` intents that are done (see _PURGEABLE) and recorded before
+    `cutoff`, oldest first, with their slots and attempts, in one statement; return how
+    many intents. The cursor must be in autocommit mode (a failed statement undoes only
+    itself). A slot an operator moves back to pending meanwhile (`notifications
+    redeliver`) is not deleted; its intent's delete then fails its foreign key, the
+    statement undoes itself, and the batch is chosen again without that intent. The
+    cutoff must be older than the notifications topic's retention: an intent read again
+    after its purge would be recorded and sent again."""
+    for _ in range(_PURGE_TRIES):
+        try:
+            cur.execute(
+                f"WITH batch AS ({_PURGEABLE} ORDER BY i.recorded_at LIMIT %(limit)s),"
+                " attempts AS (DELETE FROM notification_attempts a USING batch"
+                "  WHERE a.intent_id = batch.intent_id),"
+                " slots AS (DELETE FROM notification_deliveries d USING batch"
+                "  WHERE d.intent_id = batch.intent_id AND d.state <> 'pending')"
+                " DELETE FROM notification_intents i USING batch"
+                " WHERE i.intent_id = batch.intent_id",
+                {"cutoff": cutoff, "limit": limit})
+        except psycopg2.errors.ForeignKeyViolation:
+            continue
+        return max(int(cur.rowcount), 0)
+    return 0  # slots kept going back to pending: the next run takes the rest
+
+
+_PURGE_TRIES = 3
+
+
+def count_final(cur: Cursor, cutoff: datetime) -> int:
+    """How many intents purge_final would delete with this cutoff (no limit)."""
+    cur.execute(f"SELECT count(*) FROM ({_PURGEABLE}) AS purgeable", {"cutoff": cutoff})
+    row = cur.fetchone()
+    return 0 if row is None else int(row[0])

@@ -106,9 +106,12 @@ EXPECTED: dict[DbRole, Grants] = {
                        "disabled_reason"},
             "INSERT": {"endpoint_id", "url", "user_id", "event_types", "secret"},
             "UPDATE": {"failing_since", "disabled_at", "disabled_reason"}},
-        # notifications redeliver / recover.
+        # notifications redeliver / recover; housekeeping forgets what is done (0015).
         "notification_deliveries": {"SELECT": ALL, "INSERT": {"intent_id", "endpoint_id"},
-                                    "UPDATE": {"state", "attempts", "next_attempt_at"}},
+                                    "UPDATE": {"state", "attempts", "next_attempt_at"},
+                                    "DELETE": ALL},
+        "notification_intents": {"SELECT": ALL, "DELETE": ALL},
+        "notification_attempts": {"SELECT": ALL, "DELETE": ALL},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},

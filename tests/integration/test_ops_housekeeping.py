@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
+import uuid
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,10 +20,13 @@ from paystream.consumers.ledger import LedgerHandler
 from paystream.consumers.ledger_reconcile import reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
+from paystream.notify import endpoints
 from paystream.ops.housekeeping import purge_processed_events
+from paystream.schema.db import database_url
 from paystream.schema.idempotency import idempotency_key
 from tests.support.consumers import store_records
 from tests.support.ids import unique
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,3 +234,111 @@ def test_a_rejection_replayed_after_the_ttl_stays_a_rejection(db):
         cur.execute("SELECT status FROM payment_events WHERE event_id = %s",
                     (withdrawal_id,))
         assert cur.fetchone() == ("rejected",)
+
+
+def _intent(cur, age_days: float, states: list[str], attempts: int = 0,
+            endpoints: list[str] | None = None) -> str:
+    """An intent recorded `age_days` ago with one slot per state (on `endpoints`), each
+    with `attempts` attempts; its id."""
+    intent_id = "ntf_" + uuid.uuid4().hex
+    cur.execute("INSERT INTO notification_intents (intent_id, type, user_id, created_at, data,"
+                " recorded_at) VALUES (%s, 'deposit.credited', 'u', now(), '{}',"
+                " now() - make_interval(days => %s))", (intent_id, age_days))
+    for state, endpoint_id in zip(states, endpoints or [], strict=True):
+        cur.execute("INSERT INTO notification_deliveries (intent_id, endpoint_id, state)"
+                    " VALUES (%s, %s, %s)", (intent_id, endpoint_id, state))
+        for n in range(attempts):
+            cur.execute("INSERT INTO notification_attempts (intent_id, endpoint_id, attempt,"
+                        " started_at, latency_s, status_code) VALUES (%s, %s, %s, now(), 0.01,"
+                        " 200)", (intent_id, endpoint_id, n + 1))
+    return intent_id
+
+
+def _rows(cur, table: str, ids: list[str]) -> int:
+    cur.execute(f"SELECT count(*) FROM {table} WHERE intent_id = ANY(%s)", (ids,))
+    return int(cur.fetchone()[0])
+
+
+def test_notifications_done_and_past_their_ttl_go_with_their_slots_and_attempts(db) -> None:
+    with db.cursor() as cur:
+        ep1, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-1", None, ["reminder.*"])
+        ep2, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-2", None, ["reminder.*"])
+        delivered = _intent(cur, 40, ["delivered", "delivered"], 2, [ep1, ep2])
+        failed = _intent(cur, 40, ["failed"], 6, [ep1])
+        wanted_by_nobody = _intent(cur, 40, [])
+        gone = [delivered, failed, wanted_by_nobody]
+        half_done = _intent(cur, 40, ["delivered", "pending"], 1, [ep1, ep2])
+        reminded = _intent(cur, 40, ["delivered"], 1, [ep1])
+        cur.execute("INSERT INTO notification_reminders (reminder_key, intent_id)"
+                    " VALUES (%s, %s)", (f"shortfall_open:{reminded}:1h", reminded))
+        young = _intent(cur, 29, ["delivered"], 1, [ep1])
+        kept = [half_done, reminded, young]
+
+        dry = subprocess.run(paystream_argv("housekeeping", "--dry-run"), capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        found = re.search(r"dry run\): (\d+) notifications", dry)
+        assert found and int(found.group(1)) >= 3, dry
+        assert _rows(cur, "notification_intents", gone) == 3
+
+        done = subprocess.run(paystream_argv("housekeeping", "--batch-size", "2"),
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+        assert re.search(r"deleted \d+ notifications", done), done
+        assert _rows(cur, "notification_intents", gone) == 0
+        assert _rows(cur, "notification_deliveries", gone) == 0
+        assert _rows(cur, "notification_attempts", gone) == 0
+        assert _rows(cur, "notification_intents", kept) == 3
+        assert _rows(cur, "notification_deliveries", kept) == 4
+        assert _rows(cur, "notification_attempts", kept) == 4
+
+        cur.execute("DELETE FROM notification_reminders WHERE intent_id = %s", (reminded,))
+        for table in ("notification_attempts", "notification_deliveries",
+                      "notification_intents"):
+            cur.execute(f"DELETE FROM {table} WHERE intent_id = ANY(%s)", (kept,))
+        cur.execute("DELETE FROM notification_endpoints WHERE endpoint_id = ANY(%s)",
+                    ([ep1, ep2],))
+
+
+def test_a_slot_moved_back_to_pending_during_the_purge_keeps_its_intent(db) -> None:
+    """The purge's snapshot saw every slot final; an operator's redeliver commits in
+    between: the slot is not deleted, its intent's delete fails the statement (nothing
+    of the batch goes), and the batch chosen again leaves that intent alone."""
+    with db.cursor() as cur:
+        ep, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-race", None, ["reminder.*"])
+        intent = _intent(cur, 40, ["delivered"], 1, [ep])
+    other = psycopg2.connect(database_url("owner"))
+    try:
+        with other, other.cursor() as locker:
+            # Hold the slot as a redeliver would, then move it back to pending.
+            locker.execute("SELECT 1 FROM notification_deliveries WHERE intent_id = %s"
+                           " FOR UPDATE", (intent,))
+            purge = subprocess.Popen(paystream_argv("housekeeping", "--ttl-days", "1000"),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+            # The purge chose the batch while the slot was final and now waits on its lock.
+            wait_until(lambda: _blocked_by(db, other.get_backend_pid()), 30,
+                       what="the purge waiting on the slot's lock")
+            locker.execute("UPDATE notification_deliveries SET state = 'pending'"
+                           " WHERE intent_id = %s", (intent,))
+        out, err = purge.communicate(timeout=60)
+        assert purge.returncode == 0 and "deleted" in out, err
+        with db.cursor() as cur:
+            assert _rows(cur, "notification_intents", [intent]) == 1
+            cur.execute("SELECT state FROM notification_deliveries WHERE intent_id = %s",
+                        (intent,))
+            assert cur.fetchall() == [("pending",)]
+            assert _rows(cur, "notification_attempts", [intent]) == 1
+            for table in ("notification_attempts", "notification_deliveries",
+                          "notification_intents"):
+                cur.execute(f"DELETE FROM {table} WHERE intent_id = %s", (intent,))
+            cur.execute("DELETE FROM notification_endpoints WHERE endpoint_id = %s", (ep,))
+    finally:
+        other.close()
+
+
+def _blocked_by(db, pid: int) -> bool:
+    """Some session waits on a lock `pid` holds (pg_stat_activity hides other roles'
+    wait events from a non-superuser; pg_blocking_pids does not)."""
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                    (pid,))
+        return int(cur.fetchone()[0]) > 0
