@@ -1,6 +1,7 @@
 """The one writer of notification intents and their delivery slots (migration 0011):
 the notifier consumer (intents read from the topic) and the reminder scheduler (intents
-it makes) both record through here, in their own transaction, before anything is sent.
+it makes) both record through here, in their own transaction, before anything is sent;
+housekeeping forgets the ones that are done through here too (migration 0015).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ _PURGEABLE = (
     "  WHERE d.intent_id = i.intent_id AND d.state = 'pending')"
     " AND NOT EXISTS (SELECT 1 FROM notification_reminders r"
     "  WHERE r.intent_id = i.intent_id)")
+# A batch is chosen again this often when slots go back to pending under it.
+_PURGE_TRIES = 3
 
 
 def purge_final(cur: Cursor, cutoff: datetime, limit: int) -> int:
@@ -92,9 +95,6 @@ def purge_final(cur: Cursor, cutoff: datetime, limit: int) -> int:
             continue
         return max(int(cur.rowcount), 0)
     return 0  # slots kept going back to pending: the next run takes the rest
-
-
-_PURGE_TRIES = 3
 
 
 def count_final(cur: Cursor, cutoff: datetime) -> int:
