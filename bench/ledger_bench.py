@@ -35,7 +35,7 @@ from paystream.stack.settings import StackSettings
 from tests.support.consumers import (
     ConsumerProcess,
     Message,
-    committed,
+    OffsetProbe,
     create_topic,
     create_users,
     end_offsets,
@@ -70,8 +70,8 @@ def make_stream(run: str, users: int, count: int, seed: int = 42) -> list[Paymen
 SHIPPED_BATCH_SIZE: int = ConsumerSettings.__dataclass_fields__["batch_size"].default  # type: ignore[assignment]
 
 
-def committed_total(group: str, topic: str) -> int:
-    return sum(max(o, 0) for o in committed(group, topic, range(12)).values())
+def committed_total(probe: OffsetProbe, topic: str) -> int:
+    return sum(max(o, 0) for o in probe.committed(topic, range(12)).values())
 
 
 @dataclass
@@ -89,12 +89,12 @@ def components_cpu(stack: StackSettings) -> dict[str, float]:
             "connect": cpu_usage.stack_seconds(stack.run_dir, "connect")}
 
 
-def cdc_settled(quiet_s: float = 1.5, limit_s: float = 120.0) -> None:
+def cdc_settled(probe: OffsetProbe, quiet_s: float = 1.5, limit_s: float = 120.0) -> None:
     """Wait until paystream.notifications has not grown for `quiet_s`."""
     deadline = time.monotonic() + limit_s
     last, still_since = -1, time.monotonic()
     while time.monotonic() < deadline:
-        now = sum(end_offsets(NOTIFICATIONS_TOPIC).values())
+        now = sum(probe.end_offsets(NOTIFICATIONS_TOPIC).values())
         if now != last:
             last, still_since = now, time.monotonic()
         elif time.monotonic() - still_since >= quiet_s:
@@ -121,10 +121,11 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
              for i in range(processes)]
     pids = [p.proc.pid for p in procs]
     samples: list[tuple[float, int]] = []  # (time.time(), events committed)
+    probe = OffsetProbe(group)  # one client for the whole run (see OffsetProbe)
     try:
         first_at = None
         while True:
-            done = committed_total(group, topic)
+            done = committed_total(probe, topic)
             now = time.perf_counter()
             samples.append((time.time(), done))
             if first_at is None and done > 0:
@@ -140,9 +141,10 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
         py1 = cpu_usage.process_seconds(pids)
         # Connect streams the batches' notification intents after they commit: its
         # (and the broker's) share of the work is in once the topic stops growing.
-        cdc_settled()
+        cdc_settled(probe)
         other1 = components_cpu(stack)
     finally:
+        probe.close()
         for p in procs:
             p.terminate()
     assert first_at is not None

@@ -152,27 +152,50 @@ def _probe(group: str = "paystream-harness-probe") -> Consumer:
                      "enable.auto.offset.store": False})
 
 
-def end_offsets(topic: str) -> dict[int, int]:
-    """High watermark per partition."""
-    c = _probe()
-    try:
-        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+class OffsetProbe:
+    """One client kept open for many offset reads.
+
+    Every new client authenticates with SCRAM, whose PBKDF2 costs milliseconds of CPU
+    on both ends: a bench polling offsets through a new client each time bills that to
+    the broker it measures, and takes it from the processes under test."""
+
+    def __init__(self, group: str = "paystream-harness-probe") -> None:
+        self._consumer = _probe(group)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """High watermark per partition."""
+        meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        return {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in meta.partitions}
-    finally:
-        c.close()
+
+    def committed(self, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+        """The probe's group's committed offset per partition (-1001 = none yet)."""
+        result = self._consumer.committed([TopicPartition(topic, p) for p in partitions],
+                                          timeout=10)
+        return {tp.partition: tp.offset for tp in result}
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> OffsetProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def end_offsets(topic: str) -> dict[int, int]:
+    """High watermark per partition."""
+    with OffsetProbe() as probe:
+        return probe.end_offsets(topic)
 
 
 def committed(group: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
     """The group's committed offset per partition (-1001 = none yet)."""
-    c = _probe(group)
-    try:
-        result = c.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-        return {tp.partition: tp.offset for tp in result}
-    finally:
-        c.close()
+    with OffsetProbe(group) as probe:
+        return probe.committed(topic, partitions)
 
 
 def start_at_end(group: str, topic: str) -> None:
