@@ -11,9 +11,12 @@ from typing import Any
 from paystream.api import keys
 from paystream.api.errors import InvalidRequestError
 from paystream.schema import balances as books
+from paystream.schema import processed_events
 from paystream.schema.accounts import USER_KINDS
 from paystream.schema.amounts import canonical_text
 from paystream.schema.db import Cursor, one_row
+from paystream.schema.events import EventType
+from paystream.schema.idempotency import idempotency_key
 from paystream.schema.transfers import signed
 
 USER_BOOKS = [k.value for k in USER_KINDS]
@@ -60,9 +63,9 @@ def event(cur: Cursor, event_id: str) -> dict[str, Any] | None:
     row = cur.fetchone()
     if row is None:
         return None
-    cur.execute("SELECT outcome FROM processed_events WHERE event_id = %s"
-                " ORDER BY processed_at DESC LIMIT 1", (event_id,))
-    outcome = cur.fetchone()
+    # By its key (the primary key), never by event_id: processed_events has no index on
+    # event_id, and the ledger's claim should not pay for one on every insert.
+    outcome = processed_events.outcome_of(cur, event_id, row[1])
     cur.execute("SELECT transfer_id, user_id, asset, book, delta, event_type, created_at"
                 " FROM user_entries WHERE source_event_id = %s"
                 " ORDER BY transfer_id, user_id, asset, book", (event_id,))
@@ -70,7 +73,7 @@ def event(cur: Cursor, event_id: str) -> dict[str, Any] | None:
                 "event_type": et, "created_at": c} for t, u, a, b, d, et, c in cur.fetchall()]
     return {"event_id": row[0], "event_type": row[1], "user_id": row[2], "asset": row[3],
             "amount": signed(row[4]), "provider": row[5], "status": row[6],
-            "outcome": outcome[0] if outcome else None, "trace_id": row[7],
+            "outcome": outcome, "trace_id": row[7],
             "received_at": row[8], "status_changed_at": row[9], "entries": entries}
 
 
@@ -123,11 +126,11 @@ def withdrawal(cur: Cursor, withdrawal_id: str) -> dict[str, Any] | None:
     cur.execute(
         "SELECT w.withdrawal_id, w.user_id, w.asset, w.amount, w.destination, w.created_at,"
         " e.status, e.trace_id, h.state, h.settled_amount, h.closed_by, h.closed_at,"
-        " (SELECT outcome FROM processed_events p WHERE p.event_id = w.withdrawal_id"
-        "  ORDER BY processed_at DESC LIMIT 1)"
+        " (SELECT outcome FROM processed_events p WHERE p.idempotency_key = %(key)s)"
         " FROM api_withdrawals w JOIN payment_events e ON e.event_id = w.withdrawal_id"
-        " LEFT JOIN holds h ON h.hold_id = w.withdrawal_id WHERE w.withdrawal_id = %s",
-        (withdrawal_id,))
+        " LEFT JOIN holds h ON h.hold_id = w.withdrawal_id WHERE w.withdrawal_id = %(id)s",
+        {"id": withdrawal_id,
+         "key": idempotency_key(withdrawal_id, EventType.WITHDRAWAL_REQUESTED.value)})
     row = cur.fetchone()
     if row is None:
         return None

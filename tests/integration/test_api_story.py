@@ -127,6 +127,7 @@ def test_create_deposit_pending_final_withdraw_held_settled(
     assert shop.balances(user) == {eth: (amount, "0", "0"), "USD": ("70", "0", "0")}
     settled = shop.get(f"/v1/withdrawals/{withdrawal_id}")
     assert (settled["settled_amount"], settled["closed_by"]) == ("30", settle_id)
+    assert settled["outcome"] == "applied"  # the request's own ledger outcome
 
     # 6. The history, newest first, each transfer naming its event, page by page.
     items, cursor = [], None
