@@ -1,0 +1,120 @@
+"""Loops and requests read what they ask for, not the table's whole history (migration
+0016). Each statement is captured as the real code sends it and run again under
+EXPLAIN ANALYZE with sequential scans priced out: the rows Postgres read and threw away
+say whether an index fits the question. A table of settled history must cost nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg2.extensions
+import pytest
+
+from paystream.finality.store import ChainDepositStore
+from paystream.schema import users as user_rows
+from paystream.schema.db import Connection, connect, database_url
+from tests.support.ids import unique
+
+SETTLED = 300  # deposits of the test's network already final: history no read needs
+UNSETTLED = ["crediting", "reversing"]  # what the reads may look at (and filter)
+
+
+SENT: list[bytes] = []  # every statement a _Recording cursor executed, as sent
+
+
+class _Recording(psycopg2.extensions.cursor):
+    def execute(self, query: Any, vars: Any = None) -> None:
+        super().execute(query, vars)
+        assert self.query is not None
+        SENT.append(self.query)
+
+
+def _recording_connection() -> Connection:
+    conn = connect(database_url("owner"))
+    conn.cursor_factory = _Recording
+    return conn
+
+
+def _discarded_rows(db: Connection, statement: bytes, table: str) -> tuple[int, list[str]]:
+    """Rows of `table` read and filtered away by `statement`, and the scans it used."""
+    with db.cursor() as cur:
+        cur.execute("BEGIN; SET LOCAL enable_seqscan = off")
+        cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
+        plan = cur.fetchone()[0]
+        cur.execute("ROLLBACK")
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    discarded, scans = 0, []
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal discarded
+        if node.get("Relation Name") == table:
+            discarded += int(node.get("Rows Removed by Filter", 0))
+            scans.append(f"{node['Node Type']} {node.get('Index Name', '')}".strip())
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return discarded, scans
+
+
+@pytest.fixture
+def network(db: Connection) -> Iterator[str]:
+    """A network with SETTLED final deposits, one crediting and one reversing."""
+    net = unique("net")
+    states = ["final"] * SETTLED + UNSETTLED
+    with db.cursor() as cur:
+        for i, state in enumerate(states):
+            cur.execute(
+                "INSERT INTO chain_deposits (event_id, network, tx_hash, block_number,"
+                " recipient, raw_value, chain, user_id, asset, amount, trace_id, state,"
+                " credited_at) VALUES (%s, %s, %s, %s, '0xr', 1, '{}', 'u', 'A', 1, 't', %s,"
+                " CASE WHEN %s = 'reversing' THEN now() END)",
+                (f"{net}-{i}", net, f"0x{i:064x}", i, state, state))
+        cur.execute("ANALYZE chain_deposits")
+    yield net
+    with db.cursor() as cur:
+        cur.execute("DELETE FROM chain_deposits WHERE network = %s", (net,))
+
+
+def test_the_finality_watchers_reads_skip_settled_deposits(db: Connection, network: str
+                                                            ) -> None:
+    SENT.clear()
+    store = ChainDepositStore(_recording_connection)
+    try:
+        # Real answers first: the settled history is not counted.
+        assert store.backlog(network)[0] == 1
+        assert store.credited_count(network) == 1
+        assert list(store.due(network, 10**9, 100)) == []
+        assert store.credited(network, 100) == []
+    finally:
+        store.close()
+    assert len(SENT) == 4
+    for statement in SENT:
+        discarded, scans = _discarded_rows(db, statement, "chain_deposits")
+        # An unsettled deposit of another state may be read and filtered; history not.
+        assert discarded <= len(UNSETTLED), (statement, scans, discarded)
+
+
+def test_a_users_deposit_addresses_are_read_by_user(db: Connection) -> None:
+    owner, other = unique("addr-u").lower(), unique("addr-o").lower()
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s), (%s)", (owner, other))
+        cur.execute("INSERT INTO deposit_addresses (network, address, user_id)"
+                    " SELECT 'ethereum', %s || g, %s FROM generate_series(1, 300) g",
+                    (f"0x{other}-", other))
+        cur.execute("INSERT INTO deposit_addresses (network, address, user_id)"
+                    " VALUES ('ethereum', %s, %s)", (f"0x{owner}", owner))
+        cur.execute("ANALYZE deposit_addresses")
+    conn = _recording_connection()
+    try:
+        SENT.clear()
+        with conn, conn.cursor() as cur:
+            found = user_rows.addresses(cur, owner)
+    finally:
+        conn.close()
+    assert [a.address for a in found] == [f"0x{owner}"]
+    discarded, scans = _discarded_rows(db, SENT[-1], "deposit_addresses")
+    assert discarded == 0 and not any(s.startswith("Seq Scan") for s in scans), scans
