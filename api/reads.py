@@ -97,11 +97,17 @@ def transactions(cur: Cursor, user_id: str, before: int | None, limit: int
     before the walk began, however many arrive meanwhile (new ones take higher ids and
     appear on a fresh first page). created_at would need transfer_id as a tie-break
     anyway, and is the transaction's start time, no better an order."""
+    # Each account's newest postings below the cursor, at most a page of them, from
+    # the end of its (account_id, transfer_id) index range (migration 0017); the page
+    # is the newest of their union. A transfer posts to an account at most once
+    # (postings' primary key), so no account's top can crowd out a transfer.
     cur.execute(
         "WITH page AS (SELECT DISTINCT p.transfer_id FROM accounts a"
-        " JOIN postings p ON p.account_id = a.account_id"
+        " CROSS JOIN LATERAL (SELECT q.transfer_id FROM postings q"
+        "  WHERE q.account_id = a.account_id"
+        "  AND (%(before)s::bigint IS NULL OR q.transfer_id < %(before)s::bigint)"
+        "  ORDER BY q.transfer_id DESC LIMIT %(limit)s) p"
         " WHERE a.owner = %(user)s AND a.kind = ANY(%(books)s::text[])"
-        " AND (%(before)s::bigint IS NULL OR p.transfer_id < %(before)s::bigint)"
         " ORDER BY p.transfer_id DESC LIMIT %(limit)s)"
         " SELECT e.transfer_id, e.source_event_id, e.event_type, e.created_at, e.asset,"
         " e.book, e.delta FROM user_entries e JOIN page USING (transfer_id)"

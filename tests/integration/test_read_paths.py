@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import psycopg2.extensions
 import pytest
 
+from paystream.api import reads
 from paystream.finality.store import ChainDepositStore
 from paystream.schema import users as user_rows
 from paystream.schema.db import Connection, connect, database_url
+from paystream.schema.events import EventType, PaymentEvent
+from tests.support.consumers import record_of, store_events, wire_message
 from tests.support.ids import unique
+from tests.support.ledger import ledger_apply
 
 SETTLED = 300  # deposits of the test's network already final: history no read needs
 UNSETTLED = ["crediting", "reversing"]  # what the reads may look at (and filter)
@@ -118,3 +123,58 @@ def test_a_users_deposit_addresses_are_read_by_user(db: Connection) -> None:
     assert [a.address for a in found] == [f"0x{owner}"]
     discarded, scans = _discarded_rows(db, SENT[-1], "deposit_addresses")
     assert discarded == 0 and not any(s.startswith("Seq Scan") for s in scans), scans
+
+
+def _rows_read(db: Connection, statement: bytes, table: str) -> int:
+    """Rows of `table` that `statement`'s scans returned (before any sort or limit)."""
+    with db.cursor() as cur:
+        cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
+        plan = cur.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    total = 0
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal total
+        if node.get("Relation Name") == table:
+            total += int(node["Actual Rows"]) * int(node["Actual Loops"])
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return total
+
+
+def test_a_history_page_reads_a_page_not_the_whole_history(db: Connection, ledger_db
+                                                           ) -> None:
+    """300 transfers: the first page and one from the middle each read about a page of
+    postings (at most a page per account, then the page's own), never all 300."""
+    user = unique("hist-u")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    events = [PaymentEvent(f"{user}-d{i}", EventType.DEPOSIT, user, "USD", Decimal(i + 1),
+                           "payments") for i in range(300)]
+    with db.cursor() as cur:
+        store_events(cur, events)
+    result = ledger_apply(ledger_db.connection(),
+                          [record_of(wire_message(e), offset=i) for i, e in enumerate(events)])
+    assert not result.dead_letters
+    conn = _recording_connection()
+    try:
+        pages = []
+        for before in (None, "middle"):
+            SENT.clear()
+            with conn, conn.cursor() as cur:
+                cursor = None if before is None else reads.parse_cursor(pages[0][1])
+                if before == "middle":  # jump 150 transfers down
+                    cursor = (cursor or 0) - 150
+                pages.append(reads.transactions(cur, user, cursor, 10))
+            page_rows = _rows_read(db, SENT[-1], "postings")
+            # limit + 1 rows per account at most, then the page's two postings a transfer
+            assert page_rows <= 11 * 3 + 11 * 2, page_rows
+    finally:
+        conn.close()
+    first, middle = pages[0][0], pages[1][0]
+    assert [i["event_id"] for i in first] == [f"{user}-d{i}" for i in range(299, 289, -1)]
+    assert len(middle) == 10 and all(i["transfer_id"] < first[-1]["transfer_id"] - 140
+                                     for i in middle)
