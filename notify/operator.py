@@ -50,8 +50,11 @@ def list_slots(cur: Cursor, *, user_id: str | None, state: str | None, limit: in
         where.append("d.state = %s")
         params.append(state)
     clause = ("WHERE " + " AND ".join(where)) if where else ""
-    cur.execute(f"SELECT {_SLOT} {clause} ORDER BY d.created_at DESC LIMIT %s",
-                (*params, limit))
+    # Newest intents first, by their recorded_at index (migration 0015): ordering by the
+    # slots' created_at, which has no index, sorted every delivery ever made (4.2 s at
+    # 2 M). A slot is created after its intent is recorded, so the order is nearly one.
+    cur.execute(f"SELECT {_SLOT} {clause}"
+                " ORDER BY i.recorded_at DESC, d.created_at DESC LIMIT %s", (*params, limit))
     return [Slot(*row) for row in cur.fetchall()]
 
 
