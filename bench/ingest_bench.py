@@ -112,14 +112,15 @@ class CdcBacklog:
     """Waits until the payments topic holds every event the ingest accepted so far."""
 
     def __init__(self) -> None:
-        from tests.support.consumers import end_offsets
+        from tests.support.consumers import OffsetProbe
 
-        self._end_offsets = end_offsets
+        # One client for every poll (a new one per poll costs a SCRAM handshake).
+        self._probe = OffsetProbe()
         self.start = self._on_topic()
         self.accepted = 0
 
     def _on_topic(self) -> int:
-        return sum(self._end_offsets(PAYMENTS_TOPIC).values())
+        return sum(self._probe.end_offsets(PAYMENTS_TOPIC).values())
 
     def drain(self, timeout_s: float = 180.0) -> float:
         began = time.monotonic()

@@ -6,6 +6,7 @@ say whether an index fits the question. A table of settled history must cost not
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -15,12 +16,14 @@ import pytest
 
 from paystream.api import reads
 from paystream.finality.store import ChainDepositStore
+from paystream.notify import operator
 from paystream.schema import users as user_rows
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.consumers import record_of, store_events, wire_message
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
+from tests.support.notify import add_endpoint
 
 SETTLED = 300  # deposits of the test's network already final: history no read needs
 UNSETTLED = ["crediting", "reversing"]  # what the reads may look at (and filter)
@@ -178,3 +181,48 @@ def test_a_history_page_reads_a_page_not_the_whole_history(db: Connection, ledge
     assert [i["event_id"] for i in first] == [f"{user}-d{i}" for i in range(299, 289, -1)]
     assert len(middle) == 10 and all(i["transfer_id"] < first[-1]["transfer_id"] - 140
                                      for i in middle)
+
+
+def test_failed_deliveries_are_found_without_reading_the_delivered(db: Connection) -> None:
+    """`notifications list --state failed` and `recover` (migration 0018), next to 300
+    deliveries that succeeded."""
+    user = unique("ntf-fail").lower()
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    endpoint_id, _ = add_endpoint("http://127.0.0.1:9/never", user)
+    try:
+        with db.cursor() as cur:
+            for i in range(301):
+                intent_id = "ntf_" + uuid.uuid4().hex
+                cur.execute("INSERT INTO notification_intents (intent_id, type, user_id,"
+                            " created_at, data) VALUES (%s, 'deposit.credited', %s, now(),"
+                            " '{}')", (intent_id, user))
+                cur.execute("INSERT INTO notification_deliveries (intent_id, endpoint_id,"
+                            " state) VALUES (%s, %s, %s)",
+                            (intent_id, endpoint_id, "failed" if i == 0 else "delivered"))
+            cur.execute("ANALYZE notification_deliveries")
+        conn = _recording_connection()
+        try:
+            SENT.clear()
+            with conn, conn.cursor() as cur:
+                failed = operator.list_slots(cur, user_id=None, state="failed", limit=50)
+                cur.execute("SELECT now() - interval '1 hour'")
+                since = cur.fetchone()[0]
+                conn.rollback()  # recover is run again below, under EXPLAIN, rolled back
+            with conn, conn.cursor() as cur:
+                assert operator.recover(cur, since, endpoint_id) == 1
+                conn.rollback()
+        finally:
+            conn.close()
+        assert endpoint_id in {s.endpoint_id for s in failed}
+        with db.cursor() as cur:  # other tests' failed deliveries may be read, and filtered
+            cur.execute("SELECT count(*) FROM notification_deliveries WHERE state = 'failed'")
+            failed_anywhere = cur.fetchone()[0]
+        for statement in (SENT[0], SENT[-1]):
+            discarded, scans = _discarded_rows(db, statement, "notification_deliveries")
+            assert discarded < failed_anywhere and not any(
+                s.startswith("Seq Scan") for s in scans), (statement, scans, discarded)
+    finally:
+        with db.cursor() as cur:
+            cur.execute("UPDATE notification_endpoints SET disabled_at = now()"
+                        " WHERE endpoint_id = %s", (endpoint_id,))
