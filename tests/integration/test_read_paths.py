@@ -45,27 +45,36 @@ def _recording_connection() -> Connection:
     return conn
 
 
-def _discarded_rows(db: Connection, statement: bytes, table: str) -> tuple[int, list[str]]:
-    """Rows of `table` read and filtered away by `statement`, and the scans it used."""
+def _scans(db: Connection, statement: bytes, table: str, *, seqscan: bool = False
+           ) -> list[dict[str, Any]]:
+    """The plan nodes that read `table` when `statement` runs under EXPLAIN ANALYZE (rolled
+    back: an UPDATE changes nothing), sequential scans priced out unless `seqscan`."""
     with db.cursor() as cur:
-        cur.execute("BEGIN; SET LOCAL enable_seqscan = off")
+        cur.execute("BEGIN")
+        if not seqscan:
+            cur.execute("SET LOCAL enable_seqscan = off")
         cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
         plan = cur.fetchone()[0]
         cur.execute("ROLLBACK")
     if isinstance(plan, str):
         plan = json.loads(plan)
-    discarded, scans = 0, []
+    found: list[dict[str, Any]] = []
 
     def walk(node: dict[str, Any]) -> None:
-        nonlocal discarded
         if node.get("Relation Name") == table:
-            discarded += int(node.get("Rows Removed by Filter", 0))
-            scans.append(f"{node['Node Type']} {node.get('Index Name', '')}".strip())
+            found.append(node)
         for child in node.get("Plans", []):
             walk(child)
 
     walk(plan[0]["Plan"])
-    return discarded, scans
+    return found
+
+
+def _discarded_rows(db: Connection, statement: bytes, table: str) -> tuple[int, list[str]]:
+    """Rows of `table` read and filtered away by `statement`, and the scans it used."""
+    nodes = _scans(db, statement, table)
+    return (sum(int(n.get("Rows Removed by Filter", 0)) for n in nodes),
+            [f"{n['Node Type']} {n.get('Index Name', '')}".strip() for n in nodes])
 
 
 @pytest.fixture
@@ -129,23 +138,10 @@ def test_a_users_deposit_addresses_are_read_by_user(db: Connection) -> None:
 
 
 def _rows_read(db: Connection, statement: bytes, table: str) -> int:
-    """Rows of `table` that `statement`'s scans returned (before any sort or limit)."""
-    with db.cursor() as cur:
-        cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
-        plan = cur.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    total = 0
-
-    def walk(node: dict[str, Any]) -> None:
-        nonlocal total
-        if node.get("Relation Name") == table:
-            total += int(node["Actual Rows"]) * int(node["Actual Loops"])
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan[0]["Plan"])
-    return total
+    """Rows of `table` that `statement`'s scans returned (before any sort or limit), as
+    the planner chose them."""
+    return sum(int(n["Actual Rows"]) * int(n["Actual Loops"])
+               for n in _scans(db, statement, table, seqscan=True))
 
 
 def test_a_history_page_reads_a_page_not_the_whole_history(db: Connection, ledger_db
@@ -168,9 +164,8 @@ def test_a_history_page_reads_a_page_not_the_whole_history(db: Connection, ledge
         for before in (None, "middle"):
             SENT.clear()
             with conn, conn.cursor() as cur:
-                cursor = None if before is None else reads.parse_cursor(pages[0][1])
-                if before == "middle":  # jump 150 transfers down
-                    cursor = (cursor or 0) - 150
+                # The middle: 150 transfers below where the first page ended.
+                cursor = None if before is None else reads.parse_cursor(pages[0][1]) - 150
                 pages.append(reads.transactions(cur, user, cursor, 10))
             page_rows = _rows_read(db, SENT[-1], "postings")
             # limit + 1 rows per account at most, then the page's two postings a transfer
