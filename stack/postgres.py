@@ -33,7 +33,6 @@ wal_level = logical
 max_wal_senders = 10
 max_replication_slots = 10
 max_connections = 200
-shared_buffers = 256MB
 log_line_prefix = '%m [%p] %u@%d '
 """
 # The write path's settings, given at every start (a cluster made before them gets them
@@ -43,10 +42,28 @@ log_line_prefix = '%m [%p] %u@%d '
 # default 1 GB that happens every ~40 s at 10,000 events/s, with 4 GB every ~2.5 min.
 # Durability is untouched: fsync, synchronous_commit and full_page_writes stay on.
 # (wal_compression=lz4 was tried: no smaller WAL after a checkpoint, so it is not set.)
+# shared_buffers 1 GB (it was 256 MB, written into postgresql.conf at initdb; this
+# overrides it): the ledger inserts into three ~200-300 MB indexes of random keys
+# (claims, transfers, event ids) and a 256 MB pool made its backends read ~0.9 and
+# write ~1 evicted block per event themselves (pg_stat_database, pg_stat_bgwriter,
+# 2026-12-03, a 3 GB database); at 1 GB, 0.2 reads and no backend writes until the
+# pool filled with dirty pages. A quarter of RAM is the usual advice; the stack shares
+# its machine with two JVMs and the consumers.
 WRITE_PATH_SETTINGS = {
     "max_wal_size": "4GB",
     "checkpoint_timeout": "15min",
+    "shared_buffers": "1GB",
 }
+# glibc's malloc, set for the server through its environment (Postgres has no setting
+# for it): by default a block above the dynamic mmap threshold is mapped and unmapped
+# per statement, and the heap's top trimmed, so every batch statement with a big
+# argument (1,000 keys in a text[], an intents record) faulted its memory in again:
+# ~4,100 fresh pages for each run of one 200,000-key unnest, ~0.9 minor faults per
+# ledger event, and a fault costs ~3-4 us on these VMs. With these, a backend keeps
+# what it used (up to the top pad and trim threshold) and faults it once.
+MALLOC_TUNABLES = ("glibc.malloc.mmap_threshold=67108864"
+                   ":glibc.malloc.trim_threshold=268435456"
+                   ":glibc.malloc.top_pad=16777216")
 
 
 def server_options() -> list[str]:
@@ -149,7 +166,8 @@ def start(s: StackSettings) -> bool:
     # Again at every start, not only at initdb: a state dir made 0700 since (an older
     # `paystream run` did so writing dev-secrets.env) must not keep Postgres down.
     _make_traversable(s.pg_data)
-    _as_postgres([_bin("pg_ctl"), "-D", str(s.pg_data), "-l", str(log), "-w", "-t", "60",
+    _as_postgres(["env", f"GLIBC_TUNABLES={MALLOC_TUNABLES}", _bin("pg_ctl"), "-D",
+                  str(s.pg_data), "-l", str(log), "-w", "-t", "60",
                   "-o", " ".join(server_options()), "start"], s, timeout=90)
     wait_until(COMPONENT, "accepting connections", lambda: _superuser_ping(s),
                timeout=30, log=log)

@@ -82,6 +82,7 @@ def test_postgres_runs_with_the_stacks_write_path_settings():
     command = SERVICES["postgres"]["command"]
     given = [command[i + 1] for i, arg in enumerate(command) if arg == "-c"]
     assert set(postgres.server_options()[1::2]) <= set(given)
+    assert SERVICES["postgres"]["environment"]["GLIBC_TUNABLES"] == postgres.MALLOC_TUNABLES
 
 
 def test_only_the_ingest_and_the_api_publish_a_port_and_only_their_public_one():
