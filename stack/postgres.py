@@ -17,6 +17,7 @@ import psycopg2
 from paystream import credentials
 from paystream.env import env_str
 from paystream.schema import db
+from paystream.stack import huge_pages
 from paystream.stack.packages import postgres_bin_dir
 from paystream.stack.process import StackError, pid_alive, run, wait_until
 from paystream.stack.settings import StackSettings
@@ -53,6 +54,8 @@ WRITE_PATH_SETTINGS = {
     "max_wal_size": "4GB",
     "checkpoint_timeout": "15min",
     "shared_buffers": "1GB",
+    # The pool in 2 MB pages when the kernel has them (stack/huge_pages.py).
+    "huge_pages": "try",
 }
 # glibc's malloc, set for the server through its environment (Postgres has no setting
 # for it): by default a block above the dynamic mmap threshold is mapped and unmapped
@@ -70,6 +73,19 @@ def server_options() -> list[str]:
     """WRITE_PATH_SETTINGS as the server's `-c name=value` arguments."""
     return [arg for name, value in WRITE_PATH_SETTINGS.items()
             for arg in ("-c", f"{name}={value}")]
+
+
+def reserve_huge_pages(s: StackSettings) -> str | bool:
+    """Before a start: the huge pages the cluster's shared memory needs, made free
+    (stack/huge_pages.py); False if it runs already (its memory is mapped)."""
+    if is_running(s):
+        return False
+    # A runtime-computed setting, which postgres -C reports only while the server is down.
+    needed = int(_as_postgres([_bin("postgres"), "-D", str(s.pg_data), *server_options(),
+                               "-C", "shared_memory_size_in_huge_pages"], s).strip())
+    if needed <= 0:
+        return "not supported here: normal pages"
+    return huge_pages.reserve(needed)
 
 
 def _bin(name: str) -> str:

@@ -61,6 +61,7 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         s.logs_dir.mkdir(parents=True, exist_ok=True)
         _step("debian packages", lambda: ", ".join(ensure_packages()) or False)
         _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
+        _step("postgres huge pages", lambda: postgres.reserve_huge_pages(s))
         _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
         _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
         if with_pgbouncer or bouncer.enabled:

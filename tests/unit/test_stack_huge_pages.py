@@ -1,0 +1,55 @@
+"""stack/huge_pages.reserve against a fake /proc: it grows the pool by what is missing,
+leaves it when enough is free, and gives back what the kernel could not fill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paystream.stack import huge_pages
+
+
+def _proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total: int, free: int) -> Path:
+    meminfo, nr = tmp_path / "meminfo", tmp_path / "nr_hugepages"
+    meminfo.write_text(f"MemTotal:       24000000 kB\nHugePages_Total:   {total:5d}\n"
+                       f"HugePages_Free:    {free:5d}\nHugepagesize:       2048 kB\n")
+    nr.write_text(str(total))
+    monkeypatch.setattr(huge_pages, "MEMINFO", meminfo)
+    monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", nr)
+    return nr
+
+
+def test_enough_free_leaves_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nr = _proc(tmp_path, monkeypatch, total=600, free=560)
+    assert huge_pages.reserve(540) == "540 pages, free already"
+    assert nr.read_text() == "600"
+
+
+class _Kernel:
+    """nr_hugepages as the kernel takes it: the new pages show up free in meminfo."""
+
+    def __init__(self, meminfo: Path, total: int, free: int) -> None:
+        self.meminfo, self.total, self.free, self.written = meminfo, total, free, ""
+
+    def write_text(self, text: str) -> None:
+        self.written = text
+        added = int(text) - self.total
+        self.meminfo.write_text(f"HugePages_Total: {int(text)}\n"
+                                f"HugePages_Free: {self.free + added}\n")
+
+
+def test_the_pool_grows_by_what_is_missing(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    _proc(tmp_path, monkeypatch, total=600, free=100)
+    kernel = _Kernel(tmp_path / "meminfo", total=600, free=100)
+    monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", kernel)
+    assert huge_pages.reserve(540) == "540 pages reserved (pool 600 -> 1040)"
+    assert kernel.written == "1040"
+
+
+def test_what_the_kernel_cannot_fill_is_given_back(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    nr = _proc(tmp_path, monkeypatch, total=0, free=0)  # meminfo stays at 0 free
+    assert huge_pages.reserve(540).startswith("only 0 of 540 pages")
+    assert nr.read_text() == "0"
