@@ -21,9 +21,13 @@ NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
 
 
 def pool() -> tuple[int, int]:
-    """(total, free) pages of the kernel's huge page pool."""
+    """(total, available) pages of the kernel's huge page pool. Available: free and not
+    reserved. A running Postgres reserves its pages at start and faults them in as it
+    uses them, so until then they count as free (HugePages_Free) and reserved
+    (HugePages_Rsvd) at once: a second cluster cannot have them."""
     fields = dict(line.split(":", 1) for line in MEMINFO.read_text().splitlines())
-    return int(fields["HugePages_Total"]), int(fields["HugePages_Free"])
+    free = int(fields["HugePages_Free"]) - int(fields.get("HugePages_Rsvd", "0"))
+    return int(fields["HugePages_Total"]), free
 
 
 def reserve(pages: int) -> str:

@@ -10,10 +10,12 @@ import pytest
 from paystream.stack import huge_pages
 
 
-def _proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total: int, free: int) -> Path:
+def _proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total: int, free: int,
+          reserved: int = 0) -> Path:
     meminfo, nr = tmp_path / "meminfo", tmp_path / "nr_hugepages"
     meminfo.write_text(f"MemTotal:       24000000 kB\nHugePages_Total:   {total:5d}\n"
-                       f"HugePages_Free:    {free:5d}\nHugepagesize:       2048 kB\n")
+                       f"HugePages_Free:    {free:5d}\nHugePages_Rsvd:    {reserved:5d}\n"
+                       f"Hugepagesize:       2048 kB\n")
     nr.write_text(str(total))
     monkeypatch.setattr(huge_pages, "MEMINFO", meminfo)
     monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", nr)
@@ -24,6 +26,16 @@ def test_enough_free_leaves_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyP
     nr = _proc(tmp_path, monkeypatch, total=600, free=560)
     assert huge_pages.reserve(540) == "540 pages, free already"
     assert nr.read_text() == "600"
+
+
+def test_pages_another_cluster_reserved_are_not_free(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A running cluster took 29 of its 540 pages so far: 540 show free, 511 of them its.
+    _proc(tmp_path, monkeypatch, total=540, free=540, reserved=511)
+    kernel = _Kernel(tmp_path / "meminfo", total=540, free=29)
+    monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", kernel)
+    assert huge_pages.reserve(540) == "540 pages reserved (pool 540 -> 1051)"
+    assert kernel.written == "1051"
 
 
 class _Kernel:
