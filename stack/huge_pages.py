@@ -9,7 +9,8 @@ the kernel's reserved pool (vm.nr_hugepages), which is empty by default: `stack 
 as root, grows it by what the cluster asks (PG 15's shared_memory_size_in_huge_pages)
 beyond what is free. Reserved pages are memory the rest of the machine cannot use
 until vm.nr_hugepages is lowered again; `huge_pages=try` starts Postgres without them
-when they cannot be had (not root, a container, fragmented memory).
+when they cannot be had (not root, a container, fragmented memory). What a stack
+added is noted in its run dir and given back when its Postgres stops.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def pool() -> tuple[int, int]:
     return int(fields["HugePages_Total"]), free
 
 
-def reserve(pages: int) -> str:
-    """Make at least `pages` huge pages free (growing the pool by what is missing);
-    what happened, for `stack up`'s step line. Never raises: Postgres falls back to
-    normal pages (huge_pages=try)."""
+def reserve(pages: int, added_file: Path) -> str:
+    """Make at least `pages` huge pages available (growing the pool by what is missing,
+    which `added_file` keeps a count of, for release); what happened, for `stack up`'s
+    step line. Never raises: Postgres falls back to normal pages (huge_pages=try)."""
     total, free = pool()
     if free >= pages:
         return f"{pages} pages, free already"
@@ -45,4 +46,32 @@ def reserve(pages: int) -> str:
     if free_now < pages:  # the kernel found fewer free 2 MB runs than asked: give back
         NR_HUGEPAGES.write_text(str(total))
         return f"only {free_now} of {pages} pages could be had: normal pages"
+    added_file.write_text(str(_added(added_file) + total_now - total))
     return f"{pages} pages reserved (pool {total} -> {total_now})"
+
+
+def release(added_file: Path) -> int:
+    """Give back to the machine the pages `reserve` added for this stack, as far as
+    they are available now (its Postgres stopped); how many. Never raises."""
+    added = _added(added_file)
+    if added <= 0:
+        return 0
+    try:
+        total, free = pool()
+        give = min(added, max(free, 0))
+        if give:
+            NR_HUGEPAGES.write_text(str(total - give))
+    except OSError:
+        return 0
+    if added > give:
+        added_file.write_text(str(added - give))
+    else:
+        added_file.unlink(missing_ok=True)
+    return give
+
+
+def _added(added_file: Path) -> int:
+    try:
+        return int(added_file.read_text())
+    except (OSError, ValueError):
+        return 0

@@ -81,11 +81,20 @@ def reserve_huge_pages(s: StackSettings) -> str | bool:
     if is_running(s):
         return False
     # A runtime-computed setting, which postgres -C reports only while the server is down.
-    needed = int(_as_postgres([_bin("postgres"), "-D", str(s.pg_data), *server_options(),
-                               "-C", "shared_memory_size_in_huge_pages"], s).strip())
+    try:
+        needed = int(_as_postgres([_bin("postgres"), "-D", str(s.pg_data), *server_options(),
+                                   "-C", "shared_memory_size_in_huge_pages"], s).strip())
+    except (StackError, ValueError):
+        return "size unknown (postgres -C failed): normal pages"
     if needed <= 0:
         return "not supported here: normal pages"
-    return huge_pages.reserve(needed)
+    return huge_pages.reserve(needed, _huge_pages_added(s))
+
+
+def _huge_pages_added(s: StackSettings) -> Path:
+    """Where this stack counts the huge pages it added to the kernel's pool."""
+    s.run_dir.mkdir(parents=True, exist_ok=True)
+    return s.run_dir / "postgres-huge-pages"
 
 
 def _bin(name: str) -> str:
@@ -182,6 +191,8 @@ def start(s: StackSettings) -> bool:
     # Again at every start, not only at initdb: a state dir made 0700 since (an older
     # `paystream run` did so writing dev-secrets.env) must not keep Postgres down.
     _make_traversable(s.pg_data)
+    # At every start too: stop() gave them back (`up` shows it as a step of its own).
+    reserve_huge_pages(s)
     _as_postgres(["env", f"GLIBC_TUNABLES={MALLOC_TUNABLES}", _bin("pg_ctl"), "-D",
                   str(s.pg_data), "-l", str(log), "-w", "-t", "60",
                   "-o", " ".join(server_options()), "start"], s, timeout=90)
@@ -195,6 +206,7 @@ def stop(s: StackSettings) -> bool:
         return False
     _as_postgres([_bin("pg_ctl"), "-D", str(s.pg_data), "-m", "fast", "-w", "-t", "60",
                   "stop"], s, timeout=90)
+    huge_pages.release(_huge_pages_added(s))
     return True
 
 

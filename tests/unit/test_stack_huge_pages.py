@@ -1,5 +1,6 @@
-"""stack/huge_pages.reserve against a fake /proc: it grows the pool by what is missing,
-leaves it when enough is free, and gives back what the kernel could not fill."""
+"""stack/huge_pages against a fake /proc: reserve grows the pool by what is missing,
+leaves it when enough is available, gives back what the kernel could not fill; release
+gives back what reserve added, as far as it is available."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total: int, free: int
 
 def test_enough_free_leaves_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nr = _proc(tmp_path, monkeypatch, total=600, free=560)
-    assert huge_pages.reserve(540) == "540 pages, free already"
+    assert huge_pages.reserve(540, tmp_path / "added") == "540 pages, free already"
     assert nr.read_text() == "600"
 
 
@@ -34,7 +35,7 @@ def test_pages_another_cluster_reserved_are_not_free(tmp_path: Path,
     _proc(tmp_path, monkeypatch, total=540, free=540, reserved=511)
     kernel = _Kernel(tmp_path / "meminfo", total=540, free=29)
     monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", kernel)
-    assert huge_pages.reserve(540) == "540 pages reserved (pool 540 -> 1051)"
+    assert huge_pages.reserve(540, tmp_path / "added") == "540 pages reserved (pool 540 -> 1051)"
     assert kernel.written == "1051"
 
 
@@ -56,12 +57,40 @@ def test_the_pool_grows_by_what_is_missing(tmp_path: Path,
     _proc(tmp_path, monkeypatch, total=600, free=100)
     kernel = _Kernel(tmp_path / "meminfo", total=600, free=100)
     monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", kernel)
-    assert huge_pages.reserve(540) == "540 pages reserved (pool 600 -> 1040)"
+    assert huge_pages.reserve(540, tmp_path / "added") == "540 pages reserved (pool 600 -> 1040)"
     assert kernel.written == "1040"
 
 
 def test_what_the_kernel_cannot_fill_is_given_back(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     nr = _proc(tmp_path, monkeypatch, total=0, free=0)  # meminfo stays at 0 free
-    assert huge_pages.reserve(540).startswith("only 0 of 540 pages")
+    assert huge_pages.reserve(540, tmp_path / "added").startswith("only 0 of 540 pages")
     assert nr.read_text() == "0"
+
+
+def test_release_gives_back_what_reserve_added(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _proc(tmp_path, monkeypatch, total=100, free=100)
+    kernel = _Kernel(tmp_path / "meminfo", total=100, free=100)
+    monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", kernel)
+    huge_pages.reserve(540, tmp_path / "added")
+    assert (tmp_path / "added").read_text() == "440"
+    # Its Postgres stopped: all 540 available again; only the 440 it added go back.
+    kernel.total = 540
+    kernel.free = 540
+    assert huge_pages.release(tmp_path / "added") == 440
+    assert kernel.written == "100"
+    assert not (tmp_path / "added").exists()
+    assert huge_pages.release(tmp_path / "added") == 0
+
+
+def test_release_keeps_what_is_still_in_use(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # This stack added 540; another cluster holds all but 200 of the pool.
+    _proc(tmp_path, monkeypatch, total=1080, free=740, reserved=540)
+    (tmp_path / "added").write_text("540")
+    kernel = _Kernel(tmp_path / "meminfo", total=1080, free=200)
+    monkeypatch.setattr(huge_pages, "NR_HUGEPAGES", kernel)
+    assert huge_pages.release(tmp_path / "added") == 200
+    assert kernel.written == "880"
+    assert (tmp_path / "added").read_text() == "340"
