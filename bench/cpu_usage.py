@@ -45,10 +45,46 @@ def tree_seconds(pid: int) -> float:
 def postgres_seconds(pgdata: Path) -> float:
     """CPU seconds of the Postgres server of `pgdata` so far (live processes + reaped
     ones)."""
+    return sum(postgres_seconds_by_role(pgdata).values())
+
+
+def postgres_seconds_by_role(pgdata: Path) -> dict[str, float]:
+    """postgres_seconds split by what the processes do, from their titles: `backends`
+    (client connections, and every process that exited: the postmaster reaps them all
+    into one count), `walsender` (logical decoding for Debezium), `background` (the
+    postmaster, checkpointer, writers, autovacuum and the rest)."""
     postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
     fields = _stat(postmaster)
     reaped = 0 if fields is None else int(fields[13]) + int(fields[14])  # cutime, cstime
-    return tree_seconds(postmaster) + reaped / TICKS
+    split = {"backends": reaped / TICKS, "walsender": 0.0,
+             "background": process_seconds([postmaster])}
+    for pid in _children(postmaster):
+        split[_role(pid)] += process_seconds([pid])
+    return split
+
+
+def _role(pid: int) -> str:
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:  # exited: the postmaster's reaped count has it, as a backend's
+        return "backends"
+    return role_of(title)
+
+
+def role_of(title: str) -> str:
+    """The role of a Postgres process from the title it sets over its argv
+    ("postgres: walsender ...", "postgres: checkpointer", "postgres: user db ...")."""
+    words = title.removeprefix("postgres:").split()
+    if words[:1] == ["walsender"]:
+        return "walsender"
+    if not words or words[0] in _BACKGROUND:
+        return "background"
+    return "backends"
+
+
+_BACKGROUND = frozenset({"checkpointer", "background", "walwriter", "autovacuum",
+                         "logical", "archiver", "stats", "startup"})
 
 
 def _children(pid: int) -> list[int]:

@@ -80,6 +80,7 @@ class GroupRun:
     wall: float          # events/s including process start and group join
     cpu: dict[str, float]  # CPU seconds per component: python (the ledger), postgres,
                            # kafka, connect
+    postgres_roles: dict[str, float]  # the postgres seconds by process role (cpu_usage)
 
 
 def components_cpu(stack: StackSettings) -> dict[str, float]:
@@ -131,6 +132,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
             if first_at is None and done > 0:
                 first_at = now
                 py0, other0 = cpu_usage.process_seconds(pids), components_cpu(stack)
+                roles0 = cpu_usage.postgres_seconds_by_role(stack.pg_data)
             if done >= total:
                 break
             if now - launched > 600 or any(not p.alive() for p in procs):
@@ -143,6 +145,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
         # (and the broker's) share of the work is in once the topic stops growing.
         cdc_settled(probe)
         other1 = components_cpu(stack)
+        roles1 = cpu_usage.postgres_seconds_by_role(stack.pg_data)
     finally:
         probe.close()
         for p in procs:
@@ -159,7 +162,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
           f" launch; rate from {start_done:,} of {total:,} events committed")
     return GroupRun((total - start_done) / max(end_at - start_at, 1e-9),
                     total / (finished - launched),
-                    {"python": py1 - py0, **since(other0, other1)})
+                    {"python": py1 - py0, **since(other0, other1)}, since(roles0, roles1))
 
 
 def last_assignment(log_path: Path, before: float) -> float:
@@ -276,6 +279,9 @@ def main() -> int:
     print(cpu_line("ledger single", len(single_msgs), single.cpu))
     print(cpu_line(f"baseline ({p})", len(base_msgs), base_cpu))
     print(cpu_line("baseline (1)", len(base1_msgs), base1_cpu))
+    print(f"postgres by process, ledger group ({p}): " + ", ".join(
+        f"{role} {seconds / steady_events * 1e6:,.0f} us"
+        for role, seconds in group.postgres_roles.items()))
     print("targets: ledger group >= 20,000 events/s; >= 20x the baseline at equal processes")
     results.write(args.results, "ledger", f"the per-event double-entry applier with {p}"
                   " process(es) and with 1, on other events of the same mix, in the same run",
@@ -284,7 +290,10 @@ def main() -> int:
                    "baseline_single": base1,
                    "cpu_us_per_event": {
                        f"ledger_{name}": seconds / steady_events * 1e6
-                       for name, seconds in group.cpu.items()}})
+                       for name, seconds in group.cpu.items()},
+                   "postgres_us_per_event_by_role": {
+                       role: seconds / steady_events * 1e6
+                       for role, seconds in group.postgres_roles.items()}})
     return 1 if failed else 0
 
 
