@@ -40,12 +40,12 @@ def reserve(pages: int, added_file: Path) -> str:
         return f"{pages} pages, free already"
     try:
         NR_HUGEPAGES.write_text(str(total + pages - free))
+        total_now, free_now = pool()
+        if free_now < pages:  # the kernel found fewer free 2 MB runs than asked: give back
+            NR_HUGEPAGES.write_text(str(total))
+            return f"only {free_now} of {pages} pages could be had: normal pages"
     except OSError as exc:
         return f"not reserved ({exc.strerror or exc}): normal pages"
-    total_now, free_now = pool()
-    if free_now < pages:  # the kernel found fewer free 2 MB runs than asked: give back
-        NR_HUGEPAGES.write_text(str(total))
-        return f"only {free_now} of {pages} pages could be had: normal pages"
     added_file.write_text(str(_added(added_file) + total_now - total))
     return f"{pages} pages reserved (pool {total} -> {total_now})"
 
