@@ -87,6 +87,14 @@ _BACKGROUND = frozenset({"checkpointer", "background", "walwriter", "autovacuum"
                          "logical", "archiver", "stats", "startup"})
 
 
+def fixed_us_per_event(shares: dict[str, float], rate: float) -> float:
+    """What the JVMs' idle shares of a core (kafka, connect) add to the CPU per event at
+    `rate`. Postgres's is left out: at rest it is autovacuum after the bench's own
+    inserts, work that is not fixed."""
+    idle = shares.get("kafka", 0.0) + shares.get("connect", 0.0)
+    return idle / rate * 1e6 if rate > 0 else 0.0
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

@@ -107,6 +107,43 @@ def since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {k: after[k] - before[k] for k in before}
 
 
+def at_rest(stack: StackSettings, seconds: float = 5.0) -> dict[str, float]:
+    """Each component's share of a core while nothing is sent. It is the fixed part of
+    the CPU per event printed later: Debezium polls its queue every poll.interval.ms
+    (10) and the brokers tick, whatever the rate."""
+    before, t = components_cpu(stack), time.perf_counter()
+    time.sleep(seconds)
+    used, elapsed = since(before, components_cpu(stack)), time.perf_counter() - t
+    return {name: cpu / elapsed for name, cpu in used.items()}
+
+
+def python_loop_seconds(n: int = 10_000_000) -> float:
+    """Seconds for a pure-Python loop of `n` additions: the machine's speed of the day.
+    The VMs here vary by up to 1.6x from one day to the next on the same code."""
+    started, total = time.perf_counter(), 0
+    for i in range(n):
+        total += i
+    return time.perf_counter() - started
+
+
+def database_size() -> dict[str, float]:
+    """The size the ledger's random-key indexes work against (the pool is 1 GB): payment
+    events (the planner's estimate, no scan) and the indexes of the ledger's tables."""
+    conn = connect(database_url("owner"))
+    with conn.cursor() as cur:
+        cur.execute("SELECT greatest(reltuples, 0)::bigint FROM pg_class"
+                    " WHERE oid = 'payment_events'::regclass")
+        row = cur.fetchone()
+        cur.execute("SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_index"
+                    " WHERE indrelid IN ('payment_events'::regclass,"
+                    " 'processed_events'::regclass, 'transfers'::regclass,"
+                    " 'postings'::regclass)")
+        size = cur.fetchone()
+    conn.close()
+    return {"payment_events": float(row[0] if row else 0),
+            "ledger_index_gib": float(size[0] if size else 0) / 2**30}
+
+
 def run_group(topic: str, group: str, total: int, processes: int, batch_size: int,
               log_dir: Path, stack: StackSettings) -> GroupRun:
     """The ledger group draining `topic`, timed from the committed offsets.
@@ -233,6 +270,9 @@ def main() -> int:
 
     print("load average before: {:.1f} {:.1f} {:.1f} (2 cores; Kafka, Connect, Postgres"
           " and anvil running)".format(*os.getloadavg()))
+    loop_s = python_loop_seconds()
+    print(f"machine: a pure-Python loop of 10 M additions takes {loop_s:.2f} s (CPU figures"
+          " of days of different speed are not comparable)")
     stamp = f"bench-{int(time.time())}-{random.randrange(1 << 16):04x}"
     print("preparing (every event in payment_events, status received, as the ingest"
           " leaves it):")
@@ -240,6 +280,10 @@ def main() -> int:
     single_topic, single_msgs = prepare(f"{stamp}-s", args.users, args.events // 2, 43, True)
     _, base_msgs = prepare(f"{stamp}-b", args.users, args.baseline_events, 44, False)
     _, base1_msgs = prepare(f"{stamp}-c", args.users, args.baseline_events // 2, 45, False)
+    size = database_size()
+    with OffsetProbe() as probe:
+        cdc_settled(probe)
+    rest = at_rest(stack)
 
     group = run_group(group_topic, f"{stamp}-g-ledger", len(group_msgs), p, args.batch_size,
                       Path("/tmp") / stamp, stack)
@@ -282,6 +326,12 @@ def main() -> int:
     print(f"postgres by process, ledger group ({p}): " + ", ".join(
         f"{role} {seconds / steady_events * 1e6:,.0f} us"
         for role, seconds in group.postgres_roles.items()))
+    print("at rest before the runs (5 s, nothing sent): " + ", ".join(
+        f"{name} {share:.1%}" for name, share in rest.items())
+        + f" of a core; at the group's rate Kafka's and Connect's are"
+        f" {cpu_usage.fixed_us_per_event(rest, group.steady):,.0f} us of its CPU per event")
+    print(f"database: ~{size['payment_events'] / 1e6:.1f} M payment events, the ledger tables'"
+          f" indexes {size['ledger_index_gib']:.2f} GiB (shared_buffers 1 GB)")
     print("targets: ledger group >= 20,000 events/s; >= 20x the baseline at equal processes")
     results.write(args.results, "ledger", f"the per-event double-entry applier with {p}"
                   " process(es) and with 1, on other events of the same mix, in the same run",
@@ -291,6 +341,9 @@ def main() -> int:
                    "cpu_us_per_event": {
                        f"ledger_{name}": seconds / steady_events * 1e6
                        for name, seconds in group.cpu.items()},
+                   "at_rest_core_share": rest,
+                   "python_loop_s": loop_s,
+                   "database": size,
                    "postgres_us_per_event_by_role": {
                        role: seconds / steady_events * 1e6
                        for role, seconds in group.postgres_roles.items()}})
