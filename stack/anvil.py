@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from paystream.env import env_float, env_int, env_str
+from paystream.stack import ports
 from paystream.stack.process import StackError, read_pid, run, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
 
@@ -190,6 +191,7 @@ def start(s: StackSettings, cfg: AnvilConfig | None = None) -> bool:
     if healthy(s, c):
         raise StackError(COMPONENT, f"port {c.port} already serves a chain {c.chain_id} node "
                          "that is not ours (another stack? set PAYSTREAM_ANVIL_PORT)")
+    ports.ensure_free(COMPONENT, c.port, "PAYSTREAM_ANVIL_PORT")
     if not os.access(binary(s), os.X_OK):
         raise StackError(COMPONENT, f"anvil is not installed at {binary(s)} "
                          "(anvil.ensure_installed runs npm)")

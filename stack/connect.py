@@ -18,6 +18,7 @@ import httpx
 from paystream import credentials, kafka_security
 from paystream.connectors import endpoint, registration
 from paystream.connectors.status import FAILED, ConnectorStatus, read_status
+from paystream.stack import ports
 from paystream.stack.kafka import CONFIG_DIR, java_cmd, render_text
 from paystream.stack.process import StackError, read_pid, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
@@ -124,6 +125,7 @@ def healthy(s: StackSettings) -> bool:
 def start(s: StackSettings) -> bool:
     if read_pid(pid_file(s)) is not None:
         return False
+    ports.ensure_free(COMPONENT, s.connect_port, "PAYSTREAM_CONNECT_PORT")
     props = worker_properties(s)
     jaas = write_rest_auth_files()
     cmd = java_cmd(s, s.connect_heap, "connect",

@@ -37,6 +37,7 @@ from confluent_kafka.admin import (
 from paystream import credentials, kafka_nodes, kafka_security
 from paystream.kafka_nodes import KafkaNode
 from paystream.kafka_security import ADMIN, CONNECT, DLQ_MIRROR, HEALTH, LEDGER, NOTIFIER
+from paystream.stack import ports
 from paystream.stack.process import (
     StackError,
     read_pid,
@@ -409,8 +410,10 @@ def start(s: StackSettings) -> bool:
     for node in s.kafka_nodes:
         if read_pid(pid_file(s, node)) is not None:
             continue
-        props = server_properties(s, node)
         name = node_name(s, node)
+        ports.ensure_free(name, node.client_port, "PAYSTREAM_KAFKA_PORT")
+        ports.ensure_free(name, node.controller_port, "PAYSTREAM_CONTROLLER_PORT")
+        props = server_properties(s, node)
         start_detached(java_cmd(s, s.kafka_heap, name, "kafka.Kafka", str(props)),
                        pid_file=pid_file(s, node), out_file=s.logs_dir / f"{name}.out")
         started.append(node)

@@ -34,6 +34,7 @@ import psycopg2
 from paystream import credentials
 from paystream.env import env_int, env_str
 from paystream.schema import db
+from paystream.stack import ports
 from paystream.stack.packages import install_package
 from paystream.stack.process import StackError, read_pid, run, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
@@ -206,6 +207,7 @@ def start(s: StackSettings, cfg: PgBouncerConfig) -> str | bool:
             os.kill(pid, 1)  # SIGHUP: re-read the configuration and the user list
             return "configuration reloaded"
         return False
+    ports.ensure_free(COMPONENT, cfg.port, "PAYSTREAM_PGBOUNCER_PORT")
     run(["runuser", "-u", OS_USER, "--", _binary(), "-d", str(config_file(s))], COMPONENT,
         timeout=30, log=log_file(s))
     # `-d` forks: the parent exits before the child writes its pid file, so wait for the

@@ -17,7 +17,7 @@ import psycopg2
 from paystream import credentials
 from paystream.env import env_str
 from paystream.schema import db
-from paystream.stack import huge_pages
+from paystream.stack import huge_pages, ports
 from paystream.stack.packages import postgres_bin_dir
 from paystream.stack.process import StackError, pid_alive, run, wait_until
 from paystream.stack.settings import StackSettings
@@ -193,9 +193,15 @@ def start(s: StackSettings) -> bool:
     _make_traversable(s.pg_data)
     # At every start too: stop() gave them back (`up` shows it as a step of its own).
     reserve_huge_pages(s)
-    _as_postgres(["env", f"GLIBC_TUNABLES={MALLOC_TUNABLES}", _bin("pg_ctl"), "-D",
-                  str(s.pg_data), "-l", str(log), "-w", "-t", "60",
-                  "-o", " ".join(server_options()), "start"], s, timeout=90)
+    try:
+        ports.ensure_free(COMPONENT, s.pg_port, "PAYSTREAM_PG_PORT")
+        _as_postgres(["env", f"GLIBC_TUNABLES={MALLOC_TUNABLES}", _bin("pg_ctl"), "-D",
+                      str(s.pg_data), "-l", str(log), "-w", "-t", "60",
+                      "-o", " ".join(server_options()), "start"], s, timeout=90)
+    except StackError:
+        # A start that failed keeps no gigabyte of the machine's memory reserved.
+        huge_pages.release(_huge_pages_added(s))
+        raise
     wait_until(COMPONENT, "accepting connections", lambda: _superuser_ping(s),
                timeout=30, log=log)
     return True
@@ -203,6 +209,8 @@ def start(s: StackSettings) -> bool:
 
 def stop(s: StackSettings) -> bool:
     if not is_running(s):
+        # What a start that never came up reserved (`up` reserves in a step before it).
+        huge_pages.release(_huge_pages_added(s))
         return False
     _as_postgres([_bin("pg_ctl"), "-D", str(s.pg_data), "-m", "fast", "-w", "-t", "60",
                   "stop"], s, timeout=90)

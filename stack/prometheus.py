@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from paystream.env import env_float, env_int, env_str
+from paystream.stack import ports
 from paystream.stack.process import (
     StackError,
     read_pid,
@@ -182,7 +183,8 @@ def start(s: StackSettings, cfg: PrometheusConfig) -> str | bool:
                          "(another stack? Debian's prometheus service? set "
                          "PAYSTREAM_PROMETHEUS_PORT)")
     except httpx.HTTPError:
-        pass  # nothing listens: the port is ours to take
+        pass  # no Prometheus answers; anything else listening is named here
+    ports.ensure_free(COMPONENT, cfg.port, "PAYSTREAM_PROMETHEUS_PORT")
     start_detached(command(s, cfg), pid_file=pid_file(s), out_file=log_file(s),
                    cwd=home(s))
     wait_until(COMPONENT, "ready", lambda: healthy(s, cfg), timeout=60, log=log_file(s),
