@@ -18,7 +18,7 @@ _LISTEN = "0A"  # the kernel's TCP_LISTEN state, as /proc/net/tcp writes it
 
 def listening_inodes(port: int, proc: Path = Path("/proc")) -> set[int]:
     """The inodes of the sockets listening on `port`, any address, IPv4 or IPv6."""
-    found = set()
+    found: set[int] = set()
     for table in ("tcp", "tcp6"):
         try:
             lines = (proc / "net" / table).read_text().splitlines()[1:]
@@ -51,7 +51,7 @@ def holder(port: int, proc: Path = Path("/proc")) -> str | None:
 
 def _links(fd_dir: Path) -> set[str]:
     """What the process's file descriptors point to ("socket:[inode]" for a socket)."""
-    found = set()
+    found: set[str] = set()
     try:
         fds = list(fd_dir.iterdir())
     except OSError:  # exited, or not ours to read
