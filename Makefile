@@ -1,7 +1,13 @@
 # The README's two commands are `make run` and `make test`; the rest are helpers.
 VENV   := .venv
 BIN    := $(CURDIR)/$(VENV)/bin
-PYTHON ?= python3
+# The venv's interpreter: the distribution's python3 where there is one (a fresh Debian
+# machine has no other). Debian's is linked statically and built with profile-guided and
+# link-time optimization; the python3 first on PATH on our machines is a pyenv build with
+# neither (a shared libpython), on which the ledger's Python took ~6-9 % more CPU per
+# event (docs/benchmarks.md, "The interpreter"). The Docker image's python:3.11-slim is an
+# optimized build too. `make PYTHON=...` chooses another; an existing .venv is kept.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 export PATH := $(BIN):$(PATH)
 
 .PHONY: install stack-up stack-down status run test lint typecheck-view

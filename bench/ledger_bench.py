@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import random
 import sys
 import time
@@ -272,7 +273,8 @@ def main() -> int:
           " and anvil running)".format(*os.getloadavg()))
     loop_s = python_loop_seconds()
     print(f"machine: a pure-Python loop of 10 M additions takes {loop_s:.2f} s (CPU figures"
-          " of days of different speed are not comparable)")
+          " of days of different speed are not comparable); the ledger processes run"
+          f" {os.path.realpath(sys.executable)} {platform.python_version()}")
     stamp = f"bench-{int(time.time())}-{random.randrange(1 << 16):04x}"
     print("preparing (every event in payment_events, status received, as the ingest"
           " leaves it):")
@@ -343,6 +345,7 @@ def main() -> int:
                        for name, seconds in group.cpu.items()},
                    "at_rest_core_share": rest,
                    "python_loop_s": loop_s,
+                   "interpreter": os.path.realpath(sys.executable),
                    "database": size,
                    "postgres_us_per_event_by_role": {
                        role: seconds / steady_events * 1e6

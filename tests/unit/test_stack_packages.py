@@ -9,6 +9,7 @@ the code under test.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,6 +45,17 @@ def test_every_name_exists_on_debian_12_and_13() -> None:
 def test_the_makefile_installs_python3_venv_by_a_name_on_both_releases() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "python3-venv" in makefile
+
+
+def test_the_venv_is_made_with_the_distributions_python3_where_there_is_one() -> None:
+    # Debian's python3 is an optimized build, a pyenv one first on PATH may not be (see
+    # the Makefile); `make` must pick Debian's without being told.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    out = subprocess.run(["make", "-s", "--no-print-directory", "--eval",
+                          "print-python: ; @echo $(PYTHON)", "print-python"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    expected = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else "python3"
+    assert out.stdout.strip() == expected
 
 
 def test_this_machines_apt_knows_every_name() -> None:
