@@ -279,7 +279,8 @@ def test_the_broker_starts_from_the_rendered_files_not_the_images_kafka_variable
     assert f"kafka-server-start.sh {MOUNT}/server.properties" in script
     assert script.index("storage-format.args") < script.index("kafka-server-start.sh")
     # The image's run script, which builds its configuration from KAFKA_*, is not used.
-    assert set(_env("kafka")) == {"KAFKA_HEAP_OPTS"}
+    assert set(_env("kafka")) == {"KAFKA_HEAP_OPTS", "KAFKA_OPTS"}
+    assert _env("kafka")["KAFKA_OPTS"].split() == [kafka.TRANSPARENT_HUGE_PAGES]
     args = rendered["kafka"]["storage-format.args"].splitlines()
     assert "--add-scram" in args and "--ignore-formatted" in args
     assert args[args.index("-c") + 1] == f'"{MOUNT}/server.properties"'
@@ -311,6 +312,7 @@ def test_connect_worker_settings_equal_the_local_workers(rendered):
     assert f"connect-distributed.sh {MOUNT}/connect-distributed.properties" in script
     assert f"-Djava.security.auth.login.config={MOUNT}/{connect.REST_JAAS}" in \
         _env("connect")["KAFKA_OPTS"]
+    assert kafka.TRANSPARENT_HUGE_PAGES in _env("connect")["KAFKA_OPTS"].split()
 
 
 def test_connect_container_provides_every_variable_the_connector_json_reads():
