@@ -177,13 +177,7 @@ def start(s: StackSettings, cfg: PrometheusConfig) -> str | bool:
             reload(s, cfg)
             return "configuration reloaded"
         return False
-    try:
-        httpx.get(f"{cfg.url}/-/ready", timeout=2)
-        raise StackError(COMPONENT, f"port {cfg.port} is already taken by another server "
-                         "(another stack? Debian's prometheus service? set "
-                         "PAYSTREAM_PROMETHEUS_PORT)")
-    except httpx.HTTPError:
-        pass  # no Prometheus answers; anything else listening is named here
+    # Another stack's Prometheus, Debian's prometheus service or anything else: named.
     ports.ensure_free(COMPONENT, cfg.port, "PAYSTREAM_PROMETHEUS_PORT")
     start_detached(command(s, cfg), pid_file=pid_file(s), out_file=log_file(s),
                    cwd=home(s))
