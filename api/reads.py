@@ -63,7 +63,7 @@ def event(cur: Cursor, event_id: str) -> dict[str, Any] | None:
     row = cur.fetchone()
     if row is None:
         return None
-    # By its key (the primary key), never by event_id: processed_events has no index on
+    # By its key (its hash index), never by event_id: processed_events has no index on
     # event_id, and the ledger's claim should not pay for one on every insert.
     outcome = processed_events.outcome_of(cur, event_id, row[1])
     cur.execute("SELECT transfer_id, user_id, asset, book, delta, event_type, created_at"

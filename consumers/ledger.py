@@ -36,8 +36,8 @@ this order (the steps are numbered at the call sites too):
 Why this order is safe when two appliers hold the same events (a rebalance can let two
 processes hold one batch for a moment; a crash between the DB commit and the offset
 commit redelivers it):
-  - The claim decides: processed_events' primary key lets one transaction only commit
-    an outcome per event. A second applier's INSERT of the same key waits for the
+  - The claim decides: processed_events' key constraint lets one transaction only
+    commit an outcome per event. A second applier's INSERT of the same key waits for the
     first transaction, then finds the key taken; its batch drops that event as a
     duplicate before anything else is written (money, transfers, notification, status all
     come after step 6).

@@ -67,14 +67,18 @@ REJECTIONS = frozenset({Outcome.INSUFFICIENT_FUNDS, Outcome.ACCOUNT_FLAGGED,
 # (idempotency key, event id, event type, outcome)
 OutcomeRow = tuple[str, str, str, Outcome]
 _SAVEPOINT = "processed_events_record"
+# One row per key (migration 0020): the arbiter of the claim's ON CONFLICT.
+KEY_CONSTRAINT = "processed_events_key_once"
 
 
 def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
     """Insert each key's outcome, all or nothing, in the caller's transaction; return
     the keys that already had one (then nothing of this call stays written).
 
-    This INSERT is the claim: processed_events' primary key lets one transaction only
-    commit an outcome per event, and an existing row is never overwritten. A key taken
+    This INSERT is the claim: processed_events' key constraint (processed_events_key_once,
+    an exclusion constraint over a hash index: migration 0020 says why not a B-tree) lets
+    one transaction only commit an outcome per event, and an existing row is never
+    overwritten. A key taken
     by a transaction still open makes this call wait for it, then counts as taken if it
     committed. Rows go in key order, so two claimers of overlapping keys wait on each
     other instead of deadlocking. The all-or-nothing is a savepoint: rows inserted
@@ -82,7 +86,7 @@ def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
 
     Many rows go by COPY straight into the table, the cheapest insert Postgres has (no
     speculative insertion, no staging table, nothing sent back): a taken key makes it
-    fail with a unique violation, which only a redelivery causes; then, back at the
+    fail with an exclusion violation, which only a redelivery causes; then, back at the
     savepoint, the ON CONFLICT statement names the taken keys.
     """
     if not rows:
@@ -97,7 +101,7 @@ def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
                        " FROM STDIN",
                   (f"{key}\t{copy_text(event_id)}\t{copy_text(event_type)}\t{outcome.value}\n"
                    for key, event_id, event_type, outcome in ordered))
-    except psycopg2.errors.UniqueViolation:
+    except psycopg2.errors.ExclusionViolation:
         cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
         taken = _insert_missing(cur, ordered)
         cur.execute((f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; " if taken else "")
@@ -114,7 +118,7 @@ def _insert_missing(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
         "INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
         " SELECT k, e, t, o FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
         " AS x(k, e, t, o) ORDER BY k"
-        " ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key",
+        f" ON CONFLICT ON CONSTRAINT {KEY_CONSTRAINT} DO NOTHING RETURNING idempotency_key",
         ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
          [r[3].value for r in rows]))
     inserted = {row[0] for row in cur.fetchall()}

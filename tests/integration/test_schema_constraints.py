@@ -8,6 +8,7 @@ import psycopg2
 import pytest
 
 from paystream.schema.db import database_url
+from paystream.schema.idempotency import idempotency_key
 from paystream.schema.migrate import apply_migrations, migration_files
 from tests.support.ids import unique
 from tests.support.ledger import plant_transfer
@@ -74,6 +75,37 @@ def test_constraints_that_protect_money(db):
     # NUMERIC(38,18): 10^20 does not fit
     assert _fails(db, "UPDATE balances SET balance = 100000000000000000000"
                   " WHERE user_id = %s AND asset = 'USD'", (user,)) == "22003"
+
+
+def test_an_idempotency_key_is_claimed_once_by_the_table_itself(db):
+    """processed_events keeps one row per key without a primary key (migration 0020: an
+    exclusion constraint over a hash index): a second row of a key fails whichever
+    statement inserts it, a lookup by key reads that index, and other keys pass."""
+    key = idempotency_key(unique("claim"), "deposit")
+    other = idempotency_key(unique("claim"), "deposit")
+    insert = ("INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
+              " VALUES (%s, 'e', 'deposit', 'applied')")
+    with db.cursor() as cur:
+        cur.execute(insert, (key,))
+    assert _fails(db, insert, (key,)) == "23P01"  # exclusion_violation
+    with db.cursor() as cur:
+        cur.execute(insert, (other,))
+        cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
+                    " outcome) VALUES (%s, 'e', 'deposit', 'applied')"
+                    " ON CONFLICT ON CONSTRAINT processed_events_key_once DO NOTHING"
+                    " RETURNING 1", (key,))
+        assert cur.fetchall() == []
+        cur.execute("SET enable_seqscan = off")  # a test database may be small
+        cur.execute("EXPLAIN SELECT outcome FROM processed_events WHERE idempotency_key = %s",
+                    (key,))
+        plan = " ".join(row[0] for row in cur.fetchall())
+        cur.execute("RESET enable_seqscan")
+        assert "processed_events_key_once" in plan, plan
+        cur.execute("SELECT count(*) FROM processed_events WHERE idempotency_key IN (%s, %s)",
+                    (key, other))
+        assert cur.fetchone() == (2,)
+        cur.execute("DELETE FROM processed_events WHERE idempotency_key IN (%s, %s)",
+                    (key, other))
 
 
 @pytest.mark.parametrize(("table", "column", "others", "good", "bad"), [
