@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -45,21 +46,48 @@ def tree_seconds(pid: int) -> float:
 def postgres_seconds(pgdata: Path) -> float:
     """CPU seconds of the Postgres server of `pgdata` so far (live processes + reaped
     ones)."""
-    return sum(postgres_seconds_by_role(pgdata).values())
+    snap = postgres_snapshot(pgdata)
+    return snap.reaped + sum(seconds for _, seconds in snap.live.values())
 
 
-def postgres_seconds_by_role(pgdata: Path) -> dict[str, float]:
-    """postgres_seconds split by what the processes do, from their titles: `backends`
-    (client connections, and every process that exited: the postmaster reaps them all
-    into one count), `walsender` (logical decoding for Debezium), `background` (the
-    postmaster, checkpointer, writers, autovacuum and the rest)."""
+@dataclass(frozen=True)
+class PostgresSnapshot:
+    """The server's CPU at one moment: what its exited children used (the postmaster
+    reaps them all into one count) and each live process's role and seconds."""
+
+    reaped: float
+    live: dict[int, tuple[str, float]]
+
+
+def postgres_snapshot(pgdata: Path) -> PostgresSnapshot:
+    """Every process of the Postgres server of `pgdata`, the postmaster's own CPU under
+    `background`."""
     postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
     fields = _stat(postmaster)
     reaped = 0 if fields is None else int(fields[13]) + int(fields[14])  # cutime, cstime
-    split = {"backends": reaped / TICKS, "walsender": 0.0,
-             "background": process_seconds([postmaster])}
+    live = {postmaster: ("background", process_seconds([postmaster]))}
     for pid in _children(postmaster):
-        split[_role(pid)] += process_seconds([pid])
+        live[pid] = (_role(pid), process_seconds([pid]))
+    return PostgresSnapshot(reaped / TICKS, live)
+
+
+def postgres_split(before: PostgresSnapshot, after: PostgresSnapshot) -> dict[str, float]:
+    """The server's CPU between two snapshots by what the processes do (role_of):
+    `backends` (client connections), `walsender` (logical decoding for Debezium),
+    `background` (the postmaster, checkpointer, writers, autovacuum and the rest), and
+    `exited`: processes that ended in between (an autovacuum worker, a short
+    connection), whose role the reaped count no longer tells. Each live process counts
+    its own growth under its role, so one that exits moves nothing from a role to
+    another (the split's parts are never negative)."""
+    split = {"backends": 0.0, "walsender": 0.0, "background": 0.0, "exited": 0.0}
+    gone = 0.0  # what the processes that exited had used by `before`
+    for pid, (role, seconds) in before.live.items():
+        if after.live.get(pid, ("", 0.0))[0] != role:  # exited (or its pid reused)
+            gone += seconds
+    for pid, (role, seconds) in after.live.items():
+        then = before.live.get(pid)
+        split[role] += seconds - (then[1] if then is not None and then[0] == role else 0.0)
+    split["exited"] = after.reaped - before.reaped - gone
     return split
 
 

@@ -170,7 +170,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
             if first_at is None and done > 0:
                 first_at = now
                 py0, other0 = cpu_usage.process_seconds(pids), components_cpu(stack)
-                roles0 = cpu_usage.postgres_seconds_by_role(stack.pg_data)
+                roles0 = cpu_usage.postgres_snapshot(stack.pg_data)
             if done >= total:
                 break
             if now - launched > 600 or any(not p.alive() for p in procs):
@@ -183,7 +183,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
         # (and the broker's) share of the work is in once the topic stops growing.
         cdc_settled(probe)
         other1 = components_cpu(stack)
-        roles1 = cpu_usage.postgres_seconds_by_role(stack.pg_data)
+        roles1 = cpu_usage.postgres_snapshot(stack.pg_data)
     finally:
         probe.close()
         for p in procs:
@@ -200,7 +200,8 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
           f" launch; rate from {start_done:,} of {total:,} events committed")
     return GroupRun((total - start_done) / max(end_at - start_at, 1e-9),
                     total / (finished - launched),
-                    {"python": py1 - py0, **since(other0, other1)}, since(roles0, roles1))
+                    {"python": py1 - py0, **since(other0, other1)},
+                    cpu_usage.postgres_split(roles0, roles1))
 
 
 def last_assignment(log_path: Path, before: float) -> float:
