@@ -81,10 +81,14 @@ TEST_CLUSTER_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test-cluster \
 
 .PHONY: test-cluster
 # Unit tests need no services; integration tests run against the test stack; then the
-# cluster's.
+# cluster's. The test stack is stopped after pytest, passed or not (a clone deleted with
+# it running orphaned its processes, and its huge pages stayed reserved);
+# KEEP_TEST_STACK=1 leaves it up to rerun single tests.
 test: install lint
 	$(TEST_STACK) $(BIN)/paystream stack up
-	$(TEST_STACK) $(BIN)/pytest
+	$(TEST_STACK) $(BIN)/pytest; status=$$?; \
+	  if [ "$(KEEP_TEST_STACK)" != 1 ]; then $(TEST_STACK) $(BIN)/paystream stack down; fi; \
+	  exit $$status
 	$(MAKE) test-cluster
 
 test-cluster: install

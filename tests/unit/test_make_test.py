@@ -1,0 +1,58 @@
+"""`make test`'s own recipe, run with logging stand-ins for `paystream` and `pytest`:
+the test stack is stopped after pytest, passed or not, unless KEEP_TEST_STACK is set."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_make_test(tmp_path: Path, pytest_status: int, *extra: str
+                  ) -> tuple[int, list[str]]:
+    """`make test` with BIN pointing at stand-ins that append their arguments and
+    state dir to a log; install and lint are taken as done (-o). Returns the exit code
+    and the log's lines."""
+    log = tmp_path / "calls.log"
+    for name, status in (("paystream", 0), ("pytest", pytest_status)):
+        stand_in = tmp_path / name
+        stand_in.write_text(f'#!/bin/sh\necho "{name} $* @${{PAYSTREAM_STATE_DIR##*/}}"'
+                            f' >> {log}\nexit {status}\n')
+        stand_in.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL")}
+    done = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "-o", "lint",
+                           "test", f"BIN={tmp_path}", *extra],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    return done.returncode, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_test_stack_stops_after_pytest_then_the_cluster_runs(tmp_path: Path) -> None:
+    status, calls = run_make_test(tmp_path, 0)
+    assert status == 0
+    assert calls == ["paystream stack up @.stack-test", "pytest  @.stack-test",
+                     "paystream stack down @.stack-test",
+                     "paystream stack up @.stack-test-cluster",
+                     "pytest tests/cluster @.stack-test-cluster",
+                     "paystream stack down @.stack-test-cluster"]
+
+
+def test_a_failing_pytest_still_stops_the_stack_and_fails_make(tmp_path: Path) -> None:
+    status, calls = run_make_test(tmp_path, 1)
+    assert status != 0
+    assert calls == ["paystream stack up @.stack-test", "pytest  @.stack-test",
+                     "paystream stack down @.stack-test"]
+
+
+def test_keep_test_stack_leaves_it_running(tmp_path: Path) -> None:
+    status, calls = run_make_test(tmp_path, 0, "KEEP_TEST_STACK=1")
+    assert status == 0
+    assert "paystream stack down @.stack-test" not in calls
+    assert calls[:2] == ["paystream stack up @.stack-test", "pytest  @.stack-test"]
+
+
+def test_keep_test_stack_other_than_1_still_stops_it(tmp_path: Path) -> None:
+    status, calls = run_make_test(tmp_path, 0, "KEEP_TEST_STACK=0")
+    assert status == 0
+    assert "paystream stack down @.stack-test" in calls
