@@ -1,5 +1,5 @@
 """`make test`'s own recipe, run with logging stand-ins for `paystream` and `pytest`:
-the test stack is stopped after pytest, passed or not, unless KEEP_TEST_STACK is set."""
+the test stack is stopped after pytest, passed or not, unless KEEP_TEST_STACK=1."""
 
 from __future__ import annotations
 
