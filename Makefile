@@ -55,7 +55,7 @@ lint: install typecheck-view
 	$(BIN)/ruff check .
 	cd .typecheck && $(BIN)/mypy --config-file ../pyproject.toml \
 	  -p paystream
-	cd .typecheck && $(BIN)/lint-imports --config ../.importlinter
+	cd .typecheck && $(BIN)/lint-imports ../.importlinter
 
 # The tests get a stack of their own (state dir and ports below), so their events never
 # reach the `make run` stack's ledger, and `make run` after `make test` starts clean.
