@@ -29,7 +29,8 @@ def test_the_wheel_carries_every_data_file_and_setuptools_warns_of_no_missing_pa
     # setuptools installs a folder it was not told about only while a deprecation lasts.
     assert "absent from the `packages` configuration" not in built.stdout + built.stderr
     (wheel,) = tmp_path.glob("paystream-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
     for source, (target, pattern) in DATA.items():
         files = sorted(p.name for p in (ROOT / source).glob(pattern) if p.is_file())
         assert files, source
