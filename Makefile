@@ -45,7 +45,8 @@ run: install
 # mypy and import-linter cannot follow pyproject's package-dir mapping, so they run in
 # .typecheck/, a view of symlinks laid out as the installed package (paystream/schema ->
 # schema/, ...). Errors name paystream/<folder>/<file>.py.
-VIEW_DIRS := schema ingest consumers finality ops stack connectors api notify
+# The folders come from pyproject's package-dir, the one list of the product's parts.
+VIEW_DIRS := $(shell $(PYTHON) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"]; print(*(v for k, v in d.items() if k != "paystream"))')
 typecheck-view:
 	@rm -rf .typecheck && mkdir -p .typecheck/paystream
 	@for d in $(VIEW_DIRS); do ln -s ../../$$d .typecheck/paystream/$$d; done

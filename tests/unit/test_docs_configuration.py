@@ -23,10 +23,11 @@ import ast
 import re
 from pathlib import Path
 
+from tests.support.parts import product_folders
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "configuration.md"
-PRODUCT_DIRS = ("schema", "ingest", "consumers", "finality", "connectors", "stack", "ops",
-                "notify", "paystream", "api")
+PRODUCT_DIRS = product_folders()
 PREFIXES = ("PAYSTREAM_", "ALCHEMY_", "PAYMENTS_")
 
 NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*")
