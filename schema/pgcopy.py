@@ -1,8 +1,8 @@
 """Rows into Postgres with COPY (text format): the ledger's bulk writes.
 
 COPY costs Postgres less per row than INSERT ... unnest or VALUES (journal rows ~40 %
-less; /work/shared/bench/double_entry_ceiling.py measured the same for the idempotency
-claim). One implementation of the text format's escaping, so no writer gets it wrong.
+less, and the same for the idempotency claim: docs/benchmarks.md). One implementation
+of the text format's escaping, so no writer gets it wrong.
 """
 
 from __future__ import annotations
