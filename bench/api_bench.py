@@ -26,18 +26,22 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cpu_usage  # noqa: E402
+import per_event_ledger  # noqa: E402
 from ingest_bench import MAX_LAG_S, REQUEST_TIMEOUT_S, Result, load_average  # noqa: E402
 from wrk_load import run_wrk  # noqa: E402
 
 from paystream.schema.db import connect, database_url, where  # noqa: E402
+from paystream.schema.events import EventType, PaymentEvent  # noqa: E402
 from paystream.stack.settings import StackSettings  # noqa: E402
 from tests.support.api import api_server, bearer, new_key  # noqa: E402
+from tests.support.consumers import create_users, store_events  # noqa: E402
 from tests.support.ingest import ingest_server  # noqa: E402
 
 TARGET_SHARE = 0.60
@@ -46,18 +50,28 @@ ASSETS = ("EUR", "USD", "USDC")
 
 
 def seed_user() -> str:
-    """A user with a few balances (rows as the ledger leaves them)."""
+    """A user with a balance in each asset, put there by the ledger's own rules: deposits
+    recorded as the ingest records them, then applied one transaction each by the
+    ledger bench's per-event applier (journal, postings and balance together). Rows
+    written straight into balances would leave `paystream reconcile` a mismatch for
+    every later run to report."""
     user = "bench-api-" + uuid.uuid4().hex[:8]
+    deposits = [PaymentEvent(f"{user}-{asset}", EventType.DEPOSIT, user, asset,
+                             Decimal(f"{n + 1}00.25"), "bench")
+                for n, asset in enumerate(ASSETS)]
     conn = connect(database_url("owner"))
     try:
         with conn, conn.cursor() as cur:
-            cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
-            for n, asset in enumerate(ASSETS):
-                cur.execute("INSERT INTO balances (user_id, asset, balance, pending, held)"
-                            " VALUES (%s, %s, %s, %s, %s)",
-                            (user, asset, f"{n + 1}00.25", "1.5", "0"))
+            create_users(cur, [user])
+            store_events(cur, deposits)
     finally:
         conn.close()
+    ledger = connect(database_url("ledger"))
+    try:
+        for event in deposits:
+            per_event_ledger.apply_one(ledger, event)
+    finally:
+        ledger.close()
     return user
 
 

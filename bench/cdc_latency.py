@@ -1,9 +1,11 @@
 """Outbox commit → message on the Kafka topic, through Debezium, on the local stack.
 
 Writes N events (default 100) one at a time, each in its own transaction, as ingest
-does, and times from the COMMIT's return to the message's arrival at a consumer that is
-already assigned to the topic's end. Prints median, p95 and max, and the resident memory
-of the broker and Connect JVMs. Run with `make bench-cdc` (the stack must be up).
+does, for users of its own it creates first (so the `ledger` group of the next `make
+run` credits them like any deposit), and times from the COMMIT's return to the
+message's arrival at a consumer that is already assigned to the topic's end. Prints
+median, p95 and max, and the resident memory of the broker and Connect JVMs. Run with
+`make bench-cdc` (the stack must be up).
 """
 
 from __future__ import annotations
@@ -22,9 +24,48 @@ from paystream.schema.db import connect as db_connect
 from paystream.schema.db import database_url, kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
+from paystream.schema.users import add_user
 from paystream.stack import connect, kafka
 from paystream.stack.process import read_pid
 from paystream.stack.settings import StackSettings
+
+USERS = 10  # the events go round this many users of the run's own
+
+
+def bench_users(run_id: str) -> list[str]:
+    """The run's users, created as `paystream users add` does: the ledger credits only
+    users that exist (an event for anyone else is a rejection, or worse)."""
+    users = [f"bench-cdc-{run_id}-u{i}" for i in range(USERS)]
+    conn = db_connect(database_url("owner"))
+    try:
+        with conn, conn.cursor() as cur:
+            for user in users:
+                add_user(cur, user)
+    finally:
+        conn.close()
+    return users
+
+
+def bench_event(run_id: str, users: list[str], i: int) -> PaymentEvent:
+    """The run's i-th event: a deposit to one of its users."""
+    return PaymentEvent(f"bench-cdc-{run_id}-{i}", EventType.DEPOSIT, users[i % len(users)],
+                        "USD", Decimal("1.5"), "bench")
+
+
+def write_events(run_id: str, users: list[str], count: int, gap_s: float,
+                 committed: dict[str, float]) -> None:
+    """`count` events through the outbox, one transaction each as the ingest writes them,
+    `gap_s` apart; the time each COMMIT returned goes in `committed`."""
+    conn = db_connect(database_url("ingest"))
+    try:
+        for i in range(count):
+            event = bench_event(run_id, users, i)
+            with conn, conn.cursor() as cur:
+                write_event(cur, event, f"bench-{run_id}")
+            committed[event.event_id] = time.monotonic()
+            time.sleep(gap_s)
+    finally:
+        conn.close()
 
 
 def main() -> None:
@@ -45,21 +86,11 @@ def main() -> None:
     consumer.poll(1.0)  # let the fetchers start before the clock does
 
     run_id = uuid.uuid4().hex[:8]
+    users = bench_users(run_id)
     committed: dict[str, float] = {}
     arrived: dict[str, float] = {}
-
-    def writer() -> None:
-        conn = db_connect(database_url("ingest"))
-        for i in range(args.events):
-            event = PaymentEvent(f"bench-cdc-{run_id}-{i}", EventType.DEPOSIT,
-                                 f"bench-user-{i % 10}", "USD", Decimal("1.5"), "bench")
-            with conn, conn.cursor() as cur:
-                write_event(cur, event, f"bench-{run_id}")
-            committed[event.event_id] = time.monotonic()
-            time.sleep(args.gap_ms / 1000)
-        conn.close()
-
-    thread = threading.Thread(target=writer)
+    thread = threading.Thread(target=write_events, args=(run_id, users, args.events,
+                                                         args.gap_ms / 1000, committed))
     thread.start()
     deadline = time.monotonic() + 60 + args.events * args.gap_ms / 1000
     while len(arrived) < args.events and time.monotonic() < deadline:

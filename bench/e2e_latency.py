@@ -171,6 +171,21 @@ def one_at_a_time(url: str, secret: bytes, user: str, prefix: str, count: int,
     return latencies, count - len(latencies)
 
 
+def create_users(run_id: str, count: int = 200) -> list[str]:
+    """The users the run's deposits go to, created first: the ledger credits only users
+    that exist, the bench's group and the `ledger` group of the next `make run` alike
+    (the latter reads the same records on paystream.payments, as duplicates)."""
+    users = [f"e2e-{run_id}-u{i}" for i in range(count)]
+    conn = connect(database_url("owner"))
+    try:
+        with conn, conn.cursor() as cur:
+            cur.executemany("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING",
+                            [(u,) for u in users])
+    finally:
+        conn.close()
+    return users
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--one-at-a-time", type=int, default=50, metavar="N",
@@ -197,12 +212,7 @@ def main() -> None:
            "ALCHEMY_SIGNING_KEY": secrets.token_hex(32),
            "PAYSTREAM_INGEST_RATE_PER_SECOND": "100000", "PAYSTREAM_INGEST_RATE_BURST": "100000",
            "PAYSTREAM_INGEST_ADMIN_PORT": str(admin_port)}
-    users = [f"e2e-{run_id}-u{i}" for i in range(200)]
-    conn = connect(database_url("owner"))
-    with conn, conn.cursor() as cur:
-        cur.executemany("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING",
-                        [(u,) for u in users])
-    conn.close()
+    users = create_users(run_id)
     group = f"bench-e2e-{run_id}"
     kafka.start_group_at_end(group, PAYMENTS_TOPIC, s.kafka_bootstrap)
     ingest = px.Managed("ingest", ["ingest", "--port", str(port)], env, log_dir)
