@@ -6,7 +6,9 @@ For every polled batch, in this order:
      SAVEPOINT per message: a message that fails alone becomes a dead letter.
      A transient error (at any step up to 5) rolls back and the runtime retries the
      batch later: nothing is committed, nothing is dead-lettered.
-  3. Check the DLQ rate limit: too many dead letters stops the consumer, uncommitted.
+  3. Check the DLQ rate limit: too many UNEXPECTED dead letters (the handler raised on
+     them, step 2) stop the group, uncommitted (runtime.py, consumers/stops.py); the
+     dead letters the handler judged (returned in its result) are not counted.
   4. Produce the dead letters to the DLQ topic, flush, check every delivery report.
   5. COMMIT the database transaction.
   6. Commit offset+1 of the batch's last message per partition, synchronously, checking
@@ -20,6 +22,7 @@ at the top of the next loop pass, before the next consume(); committed in on_rev
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import structlog
@@ -28,7 +31,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from paystream.consumers import metrics
 from paystream.consumers.connection import Database
 from paystream.consumers.crash_hooks import CrashHooks
-from paystream.consumers.dlq import DeadLetter, DeadLetterProducer, DlqRateLimit
+from paystream.consumers.dlq import (
+    DeadLetter,
+    DeadLetterKind,
+    DeadLetterProducer,
+    DlqRateLimit,
+)
 from paystream.consumers.failures import FailureClass, PoisonError, classify, describe, sqlstate
 from paystream.consumers.handler import BatchHandler, BatchResult
 from paystream.consumers.records import Record
@@ -138,11 +146,30 @@ def apply_with_isolation(conn: Connection, handler: BatchHandler,
                     raise
                 cur.execute("ROLLBACK TO SAVEPOINT paystream_message")
                 reason, detail = _poison_cause(exc)
-                result.dead_letters.append(DeadLetter(record, reason, detail, (attempt,)))
+                # A PoisonError is the handler's verdict on the record; anything else it
+                # raised means our code or schema is broken: that is what the limit counts.
+                kind = (DeadLetterKind.JUDGED if isinstance(exc, PoisonError)
+                        else DeadLetterKind.UNEXPECTED)
+                result.dead_letters.append(
+                    DeadLetter(record, reason, detail, (attempt,), kind))
             else:
                 cur.execute("RELEASE SAVEPOINT paystream_message")
                 result.merge(part)
     return result
+
+
+def unexpected_letters(result: BatchResult) -> list[DeadLetter]:
+    return [d for d in result.dead_letters if d.kind is DeadLetterKind.UNEXPECTED]
+
+
+def causes(letters: Sequence[DeadLetter]) -> str:
+    """Why the limit tripped, for the stop row and the log: counts per reason and the
+    first failure's detail."""
+    if not letters:
+        return ""
+    counts = ", ".join(f"{reason} x{n}" for reason, n in
+                       Counter(d.reason for d in letters).most_common())
+    return f"{counts}; first: {letters[0].detail[:300]}"
 
 
 def _poison_cause(exc: BaseException) -> tuple[str, str]:
@@ -175,7 +202,8 @@ class CommitProtocol:
         try:
             conn = self._db.connection()
             result = apply_with_isolation(conn, self._handler, records)   # steps 1-2
-            self._dlq_limit.check(len(result.dead_letters))                # step 3
+            unexpected = unexpected_letters(result)
+            self._dlq_limit.check(len(unexpected), causes=causes(unexpected))  # step 3
             self._dlq.send(result.dead_letters)                            # step 4
             self._hooks.before_db_commit()
             conn.commit()                                                  # step 5
@@ -184,7 +212,7 @@ class CommitProtocol:
             raise
         self._hooks.after_db_commit()
         metrics.DB_TRANSACTION_SECONDS.labels(self._group).observe(time.monotonic() - started)
-        self._dlq_limit.record(len(result.dead_letters))
+        self._dlq_limit.record(len(unexpected))
         self._account(records, result)
         self.pending.update(next_offsets(records))
         self.commit_pending()                                              # step 6
@@ -216,9 +244,10 @@ class CommitProtocol:
         for outcome, count in result.outcomes.items():
             metrics.MESSAGES.labels(self._group, outcome).inc(count)
         for letter in result.dead_letters:
-            metrics.DEAD_LETTERS.labels(self._group, letter.reason).inc()
+            metrics.DEAD_LETTERS.labels(self._group, letter.reason, letter.kind.value).inc()
             metrics.MESSAGES.labels(self._group, "dead_lettered").inc()
-            log.warning("dead_lettered", reason=letter.reason, detail=letter.detail[:300],
+            log.warning("dead_lettered", reason=letter.reason, kind=letter.kind.value,
+                        detail=letter.detail[:300],
                         topic=letter.record.origin.topic,
                         partition=letter.record.origin.partition,
                         offset=letter.record.origin.offset,

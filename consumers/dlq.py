@@ -1,5 +1,13 @@
 """Dead letters: a message that can never succeed, sent to the DLQ topic with its cause.
 
+Two kinds (DeadLetterKind), and only one counts against the DLQ limit:
+  - judged: the handler's verdict about an untrusted record (undecodable, forged, a
+    schema violation, an unexplained settlement). One provider's bad traffic can make
+    thousands; each is dead-lettered with its cause and counted per reason, never
+    stopping the group (the PaystreamDeadLetterFlood alert tells a person).
+  - unexpected: the handler raised on the record when applied alone (handler_error,
+    db_rejected_*): our code or schema is broken, the bad-deploy case the limit is for.
+
 The DLQ record keeps the original key and value bytes untouched and the original
 headers, and adds `dlq.*` headers naming the error and the origin. A dead letter counts
 only once the broker has acknowledged it (flush + delivery report): the commit protocol
@@ -14,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -38,6 +47,11 @@ Headers = list[tuple[str, str | bytes | None]]
 DeliveryReport = Callable[[KafkaError | None, Message], None]
 
 
+class DeadLetterKind(StrEnum):
+    JUDGED = "judged"  # the handler's verdict about the record (not counted by the limit)
+    UNEXPECTED = "unexpected"  # the handler raised on it: counted by the limit
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     record: Record
@@ -45,21 +59,24 @@ class DeadLetter:
     detail: str
     # How the consumer got here, e.g. the batch error that led to isolating the message.
     attempts: tuple[dict[str, str], ...] = field(default=())
+    kind: DeadLetterKind = DeadLetterKind.JUDGED
 
 
 class DlqLimitExceededError(FatalError):
-    """More dead letters in the window than the policy allows: likely a bad deploy."""
+    """More unexpected failures in the window than the policy allows: likely a bad
+    deploy. The runtime stops the group (consumers/stops.py) instead of exiting."""
 
 
 @dataclass
 class DlqRateLimit:
-    """At most `limit` dead letters in any `window_s` seconds (0 = dead-lettering off)."""
+    """At most `limit` unexpected dead letters in any `window_s` seconds (0: the first
+    one stops the group). Judged dead letters are not counted (see the module doc)."""
 
     limit: int
     window_s: float
     _times: deque[float] = field(default_factory=deque)
 
-    def check(self, count: int, now: float | None = None) -> None:
+    def check(self, count: int, now: float | None = None, causes: str = "") -> None:
         """Raise DlqLimitExceededError if `count` more dead letters would break the limit.
 
         Nothing is recorded here: call `record` once the dead letters are acknowledged,
@@ -71,9 +88,9 @@ class DlqRateLimit:
         self._expire(now)
         if len(self._times) + count > self.limit:
             raise DlqLimitExceededError(
-                f"{len(self._times) + count} dead letters within {self.window_s:g}s exceed "
-                f"the limit of {self.limit}: stopping instead of dead-lettering the stream"
-            )
+                f"{len(self._times) + count} unexpected failures within {self.window_s:g}s"
+                f" exceed the limit of {self.limit}: stopping instead of dead-lettering the"
+                f" stream{'; ' + causes if causes else ''}")
 
     def record(self, count: int, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

@@ -7,9 +7,11 @@ this order (the steps are numbered at the call sites too):
   2. dead-letter what the outbox did not send: an event whose payment_events row is
      missing, holds another content hash, or has a status no redelivery explains
      (schema.stored_events.judge: only the outbox can credit, whatever else can produce
-     to the topic); events of users that do not exist; settlements that no chain
-     deposit the watcher decided explains. Before anything is recorded, so a replayed
-     dead letter is not mistaken for a duplicate;
+     to the topic); settlements that no chain deposit the watcher decided explains.
+     Before anything is recorded, so a replayed dead letter is not mistaken for a
+     duplicate. Set aside the events of users that do not exist: what the outbox stored,
+     judged from the books like an overdraft, so a final rejection (unknown_user) that
+     step 6 claims with the others, not a dead letter (docs/guarantees.md);
   3. create the balance rows of first credits, then lock every touched balance row
      with SELECT ... FOR UPDATE in (user_id, asset) order (no deadlock between batches);
   4. find the events applied before whose outcome housekeeping forgot: their effect is
@@ -22,9 +24,11 @@ this order (the steps are numbered at the call sites too):
   5. plan in memory (ledger_plan.py): each user's events in offset order over the
      locked balances, so a withdrawal sees the deposit before it;
   6. record each event's final outcome, once (schema.processed_events.record): the
-     claim. Nothing is inserted as `applied` and corrected later. Events another
-     transaction recorded first are duplicates: the claim keeps nothing of this batch
-     then, and steps 5 and 6 run again without them;
+     claim (the unknown users' rejections too: their status becomes `rejected`, and
+     nothing else is written for them: no balance row, no money, no notification).
+     Nothing is inserted as `applied` and corrected later. Events another transaction
+     recorded first are duplicates: the claim keeps nothing of this batch then, and
+     steps 5 and 6 run again without them;
   7. one transfer per event that moves money, its postings summing to zero
      (consumers/ledger_postings.py), by COPY (transfers UNIQUE (source_event_id,
      event_type) as the last line of defence), and one aggregated UPDATE of the
@@ -165,14 +169,15 @@ class LedgerHandler:
                 result.dead_letters.append(DeadLetter(record, exc.reason, exc.detail))
         unique, repeats = dedupe(candidates)
         result.outcomes["duplicate"] += len(repeats)
-        # Step 2. Dead letters: records the outbox did not send, unknown users,
-        # settlements no decided deposit explains.
+        # Step 2. Dead letters: records the outbox did not send, settlements no decided
+        # deposit explains. Events of unknown users are set aside: rejected at step 6.
         valid, statuses = _outbox_events_only(cur, unique, result)
-        valid = _known_users_only(cur, valid, result)
+        valid, strangers = _known_users_only(cur, valid)
         deposits, problems = _settlements_judged(cur, valid)
         valid = _without_dead_letters(valid, problems, result)
-        if not valid:
+        if not valid and not strangers:
             return result
+        to_claim = len(valid) + len(strangers)
         # Step 3. Lock every balance the batch touches, in order, then the holds its
         # closes name; read the originals its reversals name.
         opening = _lock_balances(cur, valid)
@@ -188,14 +193,17 @@ class LedgerHandler:
                               {d: held.network for d, held in deposits.items()}, references)
             # Step 6. Record each event's outcome, once: the claim. Events another
             # transaction recorded are duplicates: nothing was kept, plan without them.
-            taken = processed_events.record(cur, _outcome_rows([*plan.decisions, *forgotten]))
+            taken = processed_events.record(
+                cur, _outcome_rows([*plan.decisions, *forgotten, *strangers]))
             if not taken:
                 break
             fresh = [c for c in fresh if c.key not in taken]
             forgotten = [(c, o) for c, o in forgotten if c.key not in taken]
+            strangers = [(c, o) for c, o in strangers if c.key not in taken]
         if forgotten:
             log.info("replay_after_ttl_ignored", events=len(forgotten))
-        result.outcomes["duplicate"] += len(valid) - len(fresh)
+        result.outcomes["duplicate"] += to_claim - len(fresh) - len(strangers)
+        _reject_unknown_users(cur, [c for c, _ in strangers], result)
         if not fresh:
             return result
         # Step 7. The money: the transfers, and the balances rows that copy them.
@@ -232,23 +240,43 @@ def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchR
     return _without_dead_letters(candidates, bad, result), statuses
 
 
-def _known_users_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
-                      ) -> list[Candidate]:
-    """Dead-letter (into `result`) the events of users that do not exist."""
+def _known_users_only(cur: Cursor, candidates: list[Candidate]
+                      ) -> tuple[list[Candidate], list[tuple[Candidate, Outcome]]]:
+    """The events of users that exist, and the others with their outcome (unknown_user).
+
+    Only events with a stored row (checked against it at the previous step) are set
+    aside: a settlement has none, and one naming an unknown user names no deposit of
+    theirs either, so _settlements_judged dead-letters it (unknown_deposit)."""
     user_ids = sorted({c.event.user_id for c in candidates})
     if not user_ids:
-        return []
+        return [], []
     cur.execute("SELECT user_id FROM users WHERE user_id = ANY(%s::text[])",
                 (text_array(user_ids),))
     known = {row[0] for row in cur.fetchall()}
-    valid = []
+    valid: list[Candidate] = []
+    strangers: list[tuple[Candidate, Outcome]] = []
     for c in candidates:
-        if c.event.user_id in known:
+        if c.event.user_id in known or c.event.settles is not None:
             valid.append(c)
         else:
-            result.dead_letters.append(DeadLetter(
-                c.record, "unknown_user", f"user {c.event.user_id!r} does not exist"))
-    return valid
+            strangers.append((c, Outcome.UNKNOWN_USER))
+    return valid, strangers
+
+
+def _reject_unknown_users(cur: Cursor, strangers: Sequence[Candidate],
+                          result: BatchResult) -> None:
+    """Step 8 for the events of unknown users this batch claimed: status `rejected`, a
+    line each, counted. No balance row, no transfer, no notification (nobody to tell)."""
+    if not strangers:
+        return
+    transition(cur, sorted({c.event.event_id for c in strangers}), EventStatus.REJECTED)
+    for c in strangers:
+        event = c.event
+        log.info("event_rejected", trace_id=c.trace_id or event.event_id,
+                 event_id=event.event_id, event_type=event.event_type.value,
+                 user_id=event.user_id, provider=event.provider, asset=event.asset,
+                 reason=Outcome.UNKNOWN_USER.value, amount=format_amount(event.amount))
+    result.outcomes[Outcome.UNKNOWN_USER.value] += len(strangers)
 
 
 def _stored_suspects(cur: Cursor, wanted: list[tuple[str, str, str]]

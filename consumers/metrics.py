@@ -39,9 +39,12 @@ COMMIT_SECONDS = Histogram(
 # deterministic_other (an error the handler could not isolate), and commit (offsets).
 RETRIES = Counter(
     "paystream_consumer_retries_total", "Retries after a failure", ["group", "kind"])
-# Messages sent to the DLQ topic (acknowledged by the broker), by reason.
+# Messages sent to the DLQ topic (acknowledged by the broker), by reason and kind:
+# `judged` (the handler's verdict on an untrusted record) or `unexpected` (the handler
+# raised on it; only these count against the DLQ limit: consumers/dlq.py).
 DEAD_LETTERS = Counter(
-    "paystream_consumer_dead_letters_total", "Dead letters produced", ["group", "reason"])
+    "paystream_consumer_dead_letters_total", "Dead letters produced",
+    ["group", "reason", "kind"])
 # Rebalance callbacks, by kind: assign, revoke, lost.
 REBALANCES = Counter(
     "paystream_consumer_rebalances_total", "Rebalance events", ["group", "kind"])
@@ -50,6 +53,10 @@ PAUSED_PARTITIONS = Gauge(
     "paystream_consumer_paused_partitions", "Partitions paused", ["group"])
 # 1 while the consumer is stalled on a transient failure; alert when it stays 1.
 STALLED = Gauge("paystream_consumer_stalled", "1 while retrying a failed batch", ["group"])
+# 1 while the group is stopped by its DLQ limit (a consumer_stops row): nothing is
+# consumed until `paystream consume resume GROUP` deletes the row.
+STOPPED = Gauge("paystream_consumer_stopped",
+                "1 while the group is stopped by its DLQ limit, until resumed", ["group"])
 # When the current stall began (unix seconds), 0 when not stalled.
 STALL_STARTED = Gauge(
     "paystream_consumer_stall_started_seconds", "Start of the current stall", ["group"])

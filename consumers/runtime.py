@@ -9,12 +9,21 @@ back, every assigned partition is paused, the batch's partitions are rewound to 
 first uncommitted offset, and consume() keeps being called (it returns nothing for
 paused partitions) so max.poll.interval.ms is never exceeded. After the backoff the
 partitions resume and the same messages are read again.
+
+The DLQ limit (too many unexpected failures: consumers/dlq.py) stops the GROUP rather
+than the process: the batch is rolled back, a consumer_stops row is recorded
+(consumers/stops.py), the consumer leaves the group and stays alive, idle, serving its
+metrics, until an operator deletes the row (`paystream consume resume GROUP`); then it
+joins again with a fresh window and reads from the committed offsets, i.e. the batch it
+rolled back. Exiting instead made `paystream run` restart it every 2 s into the same
+batch, forever. A consumer that starts while its group is stopped waits the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import gc
 import os
 import signal
@@ -25,7 +34,7 @@ from types import FrameType
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from paystream.consumers import metrics
+from paystream.consumers import metrics, stops
 from paystream.consumers.backoff import Backoff
 from paystream.consumers.client import (
     consumer_config,
@@ -36,7 +45,7 @@ from paystream.consumers.client import (
 from paystream.consumers.commit import CommitProtocol, PartitionKey, first_offsets
 from paystream.consumers.connection import Database
 from paystream.consumers.crash_hooks import CrashHooks
-from paystream.consumers.dlq import DeadLetterProducer, DlqRateLimit
+from paystream.consumers.dlq import DeadLetterProducer, DlqLimitExceededError, DlqRateLimit
 from paystream.consumers.failures import (
     FailureClass,
     FatalError,
@@ -53,6 +62,9 @@ log = structlog.get_logger("consumers.runtime")
 
 EXIT_OK = 0
 EXIT_FATAL = 3
+# How often a stopped consumer looks for its stop row, and a running one for a stop
+# another member of its group recorded.
+STOP_POLL_S = 1.0
 
 
 class BatchConsumer:
@@ -72,54 +84,78 @@ class BatchConsumer:
         self._stall_started: float | None = None
         self._paused: set[PartitionKey] = set()
         self._protocol: CommitProtocol | None = None
+        # Set when the DLQ limit trips: (reason, detail) not yet written to consumer_stops
+        # (the DB may be what failed); the consumer stays stopped until it is written.
+        self._unrecorded_stop: tuple[str, str] | None = None
+        self._group_stopped = False
+        self._next_stop_check = 0.0
         # Twice max.poll.interval.ms: longer than any bounded step of one iteration.
         self._watchdog = Watchdog(2 * settings.max_poll_interval_ms / 1000, settings.group)
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def run(self) -> int:
-        """Consume until SIGTERM/SIGINT (or a fatal error); return the exit code."""
+        """Consume until SIGTERM/SIGINT (or a fatal error); return the exit code. While
+        the group is stopped (its DLQ limit), wait outside the group for the resume."""
         s = self.settings
         self._install_signal_handlers()
         _tune_garbage_collector()
-        group = s.group
-        self._consumer = make_consumer(consumer_config(
-            s, stats_cb=lambda js: metrics.record_statistics(group, js),
-            error_cb=self._on_client_error))
-        dlq = DeadLetterProducer(make_producer(dlq_producer_config(s)), s.dlq_topic, group,
+        dlq = DeadLetterProducer(make_producer(dlq_producer_config(s)), s.dlq_topic, s.group,
                                  flush_timeout_s=s.max_poll_interval_ms / 1000 / 4)
+        metrics.STOPPED.labels(s.group).set(0)
+        self._watchdog.start()
+        code = EXIT_OK
+        try:
+            while not self._stopping and not self._fatal:
+                self._wait_while_stopped()
+                if not self._stopping:
+                    self._consume(dlq)
+        except FatalError as exc:
+            self._fatal = str(exc)
+        if self._fatal:
+            log.critical("consumer_stopped_fatal", error=self._fatal)
+            code = EXIT_FATAL
+        dlq.close()
+        self._db.close()
+        log.info("consumer_closed", group=s.group)
+        return code
+
+    def _consume(self, dlq: DeadLetterProducer) -> None:
+        """Join the group and consume until stopping, a fatal error or a group stop."""
+        s = self.settings
+        group = s.group
+        self._group_stopped = False
+        self._consumer = make_consumer(consumer_config(
+            s, stats_cb=functools.partial(metrics.record_statistics, group),
+            error_cb=self._on_client_error))
+        # A fresh DLQ window on every join: each resume makes progress of at least
+        # `dlq_limit` more unexpected failures before the group stops again.
         self._protocol = CommitProtocol(
             group=group, consumer=self._consumer, db=self._db, handler=self.handler,
             dlq=dlq, dlq_limit=DlqRateLimit(s.dlq_limit, s.dlq_window_s),
             commit_budget_s=s.commit_retry_budget_s, hooks=self._hooks)
         self._consumer.subscribe(list(s.topics), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
-        self._watchdog.start()
         log.info("consumer_started", group=group, topics=list(s.topics),
                  batch_size=s.batch_size, dlq_topic=s.dlq_topic)
-        code = EXIT_OK
         try:
             self._loop()
-        except FatalError as exc:
-            self._fatal = str(exc)
-        if self._fatal:
-            log.critical("consumer_stopped_fatal", error=self._fatal)
-            code = EXIT_FATAL
-        self._close(dlq)
-        return code
+        finally:
+            self._close_consumer()
 
     def _loop(self) -> None:
         assert self._protocol is not None
-        while not self._stopping and not self._fatal:
+        while not self._stopping and not self._fatal and not self._group_stopped:
             self._watchdog.beat()
             if self._protocol.pending:
                 self._protocol.commit_pending()
             records = self._records(self._next_batch())
             if records:
                 self._process(records)
-            if self._stall_started is None:
+            if self._stall_started is None and not self._group_stopped:
                 # Between batches, never while a failure is retried (see BatchHandler).
                 self.handler.after_batch(self._db.connection)
+                self._notice_group_stop()
 
     def _next_batch(self) -> list[Message]:
         """What the client has already fetched, handed over at once; when it has nothing,
@@ -137,15 +173,89 @@ class BatchConsumer:
             return first
         return first + self._consumer.consume(s.batch_size - 1, 0)
 
-    def _close(self, dlq: DeadLetterProducer) -> None:
+    def _close_consumer(self) -> None:
         # close() leaves the group; its on_revoke commits whatever is still pending.
         try:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("consumer_close_failed", error=str(exc))
-        dlq.close()
-        self._db.close()
-        log.info("consumer_closed", group=self.settings.group)
+
+    # -- the group's stop (its DLQ limit) ------------------------------------------------
+
+    def _stop_group(self, exc: DlqLimitExceededError) -> None:
+        """The DLQ limit tripped on the batch just rolled back: record the stop and leave
+        the group (_consume closes the client). Leaving rather than holding the
+        partitions paused: there is nothing to heartbeat for while a person looks, no
+        max.poll.interval.ms to keep, and the committed offsets already say where to
+        resume (the rolled-back batch is read again, no seek needed); another member
+        that gets the partitions sees the row within STOP_POLL_S and leaves too."""
+        self._group_stopped = True
+        self._unrecorded_stop = (stops.DLQ_LIMIT_EXCEEDED, str(exc))
+        self._record_stop()
+
+    def _record_stop(self) -> None:
+        if self._unrecorded_stop is None:
+            return
+        reason, detail = self._unrecorded_stop
+        try:
+            conn = self._db.connection()
+            with conn.cursor() as cur:
+                stops.record(cur, self.settings.group, reason, detail)
+            conn.commit()
+        except Exception as exc:  # the DB may be what broke: stay stopped, retry later
+            self._db.rollback_quietly()
+            log.error("consumer_stop_not_recorded", group=self.settings.group,
+                      error=describe(exc))
+            return
+        self._unrecorded_stop = None
+
+    def _read_stop(self) -> stops.Stop | None:
+        """The group's stop row; None when there is none or it cannot be read (the batch
+        path then meets the same broken database and stalls on it, as before)."""
+        try:
+            conn = self._db.connection()
+            with conn.cursor() as cur:
+                found = stops.of_group(cur, self.settings.group)
+            conn.rollback()
+        except Exception as exc:
+            self._db.rollback_quietly()
+            log.warning("consumer_stop_unreadable", group=self.settings.group,
+                        error=describe(exc))
+            return None
+        return found
+
+    def _notice_group_stop(self) -> None:
+        """Between batches, about once a second: leave if another member (or an
+        earlier run) stopped the group."""
+        now = time.monotonic()
+        if now < self._next_stop_check:
+            return
+        self._next_stop_check = now + STOP_POLL_S
+        if self._read_stop() is not None:
+            self._group_stopped = True
+
+    def _wait_while_stopped(self) -> None:
+        """Outside the group, idle, while the group is stopped; return once resumed."""
+        group = self.settings.group
+        stopped_since: float | None = None
+        while not self._stopping:
+            self._watchdog.beat()
+            self._record_stop()
+            stop = self._read_stop()
+            if stop is None and self._unrecorded_stop is None:
+                break
+            if stopped_since is None:
+                stopped_since = time.monotonic()
+                metrics.STOPPED.labels(group).set(1)
+                log.critical("consumer_group_stopped", group=group,
+                             reason=stop.reason if stop else stops.DLQ_LIMIT_EXCEEDED,
+                             detail=stop.detail if stop else str(self._unrecorded_stop),
+                             resume=stops.resume_command(group))
+            time.sleep(STOP_POLL_S)
+        if stopped_since is not None:
+            metrics.STOPPED.labels(group).set(0)
+            log.warning("consumer_group_resumed", group=group,
+                        stopped_for_s=round(time.monotonic() - stopped_since, 1))
 
     def _install_signal_handlers(self) -> None:
         def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -181,6 +291,11 @@ class BatchConsumer:
         metrics.BATCH_SIZE.labels(group).observe(len(records))
         try:
             result = self._protocol.process(records)
+        except DlqLimitExceededError as exc:
+            # Rolled back by process(): nothing of the batch is committed, and its
+            # offsets are not; the group stops (and is resumed) as one.
+            self._stop_group(exc)
+            return
         except Exception as exc:
             failure = classify(exc)
             if failure is FailureClass.FATAL:

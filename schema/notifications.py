@@ -137,7 +137,10 @@ def new_intent(intent_type: IntentType, source_event_id: str, user_id: str, *,
 
 def of_outcome(event: PaymentEvent, outcome: Outcome, created_at: str, **extra: Any
                ) -> Intent | None:
-    """The intent an event's fresh outcome makes, if any (every rejection is one)."""
+    """The intent an event's fresh outcome makes, if any (every rejection is one, but
+    unknown_user: there is no user to tell, and no endpoint of theirs)."""
+    if outcome is Outcome.UNKNOWN_USER:
+        return None
     if outcome.is_rejection:
         kind = (IntentType.WITHDRAWAL_REJECTED if event.event_type in _WITHDRAWALS
                 else IntentType.BALANCE_REJECTED)

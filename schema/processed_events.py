@@ -46,6 +46,9 @@ class Outcome(StrEnum):
     EXCEEDS_HOLD = "exceeds_hold"  # settling more than the hold's amount or fee
     INVALID_REVERSAL = "invalid_reversal"  # reversing what it may not reverse
     EXCEEDS_ORIGINAL = "exceeds_original"  # reversing more than is left of the original
+    # The event's user does not exist: decided from the books like insufficient_funds
+    # (a final rejection, not a dead letter: the record is what the outbox stored).
+    UNKNOWN_USER = "unknown_user"
 
     @property
     def is_rejection(self) -> bool:
@@ -59,10 +62,11 @@ FINAL_OUTCOMES: tuple[str, ...] = (
     Outcome.APPLIED.value, Outcome.INSUFFICIENT_FUNDS.value, Outcome.REORGED.value,
     Outcome.REVERSED.value, Outcome.SHORTFALL.value, Outcome.ACCOUNT_FLAGGED.value,
     Outcome.HOLD_NOT_OPEN.value, Outcome.EXCEEDS_HOLD.value, Outcome.INVALID_REVERSAL.value,
-    Outcome.EXCEEDS_ORIGINAL.value)
+    Outcome.EXCEEDS_ORIGINAL.value, Outcome.UNKNOWN_USER.value)
 REJECTIONS = frozenset({Outcome.INSUFFICIENT_FUNDS, Outcome.ACCOUNT_FLAGGED,
                         Outcome.HOLD_NOT_OPEN, Outcome.EXCEEDS_HOLD,
-                        Outcome.INVALID_REVERSAL, Outcome.EXCEEDS_ORIGINAL})
+                        Outcome.INVALID_REVERSAL, Outcome.EXCEEDS_ORIGINAL,
+                        Outcome.UNKNOWN_USER})
 
 # (idempotency key, event id, event type, outcome)
 OutcomeRow = tuple[str, str, str, Outcome]

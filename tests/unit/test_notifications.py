@@ -95,8 +95,10 @@ def test_each_user_visible_outcome_has_its_intent(kind, outcome, chain, expected
 
 
 def test_every_rejection_is_told_and_a_waiting_credit_is_not_told_twice() -> None:
-    for outcome in REJECTIONS:
+    for outcome in REJECTIONS - {Outcome.UNKNOWN_USER}:
         assert of_outcome(_event(EventType.WITHDRAWAL_FEE), outcome, now_text()) is not None
+    # An unknown user has nobody to tell (and no endpoint of theirs).
+    assert of_outcome(_event(EventType.DEPOSIT), Outcome.UNKNOWN_USER, now_text()) is None
     # A deposit_credited's outcome settles to applied later (processed_events.settle),
     # never through the planner again; a plain deposit has no `credited` outcome.
     assert of_outcome(_event(EventType.DEPOSIT), Outcome.CREDITED, now_text()) is None
