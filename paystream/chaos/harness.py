@@ -38,7 +38,7 @@ from paystream.chaos.invariants import (
     pending_count,
 )
 from paystream.chaos.sender import Sender
-from paystream.chaos.traffic import ASSETS, MIX, Kind, TrafficPlan
+from paystream.chaos.traffic import ASSETS, MIX, UNKNOWN_USER, UNKNOWN_USER_CODE, Kind, TrafficPlan
 from paystream.consumers.crash_hooks import AFTER_DB_COMMIT as CRASH_AFTER_DB_COMMIT
 from paystream.env import SettingsError
 from paystream.ingest import admin
@@ -62,6 +62,7 @@ CYCLE = (
     (0.31, "notifier-sigkill"),
     (0.34, "connect-restart"),
     (0.41, "finality-sigkill"),
+    (0.45, "unknown-user-flood"),
     (0.48, "broker-restart"),
     (0.52, "notifier-crash-after-send"),
     (0.55, "anvil-restart"),
@@ -81,6 +82,9 @@ CLUSTER_CYCLE = (
 )
 CYCLE_S = 100.0
 POISON_SHARE = dict(MIX)[Kind.POISON]
+# The unknown-user flood: this many deposits more than the run's ledgers' --dlq-limit,
+# so that were they dead letters, they would trip it.
+FLOOD_OVER_DLQ_LIMIT = 50
 CHAIN_SHARE = 0.05   # chain deposits per payments webhook
 CHAIN_USERS = 20     # users that get a deposit address
 # The notifier's schedule shortened to the run's length (16 attempts within two minutes,
@@ -142,9 +146,12 @@ class Chaos:
                "PAYSTREAM_INGEST_AUTH_FAILURE_BURST": "1000000"}
         group = f"chaos-ledger-{self.run_id}"
         self.mirror_group = f"chaos-dlq-{self.run_id}"
-        # The run poisons ~3% of its events on purpose; the DLQ rate limit (which stops
-        # a consumer dead-lettering a bad deploy's whole stream) is set above that rate.
+        # The run sends ~3% of its deposits for unknown users on purpose: refused by the
+        # ingest, or the ledger's final rejection, never dead letters. The DLQ rate limit
+        # (which stops a consumer dead-lettering a bad deploy's whole stream) is still
+        # set above that rate, as it was when the ledger dead-lettered them.
         dlq_limit = max(100, int(cfg.rate * POISON_SHARE * 60 * 3))
+        self.flood_size = dlq_limit + FLOOD_OVER_DLQ_LIMIT
         ledger_args = ["consume", "ledger", "--group", group, "--metrics-port", "0",
                        "--session-timeout-ms", "6000", "--max-poll-interval-ms", "30000",
                        "--dlq-limit", str(dlq_limit), "--dlq-window", "60"]
@@ -261,6 +268,7 @@ class Chaos:
             "notifier-crash-after-db-commit": lambda: self._armed_crash(
                 self.notifier, CRASH_AFTER_DB_COMMIT, self.rng.randint(2, 5)),
             "forged-records": self._forge,
+            "unknown-user-flood": self._flood,
             nodes.BROKER_KILL: lambda: self._node_fault(nodes.BROKER_KILL),
             nodes.CONTROLLER_KILL: lambda: self._node_fault(nodes.CONTROLLER_KILL),
         }
@@ -349,6 +357,13 @@ class Chaos:
             px.wait_http_ok(f"http://127.0.0.1:{self.port}/healthz", 60)
         return px.bounce("ingest", self.port, lambda: self.ingest.pid, self.ingest.kill,
                          start)
+
+    def _flood(self) -> str:
+        if self.sender is None:
+            raise RuntimeError("no traffic to add the flood to")
+        self.sender.burst(self.plan.flood(self.flood_size))
+        return (f"{self.flood_size} signed deposits for users nobody created, sent at once"
+                " to the gateway's endpoint")
 
     def _forge(self) -> str:
         conn = connect(database_url("owner"))
@@ -553,6 +568,7 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         "faults injected: " + ", ".join(f"{k}={v}" for k, v in sorted(chaos.faults.items())),
         "final outcomes: " + ", ".join(f"{k}={v}" for k, v in sorted(findings.outcomes.items())),
         f"duplicates absorbed (identical redeliveries answered duplicate): {dup}",
+        _unknown_user_line(sent, findings),
         f"forged records produced to {PAYMENTS_TOPIC}: {len(chaos.forged)}; processes "
         f"that exited with no fault to explain it: {len(chaos.unexplained_exits)}",
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
@@ -571,6 +587,16 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         lines += [f"  {title}: {item}" for item in items[:20]]
     lines.append("RESULT: " + ("PASS" if findings.passed else "FAIL"))
     return "\n".join(lines)
+
+
+def _unknown_user_line(sent: list[Any], findings: InvariantReport) -> str:
+    ghosts = [r for r in sent if r.kind in UNKNOWN_USER]
+    refused = sum(1 for r in ghosts if r.status == 422 and r.answer == UNKNOWN_USER_CODE)
+    return (f"deposits for unknown users: {len(ghosts)} sent "
+            f"({sum(1 for r in ghosts if r.kind is Kind.FLOOD)} in the flood), {refused} "
+            f"refused 422 {UNKNOWN_USER_CODE}, "
+            f"{findings.outcomes[UNKNOWN_USER_CODE]} accepted and rejected "
+            f"{UNKNOWN_USER_CODE} by the ledger")
 
 
 def _chain_line(deposits: list[ChainDeposit], retries: Counter[str]) -> str:

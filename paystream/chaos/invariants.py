@@ -11,7 +11,15 @@ from typing import Any
 
 from paystream.chaos.chain import ChainDeposit
 from paystream.chaos.forgery import Forgery
-from paystream.chaos.traffic import ASSETS, MONEY, NEW_EVENTS, Kind, Request
+from paystream.chaos.traffic import (
+    ASSETS,
+    MONEY,
+    NEW_EVENTS,
+    UNKNOWN_USER,
+    UNKNOWN_USER_CODE,
+    Kind,
+    Request,
+)
 from paystream.consumers.ledger_conservation import find_transfer_problems, unbalanced_assets
 from paystream.schema.db import Cursor, one_row
 from paystream.schema.idempotency import idempotency_key
@@ -45,10 +53,11 @@ class InvariantReport:
 
 
 def accepted_events(sent: list[Request]) -> dict[str, Request]:
-    """Event id -> the first request that got it accepted (2xx), new events only."""
+    """Event id -> the first request that got it accepted (2xx), new events only (a
+    deposit for an unknown user among them if the ingest let it in)."""
     out: dict[str, Request] = {}
     for req in sent:
-        if req.kind in NEW_EVENTS and ok(req):
+        if (req.kind in NEW_EVENTS or req.kind in UNKNOWN_USER) and ok(req):
             out.setdefault(req.event_id, req)
     return out
 
@@ -129,16 +138,11 @@ def _replay(req: Request, amount: Decimal, balance: Decimal, open_holds: dict[st
 
 
 def pending_count(cur: Cursor, sent: list[Request]) -> int:
-    """Accepted events without a final status yet, plus poison not yet mirrored."""
+    """Accepted events without a final status yet."""
     accepted = accepted_events(sent)
     cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
                 " AND status = ANY(%s)", (list(accepted), list(FINAL_STATUSES)))
-    final = _count(cur)
-    poison = [e for e, r in accepted.items() if r.kind is Kind.POISON]
-    cur.execute("SELECT count(DISTINCT event_id) FROM dead_letter_queue"
-                " WHERE event_id = ANY(%s)", (poison,))
-    mirrored = _count(cur)
-    return (len(accepted) - final) + (len(poison) - mirrored)
+    return len(accepted) - _count(cur)
 
 
 def applied_times(cur: Cursor, sent: list[Request]) -> list[float]:
@@ -174,7 +178,8 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
     accepted = accepted_events(sent)
     ids = list(accepted)
     cur.execute("SELECT event_id, status, amount FROM payment_events WHERE event_id = ANY(%s)",
-                (ids + [r.event_id for r in sent if r.kind in (Kind.INVALID, Kind.CONFLICT)],))
+                (ids + [r.event_id for r in sent
+                        if r.kind in (Kind.INVALID, Kind.CONFLICT, *UNKNOWN_USER)],))
     rows = {r[0]: (r[1], r[2]) for r in cur.fetchall()}
     cur.execute("SELECT idempotency_key, outcome FROM processed_events"
                 " WHERE event_id = ANY(%s)", (ids,))
@@ -200,12 +205,8 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
         entries = journal.get(event_id, [])
         if len(entries) > 1:
             v.double_applied.append(f"{event_id}: {len(entries)} journal rows")
-        if req.kind is Kind.POISON:
-            v.outcomes["dead_lettered"] += 1
-            if status != "dead_lettered" or event_id not in dead or entries:
-                v.violations.append(f"{event_id}: poison ended {status}, in DLQ table: "
-                                    f"{event_id in dead}, journal rows {len(entries)}")
-            continue
+        if req.kind in UNKNOWN_USER:
+            continue  # _check_unknown_users
         outcome = outcomes.get(idempotency_key(event_id, req.event_type))
         v.outcomes[outcome or "none"] += 1
         if outcome is None or status not in ("applied", "rejected"):
@@ -246,11 +247,12 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
 
     _check_forged(v, forged, dead, journal)
     _check_never_credited(cur, v, [r for r in sent if r.kind is Kind.HOSTILE_CHAIN])
-    stray = set(dead) - {e for e, r in accepted.items() if r.kind is Kind.POISON} \
-        - {f.event_id for f in forged if f.kind != "replayed"}
+    _check_unknown_users(cur, v, [r for r in sent if r.kind in UNKNOWN_USER], rows,
+                         outcomes, journal)
+    stray = set(dead) - {f.event_id for f in forged if f.kind != "replayed"}
     if stray:
-        v.violations.append(f"{len(stray)} events dead-lettered that were not poisoned, "
-                            f"e.g. {sorted(stray)[:3]}")
+        v.violations.append(f"{len(stray)} events dead-lettered that were not forged "
+                            f"records, e.g. {sorted(stray)[:3]}")
     _check_balances(cur, v, users, books)
     _check_conservation(cur, v, users)
     return v
@@ -274,6 +276,37 @@ def _check_forged(v: InvariantReport, forged: Sequence[Forgery], dead: dict[str,
         elif f.kind == "replayed" and f.event_id in dead:
             v.violations.append(f"replayed copy of {f.event_id} dead-lettered: "
                                 f"{dead[f.event_id]}")
+
+
+def _check_unknown_users(cur: Cursor, v: InvariantReport, ghosts: list[Request],
+                         rows: dict[str, tuple[str, Decimal]], outcomes: dict[str, str],
+                         journal: dict[str, list[JournalRow]]) -> None:
+    """A deposit for a user nobody created is refused (422 unknown_user, nothing
+    written) or, if the ingest let it in, rejected by the ledger as unknown_user: never
+    credited, never a balance, never a dead letter (checked with every other one)."""
+    for req in ghosts:
+        if req.status == 422 and req.answer == UNKNOWN_USER_CODE:
+            v.outcomes["refused_unknown_user"] += 1
+            if req.event_id in rows:
+                v.violations.append(f"{req.kind} {req.event_id} refused but written "
+                                    f"({rows[req.event_id][0]})")
+        elif ok(req):
+            status = rows.get(req.event_id, ("missing", Decimal(0)))[0]
+            outcome = outcomes.get(idempotency_key(req.event_id, req.event_type))
+            v.outcomes[outcome or "none"] += 1
+            if status != "rejected" or outcome != UNKNOWN_USER_CODE:
+                v.violations.append(f"{req.kind} {req.event_id} for unknown user "
+                                    f"{req.user_id} accepted, then {status}/{outcome}")
+        elif req.status is not None:
+            v.violations.append(f"{req.kind} {req.event_id} for unknown user answered "
+                                f"{req.status} {req.answer}, want 422 {UNKNOWN_USER_CODE}")
+        if journal.get(req.event_id):
+            v.violations.append(f"{req.kind} {req.event_id} for unknown user was credited:"
+                                f" {journal[req.event_id]}")
+    cur.execute("SELECT user_id, asset, balance FROM balances WHERE user_id = ANY(%s)",
+                (sorted({r.user_id for r in ghosts}),))
+    for user, asset, balance in cur.fetchall():
+        v.violations.append(f"unknown user {user} has a balance: {balance} {asset}")
 
 
 def _check_never_credited(cur: Cursor, v: InvariantReport, hostile: list[Request]) -> None:

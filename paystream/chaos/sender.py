@@ -2,7 +2,9 @@
 
 A request answered 429, 5xx, or not answered at all (the ingest was killed, the
 connection refused) is sent again with the same webhook-id and body and a fresh
-timestamp and signature, until it gets a 2xx or 4xx answer or its retry budget ends.
+timestamp and signature, until it gets a 2xx or 4xx answer or its retry budget ends. A
+4xx is final, as a provider takes it: a deposit for a user nobody created answered 422
+unknown_user is refused for good, never retried (the invariants expect exactly that).
 
 A user's requests are sent one at a time, each after the previous one's final answer:
 the order the answers came back in is then the order the ledger applies that user's
@@ -44,6 +46,10 @@ class Sender:
         self.latencies_ms: list[float] = []
         self.in_flight = 0
         self.answered = 0
+        # Set while run() goes: burst() hands requests to its loop from another thread.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _headers(self, req: Request) -> dict[str, str]:
         if req.endpoint == "alchemy":
@@ -87,8 +93,10 @@ class Sender:
                         payload = json.loads(text)
                     except ValueError:
                         payload = {}
-                    req.answer = str(payload.get("status") or payload.get("reason")
-                                     or payload.get("error") or "")
+                    # A refusal's code (unknown_user, conflict...), else the status
+                    # of an acceptance (accepted / duplicate).
+                    req.answer = str(payload.get("code") or payload.get("status")
+                                     or payload.get("reason") or payload.get("error") or "")
                     self.answered += 1
                     self.plan.note_answer(req)
                     return
@@ -98,6 +106,25 @@ class Sender:
                 return  # unanswered: neither accepted nor refused
             await asyncio.sleep(BACKOFF_S[min(req.attempts - 1, len(BACKOFF_S) - 1)])
 
+    def _start(self, req: Request) -> None:
+        """Record `req` as sent and send it (on the loop run() goes on)."""
+        assert self._client is not None
+        self.sent.append(req)
+        task = asyncio.create_task(self._send(self._client, req))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _start_all(self, reqs: list[Request]) -> None:
+        for req in reqs:
+            self._start(req)
+
+    def burst(self, reqs: list[Request]) -> None:
+        """Send `reqs` all at once beside the steady traffic; called from another thread
+        while run() goes. Returns once every one of them is on its way."""
+        if self._loop is None:
+            raise RuntimeError("the sender is not running")
+        asyncio.run_coroutine_threadsafe(self._start_all(reqs), self._loop).result(30)
+
     async def run(self, rate: float, duration_s: float,
                   faults_pending: threading.Event | None = None) -> None:
         """Send at `rate` for `duration_s`, and for as long after as `faults_pending` is
@@ -106,7 +133,7 @@ class Sender:
         connector = aiohttp.TCPConnector(limit=128)
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
-            tasks: set[asyncio.Task[None]] = set()
+            self._loop, self._client = asyncio.get_running_loop(), client
             start = time.monotonic()
             n = 0
             while (time.monotonic() - start < duration_s
@@ -115,11 +142,8 @@ class Sender:
                 delay = target - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                req = self.plan.next()
-                self.sent.append(req)
-                task = asyncio.create_task(self._send(client, req))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                self._start(self.plan.next())
                 n += 1
-            if tasks:
-                await asyncio.gather(*tasks)
+            while self._tasks:  # a burst may add some while the others finish
+                await asyncio.gather(*list(self._tasks))
+            self._loop = None

@@ -23,7 +23,8 @@ class Kind(StrEnum):
     REDELIVERY = "redelivery"        # an identical retry of an accepted request
     CONFLICT = "conflict"            # an accepted event id with other content: 409
     INVALID = "invalid"              # bad signature or body: 4xx, nothing written
-    POISON = "poison"                # accepted, but for an unknown user: dead-lettered
+    POISON = "poison"                # a deposit for a user nobody created: refused
+    FLOOD = "flood"                  # the same, many at once (harness: unknown-user-flood)
     HOSTILE = "hostile"              # a valid deposit in an odd form: applied exactly
     HOSTILE_CHAIN = "hostile_chain"  # a signed Alchemy delivery nothing may credit: 200
     HOLD = "hold"                    # a withdrawal_requested: available -> held (or refused)
@@ -37,8 +38,12 @@ MIX = ((Kind.DEPOSIT, 0.42), (Kind.WITHDRAWAL, 0.20), (Kind.REDELIVERY, 0.10),
        (Kind.HOSTILE, 0.04), (Kind.HOSTILE_CHAIN, 0.01), (Kind.HOLD, 0.05),
        (Kind.CLOSE, 0.04), (Kind.REFUND, 0.03))
 # Kinds that record a new event when accepted (and so must be accepted: 2xx).
-NEW_EVENTS = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.POISON, Kind.HOSTILE, Kind.HOLD,
-              Kind.CLOSE, Kind.REFUND)
+NEW_EVENTS = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE, Kind.HOLD, Kind.CLOSE,
+              Kind.REFUND)
+# Deposits for users nobody created: the ingest refuses them (422 unknown_user); one it
+# let in is the ledger's final rejection unknown_user. Never money, never a dead letter.
+UNKNOWN_USER = (Kind.POISON, Kind.FLOOD)
+UNKNOWN_USER_CODE = "unknown_user"
 # Kinds whose accepted events move the sender's users' money, in the order answered.
 MONEY = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE, Kind.HOLD, Kind.CLOSE, Kind.REFUND)
 HOSTILE_FLAVOURS = ("tiny", "precision", "exponent", "escaped", "decorated")
@@ -131,8 +136,7 @@ class TrafficPlan:
         if kind is Kind.HOSTILE_CHAIN:
             return self._hostile_chain()
         if kind is Kind.POISON:
-            return self._build(kind, "deposit", f"chaos-{self.run_id}-ghost{self.seq}", asset,
-                               self._amount(1, 100))
+            return self._ghost_deposit(kind, asset)
         if kind is Kind.INVALID:
             flavour = self.rng.choice(("signature", "float", "type"))
             req = self._build(kind, "deposit", user, asset, self._amount(1, 100))
@@ -148,6 +152,18 @@ class TrafficPlan:
             req.extra["flavour"] = flavour
             return req
         return self._build(kind, "deposit", user, asset, self._amount(1, 500))
+
+    def _ghost_deposit(self, kind: Kind, asset: str) -> Request:
+        """A properly signed deposit for a user nobody created."""
+        return self._build(kind, "deposit", f"chaos-{self.run_id}-ghost{self.seq}", asset,
+                           self._amount(1, 100))
+
+    def flood(self, count: int) -> list[Request]:
+        """`count` deposits from the gateway for as many users nobody created: what a
+        provider sends when its idea of our users has drifted from ours (a benchmark
+        against an empty database once sent 184,000)."""
+        return [self._ghost_deposit(Kind.FLOOD, self.rng.choice(ASSETS))
+                for _ in range(count)]
 
     def _build(self, kind: Kind, event_type: str, user: str, asset: str, amount: str, *,
                event_id: str | None = None, original: Request | None = None,

@@ -109,6 +109,67 @@ def test_a_forged_record_that_was_credited_is_a_violation(db):
     assert any(f"balance {user}/USD = {FORGED_AMOUNT}" in v for v in verdict.violations)
 
 
+# --- deposits for users nobody created (the poison in the mix, the flood) --------------
+
+def _ghost_event(cur, event_id: str, user: str, *, status: str, outcome: str) -> None:
+    """A deposit for `user` (never created) the ingest let in, and how the ledger ended it."""
+    cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
+                " amount, status, content_hash, trace_id, payload) VALUES (%s, 'payments',"
+                " 'deposit', %s, 'USD', 5, %s, 'h', 't', '{}')", (event_id, user, status))
+    cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
+                " outcome) VALUES (%s, %s, 'deposit', %s)",
+                (idempotency_key(event_id, "deposit"), event_id, outcome))
+
+
+def test_unknown_user_deposits_refused_or_rejected_pass(db):
+    refused = _request(Kind.FLOOD, unique("chaos-t-e"), unique("ghost"), status=422,
+                       answer="unknown_user")
+    let_in = _request(Kind.POISON, unique("chaos-t-e"), unique("ghost"))
+    with db.cursor() as cur:
+        _ghost_event(cur, let_in.event_id, let_in.user_id, status="rejected",
+                     outcome="unknown_user")
+        verdict = check(cur, [refused, let_in], [])
+    assert verdict.passed, verdict
+    assert verdict.outcomes["refused_unknown_user"] == 1
+    assert verdict.outcomes["unknown_user"] == 1
+
+
+def test_an_unknown_user_deposit_credited_or_refused_otherwise_is_a_violation(db):
+    credited = _request(Kind.FLOOD, unique("chaos-t-e"), unique("ghost"))
+    other = _request(Kind.FLOOD, unique("chaos-t-e"), unique("ghost"), status=400,
+                     answer="invalid_body")
+    with db.cursor() as cur:
+        _applied_deposit(cur, credited.event_id, credited.user_id, "5",
+                         journal_user=credited.user_id)
+        verdict = check(cur, [credited, other], [])
+    found = "\n".join(verdict.violations)
+    assert f"{credited.event_id} for unknown user {credited.user_id} accepted, then " \
+        "applied/applied" in found
+    assert f"{credited.event_id} for unknown user was credited" in found
+    assert f"unknown user {credited.user_id} has a balance" in found
+    assert f"{other.event_id} for unknown user answered 400 invalid_body" in found
+
+
+def test_an_unknown_user_deposit_dead_lettered_is_a_violation(db):
+    """A dead letter counts against the ledger's DLQ limit: a flood of them stopped it."""
+    ghost = _request(Kind.FLOOD, unique("chaos-t-e"), unique("ghost"))
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+                    " asset, amount, status, content_hash, trace_id, payload) VALUES (%s,"
+                    " 'payments', 'deposit', %s, 'USD', 5, 'dead_lettered', 'h', 't', '{}')",
+                    (ghost.event_id, ghost.user_id))
+        cur.execute("INSERT INTO dead_letter_queue (source_topic, source_partition,"
+                    " source_offset, event_id, error_reason, error_detail) VALUES"
+                    " ('chaos-t', 0, (SELECT coalesce(max(source_offset), 0) + 1 FROM"
+                    " dead_letter_queue WHERE source_topic = 'chaos-t'), %s,"
+                    " 'unknown_user', 'no such user')", (ghost.event_id,))
+        verdict = check(cur, [ghost], [])
+    found = "\n".join(verdict.violations)
+    assert f"{ghost.event_id} for unknown user {ghost.user_id} accepted, then " \
+        "dead_lettered/None" in found
+    assert "1 events dead-lettered that were not forged records" in found
+
+
 # --- chain deposits: the chain's answer is the checker's input, the books are real ----
 
 BLOCK_HASH = "0x" + "ab" * 32
