@@ -1,9 +1,10 @@
 """The chaos suite's short form on the real stack: faults of every kind under load, then
 lost = 0 and double-applied = 0 (issue 5's must-show), chain deposits on the stack's
 anvil included (issue 6): reorgs, a node restart and a watcher kill among the faults;
-hostile-but-valid deliveries and forged topic records in the traffic (issue 12); the
-notifier SIGKILLed at random and at its crash points, every intent delivered to a real
-receiver under its one webhook-id (issue 15)."""
+hostile-but-valid deliveries and forged topic records in the traffic (issue 12), and a
+flood of deposits for users nobody created; the notifier SIGKILLed at random and at its
+crash points, every intent delivered to a real receiver under its one webhook-id
+(issue 15)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,16 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     chain = re.search(r"chain deposits: .* (\d+) re-mined and (\d+) dropped", out)
     assert chain and int(chain.group(1)) > 0 and int(chain.group(2)) > 0, out
     assert re.search(r"redelivery=\d+", out) and re.search(r"poison=\d+", out)
+    # The unknown-user flood: more deposits for users nobody created, at once, than the
+    # ledger's default DLQ limit (100 a minute) that such a flood once tripped; each one
+    # refused 422 unknown_user or rejected unknown_user (the checker fails the run else).
+    assert faults["unknown-user-flood"] >= 1
+    ghosts = re.search(r"deposits for unknown users: (\d+) sent \((\d+) in the flood\), (\d+)"
+                       r" refused 422 unknown_user, (\d+) accepted and rejected", out)
+    assert ghosts, out
+    ghost_total, flood, refused_ghosts, rejected_ghosts = map(int, ghosts.groups())
+    assert flood > 100 and ghost_total > flood
+    assert refused_ghosts + rejected_ghosts == ghost_total
     for kind in ("hostile", "hostile_chain"):
         assert re.search(rf"\b{kind}:200=\d+", out), kind
     assert faults["forged-records"] >= 2
