@@ -11,6 +11,7 @@ move it (so a dead consumer or a stopped Connect worker is still seen):
 | replication_slot | pg_replication_slots `paystream_outbox` | missing, inactive, WAL piling up |
 | consumer_lag     | committed offsets vs high watermarks    | lag, or lag with no member       |
 | dead_letters     | dead_letter_queue.first_seen_at         | many in the last hour            |
+| consumer_stops   | consumer_stops (consumers/stops.py)     | a group stopped by its DLQ limit |
 | chain_deposits   | chain_deposits open / settling rows     | waiting far past finality, or a  |
 |                  |                                         | settlement the ledger never took |
 | connector        | Kafka Connect REST status               | not RUNNING                      |
@@ -44,6 +45,7 @@ from prometheus_client.registry import Collector
 from paystream import kafka_security, operator_cli
 from paystream.connectors import endpoint
 from paystream.connectors.status import read_status
+from paystream.consumers import stops
 from paystream.env import env_float
 from paystream.schema.db import (
     Connection,
@@ -81,6 +83,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Messages not yet committed by the consumer group", ("group", "topic")),
     # Members of the group right now (0: nobody is consuming).
     "paystream_consumer_group_members": ("Consumer group members", ("group",)),
+    # 1 per consumer group stopped by its DLQ limit (a consumer_stops row): it consumes
+    # nothing until `paystream consume resume GROUP`. No sample while none is stopped.
+    "paystream_consumer_group_stopped": (
+        "Consumer group stopped by its DLQ limit, until resumed", ("group", "reason")),
     # Dead letters first seen within the last hour (dead_letter_queue.first_seen_at).
     "paystream_dead_letters_last_hour": ("Dead letters in the last hour", ()),
     # Chain deposits waiting for finality (pending or suspect), and the oldest one's age:
@@ -106,7 +112,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
-               "consumer_lag", "dead_letters", "chain_deposits", "notifications", "connector")
+               "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",
+               "notifications", "connector")
 # chain_deposits states: waiting for the finalized block (not credited); decided by the
 # watcher, its event waiting for the ledger (schema/migrations 0004, 0005).
 WAITING_STATES = ("pending", "suspect")
@@ -203,8 +210,8 @@ class HealthChecker:
         wanted = set(only or CHECK_NAMES)
         results: list[CheckResult] = []
         db_checks = wanted & {"database", "stuck_events", "oldest_unapplied",
-                              "replication_slot", "dead_letters", "chain_deposits",
-                              "notifications"}
+                              "replication_slot", "consumer_stops", "dead_letters",
+                              "chain_deposits", "notifications"}
         if db_checks:
             results += self._database_checks(db_checks)
         if "consumer_lag" in wanted:
@@ -248,6 +255,8 @@ class HealthChecker:
                     out += self._event_checks(cur)
                 if "replication_slot" in wanted:
                     out.append(self._slot_check(cur))
+                if "consumer_stops" in wanted:
+                    out += self._stop_checks(cur)
                 if "dead_letters" in wanted:
                     out.append(self._dead_letter_check(cur))
                 if "chain_deposits" in wanted:
@@ -314,6 +323,21 @@ class HealthChecker:
             f"{_bytes(retained)} ({'active' if active else 'INACTIVE'})", threshold, verdict,
             (Sample("paystream_replication_slot_retained_wal_bytes", retained, labels),
              Sample("paystream_replication_slot_active", int(active), labels)))
+
+    def _stop_checks(self, cur: Cursor) -> list[CheckResult]:
+        """One unhealthy line per group its DLQ limit stopped: the reason, and the
+        command that resumes it."""
+        found = stops.all_stops(cur)
+        if not found:
+            return [CheckResult("consumer_stops", "consumers", "groups stopped by their DLQ "
+                                "limit", "none", "none", Health.OK)]
+        return [CheckResult(
+            "consumer_stops", "consumers", f"group {stop.group_id} STOPPED",
+            f"{stop.reason} since {stop.stopped_at:%Y-%m-%d %H:%M:%S %Z}: "
+            f"{stop.detail[:160]}", f"resume: {stop.resume_command}", Health.UNHEALTHY,
+            (Sample("paystream_consumer_group_stopped", 1,
+                    (("group", stop.group_id), ("reason", stop.reason))),))
+            for stop in found]
 
     def _dead_letter_check(self, cur: Cursor) -> CheckResult:
         s = self.settings

@@ -5,6 +5,10 @@ notifier's process also runs a sender (notify/delivery.py) and the reminder sche
 (notify/reminders.py) on threads of their own, unless --no-deliver (then `paystream
 notify deliver` and `paystream notify remind` processes do).
 
+`paystream consume resume GROUP` resumes a group its DLQ limit stopped (deletes its
+consumer_stops row: consumers/stops.py); its consumers, idle meanwhile, rejoin within a
+second and read again from the committed offsets.
+
 The command spans both packages, so it lives here, above them. The dead letters'
 commands (`paystream dlq`) are the operator's: ops/cli.py."""
 
@@ -33,8 +37,11 @@ GROUPS: dict[str, tuple[str, str, int, int]] = {
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume = sub.add_parser("consume", help="run a consumer group (ledger, dlq-mirror, "
                                              "notifier) or the chain finality watcher "
-                                             "(finality)")
-    consume.add_argument("kind", choices=sorted([*GROUPS, "finality"]))
+                                             "(finality); `resume GROUP`: resume a group "
+                                             "its DLQ limit stopped")
+    consume.add_argument("kind", choices=sorted([*GROUPS, "finality", "resume"]))
+    consume.add_argument("resume_group", nargs="?", metavar="GROUP",
+                         help="resume only: the consumer group to resume")
     consume.add_argument("--group", help="consumer group id (default: the kind)")
     consume.add_argument("--topic", action="append",
                          help="topic to consume (repeatable; default per kind)")
@@ -112,7 +119,35 @@ def _finality(args: argparse.Namespace) -> int:
     return service.run(networks)
 
 
+def _resume(args: argparse.Namespace) -> int:
+    """Delete the group's stop (as the operator's role) and say what was deleted."""
+    from paystream.consumers import stops
+    from paystream.operator_cli import EXIT_OK, transaction
+
+    group = args.resume_group
+    if not group:
+        print("paystream consume resume: name the group (e.g. `paystream consume resume "
+              "ledger`)", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    with transaction("paystream-consume-resume") as cur:
+        stop = stops.remove(cur, group)
+    if stop is None:
+        print(f"group {group} is not stopped: nothing to resume")
+        return EXIT_OK
+    print(f"resumed group {group}: deleted its stop ({stop.reason}, recorded "
+          f"{stop.stopped_at.isoformat()} by {stop.host} pid {stop.pid}): {stop.detail}\n"
+          "its consumers rejoin within a second, read again from the committed offsets "
+          "(the batch they rolled back) and start a fresh DLQ window")
+    return EXIT_OK
+
+
 def _consume(args: argparse.Namespace) -> int:
+    if args.kind == "resume":
+        return _resume(args)
+    if args.resume_group:
+        print(f"paystream consume {args.kind}: unexpected argument {args.resume_group!r}",
+              file=sys.stderr)
+        return EXIT_CANNOT_RUN
     if args.kind == "finality":
         return _finality(args)
     # Imported here: `paystream --help` must not need a broker client.
