@@ -26,9 +26,31 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.support.chain.node import Chain
 from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
 
 PORT = 8746
+
+
+def one_deposit(chain: Chain, pipe: Pipeline, i: int, tick: float
+                ) -> tuple[str, float, float, float]:
+    """The i-th deposit, to a user created for it, from the transaction to the credit:
+    (the user, total, watcher and pipeline seconds as the docstring defines them)."""
+    user, address = pipe.new_user()
+    tx = chain.send_native(address, 10**16 + i)
+    pipe.deliver([tx], address)
+    pipe.wait_states(user, lambda s: list(s.values()) == ["pending"])
+    block = int(chain.receipt(tx)["blockNumber"], 16)
+    # Random phase against the watcher's tick, as in production.
+    time.sleep((i * 0.37) % tick)
+    chain.finalize(block)
+    t0 = time.time()
+    wait_for("credit", lambda u=user: any(b > 0 for b, _ in pipe.balances(u).values()),
+             timeout=30, interval=0.005)
+    t_credit = time.time()
+    decided, settled = pipe.query(
+        "SELECT decided_at, settled_at FROM chain_deposits WHERE user_id = %s", (user,))[0]
+    return user, t_credit - t0, _ts(decided) - t0, _ts(settled) - _ts(decided)
 
 
 def main() -> int:
@@ -40,25 +62,10 @@ def main() -> int:
     with persisted_anvil(PORT, slots_in_an_epoch=1) as chain, \
             Pipeline(chain, tick_seconds=args.tick) as pipe:
         for i in range(args.deposits):
-            user, address = pipe.new_user()
-            tx = chain.send_native(address, 10**16 + i)
-            pipe.deliver([tx], address)
-            pipe.wait_states(user, lambda s: list(s.values()) == ["pending"])
-            block = int(chain.receipt(tx)["blockNumber"], 16)
-            # Random phase against the watcher's tick, as in production.
-            time.sleep((i * 0.37) % args.tick)
-            chain.finalize(block)
-            t0 = time.time()
-            wait_for("credit", lambda u=user: any(b > 0 for b, _ in
-                                                  pipe.balances(u).values()),
-                     timeout=30, interval=0.005)
-            t_credit = time.time()
-            decided, settled = pipe.query(
-                "SELECT decided_at, settled_at FROM chain_deposits WHERE user_id = %s",
-                (user,))[0]
-            totals.append(t_credit - t0)
-            watcher.append(_ts(decided) - t0)
-            pipeline.append(_ts(settled) - _ts(decided))
+            _user, total, decided, settled = one_deposit(chain, pipe, i, args.tick)
+            totals.append(total)
+            watcher.append(decided)
+            pipeline.append(settled)
     print(f"finality end to end, {args.deposits} deposits, tick {args.tick:g} s")
     for name, values in (("total (finalized -> credited)", totals),
                          ("watcher (finalized -> settlement emitted)", watcher),

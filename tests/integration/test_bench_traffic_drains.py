@@ -23,11 +23,12 @@ import httpx
 import pytest
 
 from paystream.consumers.ledger_reconcile import find_mismatches
-from paystream.launch import paystream_argv
+from paystream.launch import free_port, paystream_argv
 from paystream.run import services
 from paystream.schema.db import Connection
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack.settings import StackSettings
+from tests.support.chain.pipeline import Pipeline, persisted_anvil
 from tests.support.consumers import ConsumerProcess, drained
 from tests.support.ingest import PAYMENTS_SECRET_BYTES, ingest_server
 from tests.support.waiting import wait_until
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import api_bench
 import cdc_latency
 import e2e_latency
+import finality_e2e_bench
 import ingest_bench
 import per_event_ledger
 
@@ -150,3 +152,20 @@ def test_api_bench_user_reconciles(db, run_ledger) -> None:
                     (user,))
         assert cur.fetchone()[0] == len(api_bench.ASSETS)
     assert_drained(db, run_ledger, [f"{user}-{asset}" for asset in api_bench.ASSETS])
+
+
+def test_finality_e2e_deposit_drains(db, run_ledger) -> None:
+    """A chain deposit as the finality bench makes it (its user and deposit address
+    created, a real transaction on an anvil of its own, the Alchemy delivery, the
+    watcher's settlement): both records applied, by the bench's group and by `ledger`."""
+    with persisted_anvil(free_port(), slots_in_an_epoch=1) as chain, \
+            Pipeline(chain, tick_seconds=0.5) as pipe:
+        user, *_seconds = finality_e2e_bench.one_deposit(chain, pipe, 0, 0.5)
+    with db.cursor() as cur:
+        cur.execute("SELECT event_id FROM chain_deposits WHERE user_id = %s", (user,))
+        [(event_id,)] = cur.fetchall()
+        # The settlement is the watcher's, through the outbox (no payment_events row).
+        cur.execute("SELECT outcome FROM processed_events WHERE event_id = %s",
+                    (f"{event_id}:finalized",))
+        assert cur.fetchall() == [("applied",)]
+    assert_drained(db, run_ledger, [event_id])
