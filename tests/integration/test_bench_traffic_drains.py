@@ -111,9 +111,10 @@ def test_e2e_latency_webhooks_drain(db, run_ledger) -> None:
         _latencies, lost = e2e_latency.one_at_a_time(url, PAYMENTS_SECRET_BYTES, users[0],
                                                      f"e2e-{run_id}-single", 2, DEADLINE_S)
         assert lost == 0, run_ledger.tail()
-        # At a rate, round the users, as each sender process of the bench does.
+        # At a rate, round the users, as each sender process of the bench does (here in
+        # this process: it only put()s its answers, which a thread's queue takes too).
         e2e_latency.sender(url, PAYMENTS_SECRET_BYTES, users, f"e2e-{run_id}-r", 20.0, 0.3,
-                           answers)  # type: ignore[arg-type]
+                           answers)
     sent = [answers.get_nowait()[0] for _ in range(answers.qsize())]
     assert len(sent) >= 3
     assert_drained(db, run_ledger, [f"e2e-{run_id}-single-{n}" for n in range(2)] + sent)
