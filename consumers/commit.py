@@ -6,9 +6,12 @@ For every polled batch, in this order:
      SAVEPOINT per message: a message that fails alone becomes a dead letter.
      A transient error (at any step up to 5) rolls back and the runtime retries the
      batch later: nothing is committed, nothing is dead-lettered.
-  3. Check the DLQ rate limit: too many UNEXPECTED dead letters (the handler raised on
-     them, step 2) stop the group, uncommitted (runtime.py, consumers/stops.py); the
-     dead letters the handler judged (returned in its result) are not counted.
+  3. The DLQ rate limit counts UNEXPECTED dead letters only (the handler raised on them
+     at step 2; the ones it judged and returned are not counted). Step 2 stops at the
+     one that would exceed it: that record and the rest of the batch are left unapplied
+     (rolled back to its savepoint, offsets not committed), the part before it goes on
+     to steps 4-6, and then the group stops (runtime.py, consumers/stops.py). So each
+     window, and each resume, gets through at least `limit` of them.
   4. Produce the dead letters to the DLQ topic, flush, check every delivery report.
   5. COMMIT the database transaction.
   6. Commit offset+1 of the batch's last message per partition, synchronously, checking
@@ -123,8 +126,10 @@ def _give_up(group: str, err: KafkaError, offsets: dict[PartitionKey, int],
 
 
 def apply_with_isolation(conn: Connection, handler: BatchHandler,
-                         records: Sequence[Record]) -> BatchResult:
-    """Steps 1 and 2: the whole batch at once, else one SAVEPOINT per message."""
+                         records: Sequence[Record], budget: int | None = None) -> BatchResult:
+    """Steps 1 and 2: the whole batch at once, else one SAVEPOINT per message. `budget`:
+    how many unexpected dead letters the DLQ limit still allows; at the one past it the
+    batch is cut (result.cut) and the records from there on are not applied."""
     try:
         with conn.cursor() as cur:
             return handler.apply(cur, records)
@@ -136,8 +141,9 @@ def apply_with_isolation(conn: Connection, handler: BatchHandler,
         conn.rollback()
     result = BatchResult()
     attempt = {"phase": "batch", "error": batch_error}
+    unexpected: list[DeadLetter] = []
     with conn.cursor() as cur:
-        for record in records:
+        for index, record in enumerate(records):
             cur.execute("SAVEPOINT paystream_message")
             try:
                 part = handler.apply(cur, [record])
@@ -150,8 +156,13 @@ def apply_with_isolation(conn: Connection, handler: BatchHandler,
                 # raised means our code or schema is broken: that is what the limit counts.
                 kind = (DeadLetterKind.JUDGED if isinstance(exc, PoisonError)
                         else DeadLetterKind.UNEXPECTED)
-                result.dead_letters.append(
-                    DeadLetter(record, reason, detail, (attempt,), kind))
+                letter = DeadLetter(record, reason, detail, (attempt,), kind)
+                if kind is DeadLetterKind.UNEXPECTED:
+                    if budget is not None and len(unexpected) >= budget:
+                        result.cut, result.cut_cause = index, causes([*unexpected, letter])
+                        break
+                    unexpected.append(letter)
+                result.dead_letters.append(letter)
             else:
                 cur.execute("RELEASE SAVEPOINT paystream_message")
                 result.merge(part)
@@ -197,13 +208,13 @@ class CommitProtocol:
         self.pending: dict[PartitionKey, int] = {}
 
     def process(self, records: Sequence[Record]) -> BatchResult:
-        """Apply and commit one batch; raise (after rolling back) if it must be retried."""
+        """Apply and commit one batch; raise (after rolling back) if it must be retried.
+        DlqLimitExceededError comes after the commit of the part before the cut."""
         started = time.monotonic()
         try:
             conn = self._db.connection()
-            result = apply_with_isolation(conn, self._handler, records)   # steps 1-2
-            unexpected = unexpected_letters(result)
-            self._dlq_limit.check(len(unexpected), causes=causes(unexpected))  # step 3
+            result = apply_with_isolation(conn, self._handler, records,  # steps 1-3
+                                          self._dlq_limit.remaining())
             self._dlq.send(result.dead_letters)                            # step 4
             self._hooks.before_db_commit()
             conn.commit()                                                  # step 5
@@ -212,10 +223,14 @@ class CommitProtocol:
             raise
         self._hooks.after_db_commit()
         metrics.DB_TRANSACTION_SECONDS.labels(self._group).observe(time.monotonic() - started)
-        self._dlq_limit.record(len(unexpected))
-        self._account(records, result)
-        self.pending.update(next_offsets(records))
+        self._dlq_limit.record(len(unexpected_letters(result)))
+        done = records if result.cut is None else records[:result.cut]
+        self._account(done, result)
+        self.pending.update(next_offsets(done))
         self.commit_pending()                                              # step 6
+        if result.cut is not None:
+            # What came before the cut is committed; the rest waits for the resume.
+            raise self._dlq_limit.exceeded(result.cut_cause)
         return result
 
     def commit_pending(self, only: Iterable[PartitionKey] | None = None,

@@ -34,12 +34,13 @@ H_SOURCE_TOPIC = "dlq.source.topic"
 H_SOURCE_PARTITION = "dlq.source.partition"
 H_SOURCE_OFFSET = "dlq.source.offset"
 H_REASON = "dlq.error.reason"
+H_KIND = "dlq.error.kind"  # judged | unexpected (DeadLetterKind)
 H_DETAIL = "dlq.error.detail"
 H_GROUP = "dlq.consumer.group"
 H_FAILED_AT = "dlq.failed_at"
 H_ATTEMPTS = "dlq.attempts"
-DLQ_HEADERS = (H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_REASON, H_DETAIL,
-               H_GROUP, H_FAILED_AT, H_ATTEMPTS)
+DLQ_HEADERS = (H_SOURCE_TOPIC, H_SOURCE_PARTITION, H_SOURCE_OFFSET, H_REASON, H_KIND,
+               H_DETAIL, H_GROUP, H_FAILED_AT, H_ATTEMPTS)
 MAX_DETAIL = 2000  # a detail is for a person; a stack dump belongs in the logs
 
 # Message headers as the producer takes them (confluent-kafka's own header type).
@@ -76,21 +77,19 @@ class DlqRateLimit:
     window_s: float
     _times: deque[float] = field(default_factory=deque)
 
-    def check(self, count: int, now: float | None = None, causes: str = "") -> None:
-        """Raise DlqLimitExceededError if `count` more dead letters would break the limit.
-
-        Nothing is recorded here: call `record` once the dead letters are acknowledged,
-        so a batch that is rolled back does not use up the budget.
-        """
-        if count == 0:
-            return
+    def remaining(self, now: float | None = None) -> int:
+        """How many more unexpected dead letters the window allows now. Nothing is
+        recorded here: call `record` once the dead letters are acknowledged, so a batch
+        that is rolled back does not use up the budget."""
         now = time.monotonic() if now is None else now
         self._expire(now)
-        if len(self._times) + count > self.limit:
-            raise DlqLimitExceededError(
-                f"{len(self._times) + count} unexpected failures within {self.window_s:g}s"
-                f" exceed the limit of {self.limit}: stopping instead of dead-lettering the"
-                f" stream{'; ' + causes if causes else ''}")
+        return max(0, self.limit - len(self._times))
+
+    def exceeded(self, causes: str) -> DlqLimitExceededError:
+        """The error that stops the group: the budget is spent and one more failed."""
+        return DlqLimitExceededError(
+            f"more than {self.limit} unexpected failures within {self.window_s:g}s (the"
+            f" DLQ limit): stopping instead of dead-lettering the stream; {causes}")
 
     def record(self, count: int, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -107,12 +106,13 @@ def dlq_headers(letter: DeadLetter, group: str, now: datetime | None = None) -> 
     failed_at = (now or datetime.now(UTC)).isoformat()
     attempts = [*letter.attempts,
                 {"at": failed_at, "group": group, "reason": letter.reason,
-                 "detail": letter.detail[:MAX_DETAIL]}]
+                 "kind": letter.kind.value, "detail": letter.detail[:MAX_DETAIL]}]
     added = {
         H_SOURCE_TOPIC: origin.topic,
         H_SOURCE_PARTITION: str(origin.partition),
         H_SOURCE_OFFSET: str(origin.offset),
         H_REASON: letter.reason,
+        H_KIND: letter.kind.value,
         H_DETAIL: letter.detail[:MAX_DETAIL],
         H_GROUP: group,
         H_FAILED_AT: failed_at,

@@ -26,6 +26,12 @@ class BatchResult:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     # Outcome label -> message count (applied, duplicate, insufficient_funds, ...).
     outcomes: Counter[str] = field(default_factory=Counter)
+    # Set by the commit protocol, not by handlers: the index of the first record left
+    # unapplied because it would have been one unexpected failure over the DLQ limit
+    # (commit.py); that record and every one after it are not part of the batch.
+    cut: int | None = None
+    # Why it was cut (counts per reason, the first failure), for the group's stop.
+    cut_cause: str = ""
 
     def merge(self, other: BatchResult) -> None:
         self.dead_letters.extend(other.dead_letters)

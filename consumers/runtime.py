@@ -11,12 +11,14 @@ paused partitions) so max.poll.interval.ms is never exceeded. After the backoff 
 partitions resume and the same messages are read again.
 
 The DLQ limit (too many unexpected failures: consumers/dlq.py) stops the GROUP rather
-than the process: the batch is rolled back, a consumer_stops row is recorded
-(consumers/stops.py), the consumer leaves the group and stays alive, idle, serving its
-metrics, until an operator deletes the row (`paystream consume resume GROUP`); then it
-joins again with a fresh window and reads from the committed offsets, i.e. the batch it
-rolled back. Exiting instead made `paystream run` restart it every 2 s into the same
-batch, forever. A consumer that starts while its group is stopped waits the same way.
+than the process: the batch is cut at the failure one over the limit (commit.py: what
+came before is committed, that record and the rest are not), a consumer_stops row is
+recorded (consumers/stops.py), the consumer leaves the group and stays alive, idle,
+serving its metrics, until an operator deletes the row (`paystream consume resume
+GROUP`); then it joins again with a fresh window and reads from the committed offsets,
+i.e. from the record it stopped at. Exiting instead made `paystream run` restart it
+every 2 s into the same batch, forever. A consumer that starts while its group is
+stopped waits the same way.
 """
 
 from __future__ import annotations
@@ -183,7 +185,7 @@ class BatchConsumer:
     # -- the group's stop (its DLQ limit) ------------------------------------------------
 
     def _stop_group(self, exc: DlqLimitExceededError) -> None:
-        """The DLQ limit tripped on the batch just rolled back: record the stop and leave
+        """The DLQ limit cut the batch just committed: record the stop and leave
         the group (_consume closes the client). Leaving rather than holding the
         partitions paused: there is nothing to heartbeat for while a person looks, no
         max.poll.interval.ms to keep, and the committed offsets already say where to
@@ -292,8 +294,10 @@ class BatchConsumer:
         try:
             result = self._protocol.process(records)
         except DlqLimitExceededError as exc:
-            # Rolled back by process(): nothing of the batch is committed, and its
-            # offsets are not; the group stops (and is resumed) as one.
+            # process() committed the records before the cut, nothing from it on; the
+            # group stops (and is resumed) as one.
+            if self._stall_started is not None:
+                self._end_stall()
             self._stop_group(exc)
             return
         except Exception as exc:

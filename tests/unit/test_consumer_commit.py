@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from paystream.consumers.commit import apply_with_isolation, commit_offsets
+from paystream.consumers.dlq import DeadLetterKind
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Origin, Record
@@ -127,3 +128,31 @@ def test_transient_failure_is_not_isolated_but_raised() -> None:
     handler = PickyHandler(psycopg2.errors.lookup("40P01")("deadlock"))
     with pytest.raises(psycopg2.errors.lookup("40P01")):
         apply_with_isolation(FakeConn(), handler, _recs(b"ok", b"bad"))
+
+
+def test_a_verdict_is_judged_and_anything_else_raised_is_unexpected() -> None:
+    judged = apply_with_isolation(FakeConn(), PickyHandler(PoisonError("forged", "f")),
+                                  _recs(b"bad"))
+    unexpected = apply_with_isolation(
+        FakeConn(), PickyHandler(psycopg2.errors.lookup("22003")("overflow")), _recs(b"bad"))
+    assert [d.kind for d in judged.dead_letters] == [DeadLetterKind.JUDGED]
+    assert [d.kind for d in unexpected.dead_letters] == [DeadLetterKind.UNEXPECTED]
+    assert unexpected.dead_letters[0].reason == "db_rejected_22003"
+
+
+def test_the_batch_is_cut_at_the_unexpected_failure_past_the_budget() -> None:
+    conn = FakeConn()
+    handler = PickyHandler(psycopg2.errors.lookup("22003")("overflow"))
+    result = apply_with_isolation(conn, handler, _recs(b"ok", b"bad", b"ok", b"bad", b"ok"),
+                                  budget=1)
+    # The second failure would be one over the budget: it and what follows are left.
+    assert result.cut == 3 and "db_rejected_22003 x2" in result.cut_cause
+    assert [d.record.origin.offset for d in result.dead_letters] == [1]
+    assert result.outcomes["applied"] == 2
+    assert conn.log.count("SAVEPOINT paystream_message") == 4
+
+
+def test_verdicts_never_use_the_budget() -> None:
+    result = apply_with_isolation(FakeConn(), PickyHandler(PoisonError("forged", "f")),
+                                  _recs(b"bad", b"bad", b"ok"), budget=0)
+    assert result.cut is None and len(result.dead_letters) == 2

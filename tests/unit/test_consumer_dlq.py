@@ -24,32 +24,29 @@ def _record(value: bytes | None = b"{}", headers=(("event_id", b"e1"),)) -> Reco
 
 def test_rate_limit_allows_up_to_limit_within_window() -> None:
     limit = DlqRateLimit(limit=3, window_s=10)
-    limit.check(2, now=0)
+    assert limit.remaining(now=0) == 3
     limit.record(2, now=0)
-    limit.check(1, now=1)
+    assert limit.remaining(now=1) == 1
     limit.record(1, now=1)
-    with pytest.raises(DlqLimitExceededError):
-        limit.check(1, now=2)
+    assert limit.remaining(now=2) == 0
 
 
 def test_rate_limit_window_slides() -> None:
     limit = DlqRateLimit(limit=2, window_s=10)
     limit.record(2, now=0)
-    with pytest.raises(DlqLimitExceededError):
-        limit.check(1, now=9.9)
-    limit.check(2, now=10.0)  # the first two left the window
+    assert limit.remaining(now=9.9) == 0
+    assert limit.remaining(now=10.0) == 2  # the first two left the window
 
 
-def test_rolled_back_batch_does_not_use_the_budget() -> None:
-    limit = DlqRateLimit(limit=1, window_s=60)
-    limit.check(1, now=0)  # checked, then the batch rolled back: nothing recorded
-    limit.check(1, now=1)
+def test_limit_zero_allows_no_unexpected_dead_letter() -> None:
+    assert DlqRateLimit(limit=0, window_s=60).remaining(now=0) == 0
 
 
-def test_limit_zero_refuses_any_dead_letter() -> None:
-    with pytest.raises(DlqLimitExceededError):
-        DlqRateLimit(limit=0, window_s=60).check(1, now=0)
-    DlqRateLimit(limit=0, window_s=60).check(0, now=0)
+def test_the_error_names_the_limit_and_the_causes() -> None:
+    error = DlqRateLimit(limit=5, window_s=60).exceeded("db_rejected_22003 x6; first: out")
+    assert isinstance(error, DlqLimitExceededError)
+    assert "more than 5 unexpected failures within 60s" in str(error)
+    assert "db_rejected_22003 x6" in str(error)
 
 
 def test_dlq_headers_keep_origin_and_original_headers() -> None:
