@@ -78,7 +78,7 @@ def test_a_flood_of_unknown_users_and_forged_records_never_stops_the_ledger(db, 
     step = len(bad) // HONEST
     mixed = []
     for i, event in enumerate(honest):  # interleaved: an honest deposit every ~30 bad
-        mixed += bad[i * step:(i + 1) * step] + [wire_message(event)]
+        mixed += [*bad[i * step:(i + 1) * step], wire_message(event)]
     mixed += bad[HONEST * step:]
     produce(topic, mixed)
 
