@@ -1,4 +1,8 @@
-"""`paystream dlq replay`: after the cause is fixed, the event is applied exactly once."""
+"""`paystream dlq replay`: after the cause is fixed, the event is applied exactly once.
+
+The dead letter is one the ledger wrote before unknown users became a final rejection
+(outcome unknown_user): those still wait in the DLQ after the upgrade, and replaying one
+once its user exists must work."""
 
 from __future__ import annotations
 
@@ -6,14 +10,18 @@ import json
 import subprocess
 from decimal import Decimal
 
+from paystream.consumers import dlq
 from paystream.launch import paystream_argv
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
-from paystream.schema.outbox import write_event
 from paystream.stack.kafka import start_group_at_end
 from tests.support.consumers import (
     create_topic,
     create_users,
+    produce,
+    record_of,
+    store_events,
     wait_until,
+    wire_message,
 )
 from tests.support.ids import unique
 from tests.support.topics import headers_of
@@ -39,14 +47,17 @@ def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -
                extra_args=["--batch-timeout", "0.05"])
     pool.start("dlq-mirror", topic=dlq_topic, group=mirror_group, dlq_topic=dlq_topic + ".x",
                extra_args=["--batch-timeout", "0.05"])
-    user = unique("replay-user")  # not created yet: the event is dead-lettered
+    user = unique("replay-user")  # not created yet: the event was dead-lettered
     event = PaymentEvent(unique("replay-ev"), EventType.DEPOSIT, user, "USDC",
                          Decimal("7.25"), "test")
-    db.autocommit = False
+    trace = "trace-" + event.event_id  # the trace id store_events records
     with db.cursor() as cur:
-        write_event(cur, event, "trace-replay")  # the real path: outbox -> Debezium
-    db.commit()
-    db.autocommit = True
+        store_events(cur, [event])  # as the ingest stored it
+    # The dead letter the ledger produced for it before the upgrade, as it produced it.
+    key, value, headers = wire_message(event, trace)
+    old_letter = dlq.DeadLetter(record_of((key, value, headers), topic=PAYMENTS_TOPIC),
+                                "unknown_user", f"user {user!r} does not exist")
+    produce(dlq_topic, [(key, value, dlq.dlq_headers(old_letter, group))])
 
     def dead_letter():
         return _one(db, "SELECT id, error_reason, status FROM dead_letter_queue"
@@ -63,7 +74,7 @@ def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -
     listed = _cli("list")
     assert listed.returncode == 0 and event.event_id in listed.stdout
     shown = _cli("show", str(dlq_id))
-    assert shown.returncode == 0 and "trace-replay" in shown.stdout
+    assert shown.returncode == 0 and trace in shown.stdout
 
     with db.cursor() as cur:
         create_users(cur, [user])  # a person fixes the cause
@@ -77,7 +88,7 @@ def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -
     assert replayed.returncode == 0, replayed.stderr
     sent = reader.read(1, 30, lambda m: headers_of(m).get("event_id") == event.event_id)
     assert len(sent) == 1
-    assert headers_of(sent[0])["trace_id"] == "trace-replay"
+    assert headers_of(sent[0])["trace_id"] == trace
     assert json.loads(sent[0].value()) == event.to_wire()
     try:
         wait_until(lambda: _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
