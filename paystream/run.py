@@ -28,6 +28,13 @@ from paystream.stack.settings import StackSettings
 from paystream.stack.targets import metrics_targets, port_of
 
 RESTART_DELAY_S = 2.0
+# A child that dies again within this long of its start waits twice as long before the
+# next start (up to RESTART_DELAY_MAX_S): a fatal exit (code 3: a schema the code does
+# not match, a fatal client error) repeats until a person acts, and every 2 s only
+# filled the logs. The DLQ limit no longer exits at all: the consumer stays up, stopped
+# (consumers/stops.py), so restarts cannot loop it into the same batch.
+QUICK_EXIT_S = 60.0
+RESTART_DELAY_MAX_S = 60.0
 
 
 @dataclass
@@ -37,9 +44,21 @@ class Service:
     args: list[str]
     listens: str
     proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restart_delay_s: float = RESTART_DELAY_S
 
     def start(self, env: Mapping[str, str]) -> None:
         self.proc = subprocess.Popen(paystream_argv(*self.args), env=env)
+        self.started_at = time.monotonic()
+
+    def next_restart_delay(self) -> float:
+        """The wait before restarting it now that it exited: doubled while it keeps
+        dying soon after its start, back to RESTART_DELAY_S once it ran a while."""
+        if time.monotonic() - self.started_at >= QUICK_EXIT_S:
+            self.restart_delay_s = RESTART_DELAY_S
+        delay = self.restart_delay_s
+        self.restart_delay_s = min(delay * 2, RESTART_DELAY_MAX_S)
+        return delay
 
     @property
     def process(self) -> subprocess.Popen[bytes]:
@@ -126,13 +145,20 @@ def run(args: argparse.Namespace) -> int:
           f"{settings.state_dir / 'dev-secrets.env'}):")
     for svc in todo:
         print(f"  {svc.name:<11} pid {svc.process.pid:<7} {svc.listens}")
+    restart_at: dict[str, float] = {}  # a dead service's name -> when to start it again
     while not stopping:
         time.sleep(0.5)
         for svc in todo:
-            if svc.process.poll() is not None and not stopping:
+            if stopping or svc.process.poll() is None:
+                continue
+            due = restart_at.get(svc.name)
+            if due is None:  # the others are watched meanwhile, and Ctrl-C is not delayed
+                delay = svc.next_restart_delay()
                 print(f"{svc.name} exited with {svc.process.returncode}; restarting in "
-                      f"{RESTART_DELAY_S:.0f} s", file=sys.stderr)
-                time.sleep(RESTART_DELAY_S)
+                      f"{delay:.0f} s", file=sys.stderr)
+                restart_at[svc.name] = time.monotonic() + delay
+            elif time.monotonic() >= due:
+                del restart_at[svc.name]
                 svc.start(env)
     for svc in todo:
         if svc.process.poll() is None:
