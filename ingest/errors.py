@@ -64,3 +64,16 @@ class DatabaseUnavailableError(IngestError):
 
     status = 503
     code = "database_unavailable"
+
+
+class NotApplicableError(IngestError):
+    """422: a signed, valid event known not to apply (ingest.refusals says which): its
+    user does not exist (`unknown_user`), or it names another user's event
+    (`reference_of_other_user`). Recorded in refused_deliveries, nothing else written."""
+
+    status = 422
+    code = "unknown_user"
+
+    def __init__(self, detail: str, *, code: str, event_id: str) -> None:
+        super().__init__(detail, code=code)
+        self.event_id = event_id

@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.ingest import refusals
 from paystream.ingest.errors import ConflictError, IngestError, PayloadError
 from paystream.ingest.recording import DeliveryWrite, Recorded, record_payment
 from paystream.schema.amounts import AmountError, parse_amount
@@ -116,24 +117,39 @@ def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> st
 
 @dataclass(frozen=True, slots=True)
 class PaymentWrite(DeliveryWrite):
-    """One gateway delivery's database work: its one event, through the outbox (the
-    ingest.recording.DeliveryWrite contract). Alone it is record_payment; several that
-    meet in a group commit are written together in a few multi-row statements for all
-    of them, with the same outcomes."""
+    """One gateway delivery's database work: its one event, through the outbox, unless
+    it is known not to apply (ingest.refusals: then only the refusal is recorded). The
+    ingest.recording.DeliveryWrite contract: several that meet in a group commit are
+    written together in a few multi-row statements for all of them (one lookup of all
+    their users), with the outcomes of writing each alone."""
 
     event: PaymentEvent
     trace_id: str
 
     def write(self, cur: Cursor) -> Recorded:
+        refusal = refusals.judge([self.event], refusals.look_up(cur, [self.event]))[0]
+        if refusal is not None:
+            refusals.record(cur, [(self.event, self.trace_id, refusal)])
+            return Recorded(refused=refusal)
         return record_payment(cur, self.event, self.trace_id)
 
     @classmethod
     def write_together(cls, cur: Cursor, writes: Sequence[PaymentWrite]
                        ) -> list[Recorded | IngestError]:
         """Each write's answer, in order. A conflict wrote nothing: nothing to undo."""
-        outcomes = write_events(cur, [(w.event, w.trace_id) for w in writes])
+        events = [w.event for w in writes]
+        verdicts = refusals.judge(events, refusals.look_up(cur, events))
+        refusals.record(cur, [(w.event, w.trace_id, v)
+                              for w, v in zip(writes, verdicts, strict=True) if v is not None])
+        outcomes = iter(write_events(cur, [(w.event, w.trace_id)
+                                           for w, v in zip(writes, verdicts, strict=True)
+                                           if v is None]))
         answers: list[Recorded | IngestError] = []
-        for write, outcome in zip(writes, outcomes, strict=True):
+        for write, verdict in zip(writes, verdicts, strict=True):
+            if verdict is not None:
+                answers.append(Recorded(refused=verdict))
+                continue
+            outcome = next(outcomes)
             if outcome is WriteOutcome.CONFLICT:
                 event_id = write.event.event_id
                 answers.append(ConflictError(

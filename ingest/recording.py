@@ -20,6 +20,7 @@ from typing import Any, Self
 
 from paystream.ingest.errors import ConflictError, IngestError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
+from paystream.ingest.refusals import Refusal
 from paystream.schema.db import Cursor
 from paystream.schema.events import PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
@@ -35,6 +36,11 @@ class Recorded:
     events: list[tuple[str, WriteOutcome]] = field(default_factory=list)
     notices_new: list[Notice] = field(default_factory=list)
     notices_known: int = 0
+    # Set when the delivery was refused as not applicable (ingest.refusals): the refusal
+    # was recorded and nothing else written; the route answers it 422. A result, not an
+    # IngestError, because an error would roll the delivery's savepoint, and with it the
+    # record of the refusal, back.
+    refused: Refusal | None = None
 
     @property
     def wrote_anything(self) -> bool:
@@ -55,8 +61,9 @@ class DeliveryWrite(ABC):
     savepoint of its own.
 
     `write` raises an IngestError (ConflictError: 409) to have its delivery rolled back
-    and answered with it; a database error that means "the database cannot answer now"
-    fails the whole group (503).
+    and answered with it; a delivery refused with a record of the refusal kept returns
+    a Recorded whose `refused` is set (ingest.refusals). A database error that means
+    "the database cannot answer now" fails the whole group (503).
     """
 
     __slots__ = ()

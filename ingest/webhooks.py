@@ -5,8 +5,10 @@ Order of checks for every webhook, cheapest and most hostile first:
   -> bounded body read (413, 408 past the body deadline) -> signature on the raw bytes
   (401; each refusal so far spends from the source's small failure bucket)
   -> the provider's rate limit, charged only now (429) -> strict JSON + validation (400)
-  -> the delivery's savepoint in a group commit (409 conflict, 503 database
-     unavailable) -> 200, sent only after the COMMIT that holds the delivery returned.
+  -> the delivery's savepoint in a group commit: the gateway's event known not to apply
+     (422 unknown_user / reference_of_other_user, ingest.refusals: only the refusal is
+     recorded), 409 conflict, 503 database unavailable
+  -> 200, sent only after the COMMIT that holds the delivery returned (a 422 too).
 
 Why not FastAPI routes: these handlers read the raw body themselves (the signature
 covers the exact bytes) and answer JSON built by hand, so FastAPI's routing, dependency
@@ -34,6 +36,7 @@ from paystream.ingest.errors import (
     ConflictError,
     DatabaseUnavailableError,
     IngestError,
+    NotApplicableError,
 )
 from paystream.ingest.metrics import IngestMetrics
 from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
@@ -129,6 +132,8 @@ class Webhooks:
                                        self._settings.payments_assets)
         recorded = await self._writer.write(
             payments.PaymentWrite(event, _trace(scope).trace_id))
+        if recorded.refused is not None:  # recorded in refused_deliveries, nothing else
+            raise recorded.refused.error(event.event_id)
         return self._accepted(scope, payments.PROVIDER, recorded)
 
     async def _authentic_body(self, scope: Scope, receive: Receive, headers: dict[str, str],
@@ -182,6 +187,10 @@ class Webhooks:
                         provider=provider, event_id=exc.event_id)
         else:
             self._metrics.refusals.labels(provider, exc.code).inc()
+        if isinstance(exc, NotApplicableError):
+            body["event_id"] = exc.event_id
+            log.warning("event refused: known not to apply; recorded in refused_deliveries",
+                        provider=provider, code=exc.code, event_id=exc.event_id)
         if isinstance(exc, DatabaseUnavailableError):
             log.warning("database unavailable; asked the provider to retry",
                         provider=provider)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,8 @@ import httpx
 
 from paystream.ingest import alchemy_signature, standard_webhooks
 from paystream.launch import free_port, paystream_argv
+from paystream.schema.db import connect, database_url
+from tests.support.ids import unique
 
 ALCHEMY_KEY = "whsec_paystream-test-alchemy-signing-key-0001"
 PAYMENTS_SECRET_BYTES = b"paystream-test-payments-secret-32+bytes!"
@@ -44,6 +46,25 @@ def random_hash() -> str:
 
 def random_address() -> str:
     return "0x" + (uuid.uuid4().hex + uuid.uuid4().hex)[:40]
+
+
+def create_users(user_ids: Iterable[str]) -> None:
+    """Create these users in the stack's database (those that exist stay as they are):
+    the ingest refuses a gateway event of a user that does not exist (422)."""
+    conn = connect(database_url("owner"))
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO users (user_id) SELECT unnest(%s::text[])"
+                        " ON CONFLICT DO NOTHING", (list(user_ids),))
+    finally:
+        conn.close()
+
+
+def known_user(prefix: str = "user") -> str:
+    """A new user id no other test uses, created in the stack's database."""
+    user = unique(prefix)
+    create_users([user])
+    return user
 
 
 def payment_body(event_id: str, user_id: str, amount: str = "10.5",
