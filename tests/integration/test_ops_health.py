@@ -141,8 +141,8 @@ def test_serve_metrics_publishes_every_gauge(stuck_event) -> None:
 def test_full_health_run_reports_every_check() -> None:
     code, rows = health_json()
     assert set(rows) == {"database", "stuck_events", "oldest_unapplied", "replication_slot",
-                         "consumer_lag", "dead_letters", "chain_deposits", "notifications",
-                         "connector"}
+                         "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",
+                         "notifications", "connector"}
     assert rows["database"][0]["verdict"] == "ok"
     slot = rows["replication_slot"][0]
     assert slot["value"].endswith("(active)"), slot
