@@ -24,6 +24,7 @@ from tests.support.ingest import (
     erc20_activity,
     eth_activity,
     ingest_env,
+    known_user,
     nft_activity,
     payment_body,
     payment_headers,
@@ -76,7 +77,7 @@ def _post_payment(client: TestClient, body: bytes, **header_kwargs: Any):
 # --- the generic gateway -----------------------------------------------------------------
 
 def test_a_signed_payment_is_accepted_once_then_duplicate(client: TestClient, db) -> None:
-    user, event_id = unique("user"), unique("ev")
+    user, event_id = known_user(), unique("ev")
     body = payment_body(event_id, user, "12.345")
     first = _post_payment(client, body)
     assert first.status_code == 200, first.text
@@ -90,7 +91,7 @@ def test_a_signed_payment_is_accepted_once_then_duplicate(client: TestClient, db
 
 def test_same_event_id_with_other_content_is_a_409_and_writes_nothing(
         client: TestClient, db) -> None:
-    user, event_id = unique("user"), unique("ev")
+    user, event_id = known_user(), unique("ev")
     assert _post_payment(client, payment_body(event_id, user, "1")).status_code == 200
     conflict = _post_payment(client, payment_body(event_id, user, "1000"))
     assert conflict.status_code == 409
@@ -131,7 +132,7 @@ def test_signature_failures_are_401_before_the_body_is_parsed(client: TestClient
 
 def test_missing_stale_future_and_reserialised_signatures_are_401(client: TestClient,
                                                                    db) -> None:
-    user, event_id = unique("user"), unique("ev")
+    user, event_id = known_user(), unique("ev")
     body = payment_body(event_id, user)
     missing = client.post("/webhooks/payments", content=body,
                           headers={"content-type": "application/json"})
@@ -152,13 +153,13 @@ def test_a_rotated_secret_is_accepted(db) -> None:
     new_secret = b"the-next-payments-secret-32-bytes!!"
     with _client(payments_secrets=(PAYMENTS_SECRET_BYTES, new_secret)) as client:
         for secret in (PAYMENTS_SECRET_BYTES, new_secret):
-            body = payment_body(unique("ev"), unique("user"))
+            body = payment_body(unique("ev"), known_user())
             assert _post_payment(client, body, secret=secret).status_code == 200
 
 
 def test_a_body_over_the_limit_is_413_even_without_content_length(db) -> None:
     with _client(max_body_bytes=2048) as client:
-        body = payment_body(unique("ev"), unique("user"), note="x" * 4096)
+        body = payment_body(unique("ev"), known_user(), note="x" * 4096)
         declared = _post_payment(client, body)
         assert declared.status_code == 413 and declared.json()["code"] == "body_too_large"
 
@@ -174,7 +175,7 @@ def test_a_body_over_the_limit_is_413_even_without_content_length(db) -> None:
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
 def test_a_body_not_declared_as_json_is_415(client: TestClient, content_type: str | None
                                             ) -> None:
-    body = payment_body(unique("ev"), unique("user"))
+    body = payment_body(unique("ev"), known_user())
     headers = payment_headers(body)
     if content_type is None:
         del headers["content-type"]
@@ -185,14 +186,14 @@ def test_a_body_not_declared_as_json_is_415(client: TestClient, content_type: st
 
 
 def test_json_with_a_charset_is_accepted(client: TestClient) -> None:
-    body = payment_body(unique("ev"), unique("user"))
+    body = payment_body(unique("ev"), known_user())
     headers = payment_headers(body) | {"content-type": "application/json; charset=utf-8"}
     assert client.post("/webhooks/payments", content=body, headers=headers).status_code == 200
 
 
 def test_over_the_rate_limit_is_429_with_retry_after(db) -> None:
     with _client(rate_per_second=0.5, rate_burst=2) as client:
-        answers = [_post_payment(client, payment_body(unique("ev"), unique("user")))
+        answers = [_post_payment(client, payment_body(unique("ev"), known_user()))
                    for _ in range(3)]
     assert [a.status_code for a in answers] == [200, 200, 429]
     assert int(answers[2].headers["retry-after"]) >= 1
@@ -201,7 +202,7 @@ def test_over_the_rate_limit_is_429_with_retry_after(db) -> None:
 
 def test_the_trace_id_comes_from_x_request_id_then_the_delivery_id(client: TestClient,
                                                                      db) -> None:
-    user = unique("user")
+    user = known_user()
     body = payment_body(unique("ev"), user, "1")
     chosen = client.post("/webhooks/payments", content=body,
                          headers=payment_headers(body) | {"x-request-id": "req-123"})

@@ -12,7 +12,13 @@ import httpx
 import pytest
 
 from tests.support.ids import unique
-from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
+from tests.support.ingest import (
+    RunningServer,
+    ingest_server,
+    known_user,
+    payment_body,
+    payment_headers,
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +28,7 @@ def server() -> Iterator[RunningServer]:
 
 
 def _send(server: RunningServer, event_id: str, asset: object) -> httpx.Response:
-    body = payment_body(event_id, unique("asset-user"), "5", asset=asset)
+    body = payment_body(event_id, known_user("asset-user"), "5", asset=asset)
     return httpx.post(server.url + "/webhooks/payments", content=body,
                       headers=payment_headers(body), timeout=30)
 

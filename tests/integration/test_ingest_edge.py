@@ -13,7 +13,13 @@ import httpx
 import pytest
 
 from tests.support.ids import unique
-from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
+from tests.support.ingest import (
+    RunningServer,
+    ingest_server,
+    known_user,
+    payment_body,
+    payment_headers,
+)
 
 ENV = {"PAYSTREAM_INGEST_HEADER_TIMEOUT_S": "1",
        "PAYSTREAM_INGEST_BODY_TIMEOUT_S": "1", "PAYSTREAM_INGEST_MAX_CONNECTIONS": "3"}
@@ -212,7 +218,7 @@ def test_junk_with_spoofed_forwarded_for_cannot_drain_the_providers_bucket(db) -
         ).status_code for n in range(10)]
         # Each spoofed address would have been a fresh bucket; the peer address is not.
         assert statuses == [401] * 4 + [429] * 6
-        user = unique("user")
+        user = known_user()
         signed = [payment_body(unique("ev"), user, "1") for _ in range(4)]
         answers = [_post_from(srv, "127.0.0.1", b, payment_headers(b)) for b in signed]
     # The provider's bucket (burst 3) was untouched by the junk.

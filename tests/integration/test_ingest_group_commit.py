@@ -25,7 +25,13 @@ from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome
 from tests.support.ids import unique
-from tests.support.ingest import alchemy_body, erc20_activity, eth_activity, random_address
+from tests.support.ingest import (
+    alchemy_body,
+    erc20_activity,
+    eth_activity,
+    known_user,
+    random_address,
+)
 
 
 @pytest.fixture
@@ -229,7 +235,7 @@ def _together(store: EventStore, writes: list[PaymentWrite]) -> list[Any]:
 
 
 def test_grouped_payments_have_the_outcomes_of_one_by_one(store: EventStore, db) -> None:
-    user = unique("user")
+    user = known_user()
     known = _payment(unique("ev"), user, "5")
     store.run(PaymentWrite(known, "t-known"))
     fresh, twice = _payment(unique("ev"), user, "1"), _payment(unique("ev"), user, "2")
@@ -258,7 +264,7 @@ def test_grouped_ids_with_json_and_sql_metacharacters_round_trip(store: EventSto
                                                                   db) -> None:
     # Grouped rows travel inside one JSON document inside one SQL literal: quotes,
     # backslashes and escape-like text must come out as they went in.
-    user = unique("user")
+    user = known_user()
     event = _payment(unique("ev") + '"\\\'$%{}[]:,\\u0000', user, "3")
     outcomes = _together(store, [PaymentWrite(event, 'trace"\\x'),
                                  PaymentWrite(event, "t-again")])
@@ -274,7 +280,7 @@ def test_grouped_ids_with_json_and_sql_metacharacters_round_trip(store: EventSto
 
 
 def test_a_grouped_payment_the_database_rejects_is_isolated(store: EventStore, db) -> None:
-    user = unique("user")
+    user = known_user()
     good_a, good_b = _payment(unique("ev"), user, "1"), _payment(unique("ev"), user, "2")
     # An amount the NUMERIC(38,18) column cannot hold: validation would stop it at the
     # door; here it stands for any row the database refuses.
@@ -289,7 +295,7 @@ def test_a_grouped_payment_the_database_rejects_is_isolated(store: EventStore, d
 def test_grouped_payments_reach_the_wal_as_outbox_inserts_in_order(store: EventStore,
                                                                     db) -> None:
     """What Debezium reads: one outbox INSERT per accepted event, in arrival order."""
-    user = unique("user")
+    user = known_user()
     events = [_payment(unique("ev"), user, str(n + 1)) for n in range(5)]
     slot = unique("test_outbox").replace("-", "_")
     # Only Debezium's role may replicate (the owner may not): the slot is read as it.

@@ -11,7 +11,14 @@ from decimal import Decimal
 import httpx
 
 from tests.support.ids import unique
-from tests.support.ingest import RunningServer, ingest_server, payment_body, payment_headers
+from tests.support.ingest import (
+    RunningServer,
+    create_users,
+    ingest_server,
+    known_user,
+    payment_body,
+    payment_headers,
+)
 
 GROUP_METRIC = re.compile(r"^paystream_ingest_commit_group_size_(count|sum) (\S+)$", re.M)
 
@@ -44,7 +51,7 @@ def test_concurrent_deliveries_share_one_commit_and_keep_their_own_answers(db) -
     # One writer that waits up to 500 ms for more: the five requests form one group.
     env = {"PAYSTREAM_INGEST_DB_WRITERS": "1",
            "PAYSTREAM_INGEST_COMMIT_LINGER_MS": "500"}
-    user, known, twice = unique("user"), unique("ev"), unique("ev")
+    user, known, twice = known_user(), unique("ev"), unique("ev")
     good_a, good_b = unique("ev"), unique("ev")
     with ingest_server(env) as server:
         url = server.url + "/webhooks/payments"
@@ -70,6 +77,7 @@ def test_sigkill_under_load_loses_no_answered_delivery(db) -> None:
     """Every delivery answered 2xx before a SIGKILL is in payment_events afterwards."""
     env = {"PAYSTREAM_INGEST_COMMIT_LINGER_MS": "2"}
     run = unique("kill")
+    create_users(f"{run}-user-{t}" for t in range(16))
     answered: list[str] = []
     refused: list[str] = []
     stop = threading.Event()
