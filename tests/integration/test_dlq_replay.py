@@ -7,6 +7,7 @@ once its user exists must work."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from decimal import Decimal
 
@@ -55,8 +56,11 @@ def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -
         store_events(cur, [event])  # as the ingest stored it
     # The dead letter the ledger produced for it before the upgrade, as it produced it.
     key, value, headers = wire_message(event, trace)
-    old_letter = dlq.DeadLetter(record_of((key, value, headers), topic=PAYMENTS_TOPIC),
-                                "unknown_user", f"user {user!r} does not exist")
+    # At an offset of its own: dead_letter_queue keeps one row per origin.
+    origin_offset = int.from_bytes(os.urandom(5), "big")
+    old_letter = dlq.DeadLetter(
+        record_of((key, value, headers), offset=origin_offset, topic=PAYMENTS_TOPIC),
+        "unknown_user", f"user {user!r} does not exist")
     produce(dlq_topic, [(key, value, dlq.dlq_headers(old_letter, group))])
 
     def dead_letter():
