@@ -59,6 +59,9 @@ WEBHOOK_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: _error("an event id already received with different content; nothing written"),
     413: _error("body over the configured limit"),
     415: _error("the body is not declared as JSON"),
+    422: _error("payments only: a valid event known not to apply, recorded in "
+                "refused_deliveries and nothing else: unknown_user (create the user, then "
+                "retry) or reference_of_other_user (it names another user's event)"),
     429: _retry("over the provider's rate limit (verified deliveries), or a source that "
                 "keeps failing authentication"),
     503: _retry("the database is unreachable, or too many open connections; retry later"),

@@ -30,7 +30,8 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "processed_events", "accounts", "transfers", "postings", "user_entries",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
-          "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES)
+          "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
+          "refused_deliveries")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -42,6 +43,11 @@ EXPECTED: dict[DbRole, Grants] = {
         "ingest_notices": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+        # Refused at the door (0021): whether the user exists, and the refusal's record.
+        "users": {"SELECT": {"user_id"}},
+        "refused_deliveries": {"SELECT": ALL, "INSERT": ALL,
+                               "UPDATE": {"user_id", "detail", "trace_id", "event",
+                                          "last_refused_at", "attempts"}},
     },
     "ledger": {
         "users": {"SELECT": ALL},

@@ -20,6 +20,7 @@ from tests.support.ingest import (
     alchemy_headers,
     erc20_activity,
     ingest_server,
+    known_user,
     payment_body,
     payment_headers,
     random_address,
@@ -102,7 +103,7 @@ def test_a_signed_deposit_reaches_kafka_keyed_by_user_with_its_trace(db) -> None
 
 
 def test_a_duplicate_delivery_is_not_published_twice(db) -> None:
-    event_id, user = unique("ev-e2e"), unique("user")
+    event_id, user = unique("ev-e2e"), known_user()
     body = payment_body(event_id, user, "3.3")
     consumer = _consumer_at_end()
     try:

@@ -29,6 +29,7 @@ from tests.support.ingest import (
     PAYMENTS_SECRET_BYTES,
     RunningServer,
     ingest_server,
+    known_user,
     payment_body,
     payment_headers,
 )
@@ -75,7 +76,7 @@ def _race(url: str, requests_: list[tuple[bytes, dict[str, str]]]) -> list[tuple
 def test_twenty_concurrent_identical_requests_write_exactly_once(server: RunningServer,
                                                                  db) -> None:
     event_id = unique("ev-race")
-    body = payment_body(event_id, unique("user"), "7.77")
+    body = payment_body(event_id, known_user(), "7.77")
     headers = payment_headers(body)  # one delivery, sent 20 times at once
     results = _race(server.url + "/webhooks/payments", [(body, headers)] * CONCURRENCY)
     assert sorted(results) == [(200, "accepted")] + [(200, "duplicate")] * (CONCURRENCY - 1)
@@ -83,7 +84,7 @@ def test_twenty_concurrent_identical_requests_write_exactly_once(server: Running
 
 
 def test_twenty_concurrent_conflicting_requests_accept_one(server: RunningServer, db) -> None:
-    event_id, user = unique("ev-race"), unique("user")
+    event_id, user = unique("ev-race"), known_user()
     requests_ = []
     for n in range(CONCURRENCY):
         body = payment_body(event_id, user, f"{n + 1}")
@@ -121,6 +122,9 @@ def test_postgres_down_is_503_with_retry_after_and_nothing_is_lost(
     # The ingest logs in as its own role on the private cluster.
     env = {"PAYSTREAM_PG_PORT": str(stack.pg_port), "PAYSTREAM_INGEST_RETRY_AFTER_S": "3"}
     user = unique("user")
+    with psycopg2.connect(stack.database_url) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    conn.close()
     before, during = unique("ev-before"), unique("ev-during")
     with ingest_server(env) as srv:
         url = srv.url + "/webhooks/payments"
