@@ -18,6 +18,10 @@ the topic, so no phase inherits a CDC backlog from the one before (Connect and K
 share the 2 cores); each line says how long that wait was (measured: about 0.1 s, CDC
 keeps up with the ingest at saturation).
 
+Every delivery is for a user that exists (created before it is sent): the ingest refuses
+the events of a user that does not, so the figures include the check that looks the
+users up.
+
 Every line carries the load average, and the ingest's lines the
 COMMITs Postgres counted during the phase (group commit: well under one per delivery).
 """
@@ -43,7 +47,12 @@ from wrk_load import run_wrk  # noqa: E402
 
 from paystream.schema.db import database_url, where  # noqa: E402
 from paystream.schema.events import PAYMENTS_TOPIC  # noqa: E402
-from tests.support.ingest import ingest_server, payment_body, payment_headers  # noqa: E402
+from tests.support.ingest import (  # noqa: E402
+    create_users,
+    ingest_server,
+    payment_body,
+    payment_headers,
+)
 
 TARGET_SHARE = 0.50   # of the bare endpoint's saturated throughput
 TARGET_P99_MS = 25.0  # at the fixed rate
@@ -52,6 +61,7 @@ REQUEST_TIMEOUT_S = 10  # every request, and so every phase, is bounded in time
 MAX_LAG_S = 5.0         # open loop: requests this late are not sent at all
 STATS_FLUSH_S = 1.5     # Postgres backends flush their statistics about once a second
 CLIENT = {"saturation": "wrk"}  # set from --client in main()
+BENCH_USERS = 1000      # deliveries round these users (created before they are sent)
 
 
 @dataclass
@@ -133,11 +143,16 @@ class CdcBacklog:
 
 
 def signed_requests(count: int, tag: str) -> list[tuple[bytes, dict[str, str]]]:
-    """Distinct signed deliveries: each is a new event, so each is a real write."""
+    """Distinct signed deliveries: each is a new event, so each is a real write (and a
+    deposit the ledger of `make run` applies later). Their users are created here: the
+    ingest refuses an event of a user that does not exist (422 unknown_user), after
+    looking its users up, which every delivery measured here pays for."""
     run = uuid.uuid4().hex[:8]
+    users = [f"bench-user-{n}" for n in range(min(count, BENCH_USERS))]
+    create_users(users)
     out = []
     for n in range(count):
-        body = payment_body(f"bench-{tag}-{run}-{n}", f"bench-user-{n % 1000}",
+        body = payment_body(f"bench-{tag}-{run}-{n}", users[n % len(users)],
                             f"{n % 997 + 1}.25")
         out.append((body, payment_headers(body, msg_id=f"msg_{run}_{n}")))
     return out
