@@ -3,10 +3,11 @@
 - TRANSIENT: the world is briefly broken (DB unreachable, lock or statement timeout,
   deadlock, serialization failure, broker unavailable). Retry the whole batch later,
   commit nothing, stay in the group.
-- DETERMINISTIC: this message can never succeed as it is (bad bytes, bad contract,
-  unknown user, a value the schema refuses). Dead-letter it and move on.
-- FATAL: the process itself is wrong (schema missing, DLQ rate limit exceeded, bad
-  configuration). Stop loudly; retrying or dead-lettering would only hide it.
+- DETERMINISTIC: this message can never succeed as it is (bad bytes, bad contract, a
+  value the schema refuses). Dead-letter it and move on (consumers/dlq.py: too many of
+  the unexpected ones stop the group, not the process).
+- FATAL: the process itself is wrong (schema missing, bad configuration). Stop loudly;
+  retrying or dead-lettering would only hide it.
 """
 
 from __future__ import annotations
