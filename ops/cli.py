@@ -148,7 +148,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # The names of consumers.health.CHECK_NAMES, repeated here so that `paystream --help`
 # does not import the Kafka client (a unit test keeps both in step).
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
-               "consumer_lag", "dead_letters", "chain_deposits", "notifications", "connector")
+               "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",
+               "notifications", "connector")
 
 
 def _check_names() -> str:
