@@ -15,6 +15,7 @@ import httpx
 
 from paystream.consumers import dlq
 from paystream.launch import free_port, paystream_argv
+from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
 from paystream.schema.db import ROLE_NAMES
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.consumers import (
@@ -197,6 +198,13 @@ def test_unexpected_failures_past_the_limit_stop_the_group_once_until_resumed(db
     line = next((x for x in health.stdout.splitlines() if f"group {group} STOPPED" in x), "")
     assert health.returncode == 1 and "dlq_limit_exceeded" in line \
         and f"paystream consume resume {group}" in line, health.stdout
+    # The health exporter's gauge, as Prometheus would scrape it.
+    exported = {tuple(sorted(sample.labels.items())): sample.value
+                for family in HealthCollector(HealthChecker(HealthSettings.from_env()),
+                                              ["consumer_stops"]).collect()
+                if family.name == "paystream_consumer_group_stopped"
+                for sample in family.samples}
+    assert exported.get((("group", group), ("reason", "dlq_limit_exceeded"))) == 1
     # A second consumer of the group (a restart) waits too, without joining.
     second = pool.start("ledger", topic=topic, group=group, dlq_topic=dlq_topic,
                         extra_args=["--dlq-limit", "2"])
