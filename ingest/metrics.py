@@ -46,7 +46,8 @@ class IngestMetrics:
         self.commit_seconds = Histogram(
             "paystream_ingest_commit_duration_seconds", "Time to write and commit a group",
             buckets=LATENCY_BUCKETS, registry=self.registry)
-        # Requests refused before any work, by reason (signature, rate limit, size ...).
+        # Requests refused, by reason: before any work (signature, rate limit, size ...),
+        # or in the database, known not to apply (unknown_user, reference_of_other_user).
         self.refusals = Counter(
             "paystream_ingest_refusals", "Requests refused, by reason code",
             ["provider", "code"], registry=self.registry)
