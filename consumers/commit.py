@@ -262,7 +262,7 @@ class CommitProtocol:
             metrics.DEAD_LETTERS.labels(self._group, letter.reason, letter.kind.value).inc()
             metrics.MESSAGES.labels(self._group, "dead_lettered").inc()
             log.warning("dead_lettered", reason=letter.reason, kind=letter.kind.value,
-                        detail=letter.detail[:300],
+                        provider=letter.provider, detail=letter.detail[:300],
                         topic=letter.record.origin.topic,
                         partition=letter.record.origin.partition,
                         offset=letter.record.origin.offset,

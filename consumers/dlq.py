@@ -61,6 +61,9 @@ class DeadLetter:
     # How the consumer got here, e.g. the batch error that led to isolating the message.
     attempts: tuple[dict[str, str], ...] = field(default=())
     kind: DeadLetterKind = DeadLetterKind.JUDGED
+    # The provider the record names, when it decoded (as it claims: a forged record's
+    # is the forger's word), for the log line that tells a person whose traffic it is.
+    provider: str | None = None
 
 
 class DlqLimitExceededError(FatalError):

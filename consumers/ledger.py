@@ -733,5 +733,6 @@ def _without_dead_letters(candidates: list[Candidate], bad: dict[int, tuple[str,
     for c in candidates:
         if id(c) in bad:
             reason, detail = bad[id(c)]
-            result.dead_letters.append(DeadLetter(c.record, reason, detail))
+            result.dead_letters.append(DeadLetter(c.record, reason, detail,
+                                                  provider=c.event.provider))
     return [c for c in candidates if id(c) not in bad]
