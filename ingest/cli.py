@@ -1,5 +1,6 @@
 """`paystream ingest` (serve the webhooks) and the operator commands around it:
-`paystream users add`, `paystream addresses add`, `paystream balances`."""
+`paystream users add`, `paystream addresses add`, `paystream balances`,
+`paystream refusals list`."""
 
 from __future__ import annotations
 
@@ -48,6 +49,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                " needs --user")
     balances.set_defaults(func=_balances)
 
+    refused = sub.add_parser(
+        "refusals", help="gateway events refused at the door (422), newest first")
+    refused_sub = refused.add_subparsers(dest="refusals_command", required=True)
+    listing = refused_sub.add_parser("list", help="the latest refused deliveries")
+    listing.add_argument("--code", choices=("unknown_user", "reference_of_other_user"))
+    listing.add_argument("--user", default=None)
+    listing.add_argument("--limit", type=int, default=50)
+    listing.set_defaults(func=_refusals)
+
 
 def _serve(args: argparse.Namespace) -> int:
     from paystream.ingest.serve import serve
@@ -76,6 +86,13 @@ def _balances(args: argparse.Namespace) -> int:
     from paystream.ingest import admin
 
     return _admin(lambda conn: admin.render_table(admin.balances(conn, args.user, args.at)))
+
+
+def _refusals(args: argparse.Namespace) -> int:
+    from paystream.ingest import admin
+
+    return _admin(lambda conn: admin.render_refusals(
+        admin.refusals(conn, args.code, args.user, args.limit)))
 
 
 def _admin(action: Callable[[Connection], str]) -> int:

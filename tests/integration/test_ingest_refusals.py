@@ -104,6 +104,11 @@ def test_unknown_user_is_refused_recorded_and_accepted_once_created(
     assert any("refused_deliveries" in line and again.json()["trace_id"] in line
                for line in log.splitlines())
 
+    listed = subprocess.run(paystream_argv("refusals", "list", "--user", user),
+                            check=True, capture_output=True, text=True, timeout=60).stdout
+    [row] = [line.split() for line in listed.splitlines() if event_id in line]
+    assert row[1:] == ["payments", "unknown_user", user, event_id, "2"]
+
     # The operator (or the merchant) creates the user; the provider's retry gets in.
     subprocess.run(paystream_argv("users", "add", user), check=True, capture_output=True,
                    timeout=60)
