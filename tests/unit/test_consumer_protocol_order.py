@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import time
 
+import psycopg2.errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from paystream.consumers.commit import CommitProtocol
-from paystream.consumers.dlq import DeadLetter, DeadLetterProducer, DlqRateLimit
+from paystream.consumers.dlq import (
+    DeadLetter,
+    DeadLetterProducer,
+    DlqLimitExceededError,
+    DlqRateLimit,
+)
 from paystream.consumers.failures import TransientError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Origin, Record
@@ -60,6 +66,9 @@ class FakeConn:
 
     def rollback(self):
         self.calls.append("db.rollback")
+
+    def execute(self, sql):  # the savepoints of per-message isolation
+        pass
 
 
 class FakeDatabase:
@@ -130,6 +139,33 @@ def test_an_unacknowledged_dead_letter_rolls_the_batch_back_and_moves_no_offset(
     assert "db.commit" not in calls and "kafka.commit" not in calls
     assert calls[-1] == "db.rollback"
     assert protocol.pending == {}
+
+
+class OverflowsOnOdd:
+    """Raises as Postgres does on a numeric overflow for any batch holding an odd offset."""
+
+    name = "overflows"
+
+    def apply(self, cur, records):
+        if any(r.origin.offset % 2 for r in records):
+            raise psycopg2.errors.lookup("22003")("numeric field overflow")
+        result = BatchResult()
+        result.outcomes["applied"] += len(records)
+        return result
+
+
+def test_the_dlq_limit_commits_the_part_before_the_cut_then_stops_the_group():
+    calls = Calls()
+    consumer = FakeConsumer(calls)
+    protocol = CommitProtocol(
+        group="g", consumer=consumer, db=FakeDatabase(calls), handler=OverflowsOnOdd(),
+        dlq=DeadLetterProducer(FakeProducer(calls), "t.dlq", "g", flush_timeout_s=1),
+        dlq_limit=DlqRateLimit(2, 60), commit_budget_s=1.0)
+    # Offsets 1 and 3 fail within the limit (2); 5 would be one past it: cut there.
+    with pytest.raises(DlqLimitExceededError, match="db_rejected_22003 x3"):
+        protocol.process(_records(0, 8))
+    assert calls.count("dlq.produce") == 2 and "db.commit" in calls
+    assert consumer.commits == [{("t", 0): 5}]  # offsets 0-4 done; 5 onwards read again
 
 
 def _runtime(calls: Calls, consumer: FakeConsumer, session_timeout_ms: int = 3000):
