@@ -31,7 +31,7 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
           "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
-          "refused_deliveries")
+          "refused_deliveries", "consumer_stops")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -68,8 +68,10 @@ EXPECTED: dict[DbRole, Grants] = {
                              "closed_at"}},
         "event_reversals": {"SELECT": ALL, "INSERT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+        "consumer_stops": {"SELECT": ALL, "INSERT": ALL},  # its group's stop (0022)
     },
     "mirror": {
+        "consumer_stops": {"SELECT": ALL, "INSERT": ALL},
         "dead_letter_queue": {"SELECT": ALL, "INSERT": ALL,
                               "UPDATE": {"attempts", "error_reason", "error_detail",
                                          "last_seen_at"}},
@@ -85,6 +87,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
     },
     "notifier": {
+        "consumer_stops": {"SELECT": ALL, "INSERT": ALL},
         "notification_endpoints": {"SELECT": ALL,
                                    "UPDATE": {"failing_since", "disabled_at",
                                               "disabled_reason"}},
@@ -122,6 +125,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
         "dead_letter_queue": {"SELECT": ALL, "UPDATE": {"status", "last_seen_at"}},
+        "consumer_stops": {"SELECT": ALL, "DELETE": ALL},  # consume resume GROUP
         # The operator's adjust / revert and the hold expiry scheduler record events.
         "payment_events": {"SELECT": ALL, "INSERT": ALL,
                            "UPDATE": {"status", "status_changed_at"}},

@@ -16,7 +16,6 @@ import httpx
 from paystream.consumers import dlq
 from paystream.launch import free_port, paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
-from paystream.schema.db import ROLE_NAMES
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.consumers import (
     committed,
@@ -234,20 +233,3 @@ def test_unexpected_failures_past_the_limit_stop_the_group_once_until_resumed(db
                "the gauge back to 0")
     assert ledger.terminate() == 0 and second.terminate() == 0
 
-
-def test_consumer_stops_grants_are_least_privilege(db) -> None:
-    """Consumers record and read their group's stop; the operator reads and deletes
-    (resume); nobody else touches it, and nobody updates a stop."""
-    expected = {"ledger": {"SELECT", "INSERT"}, "mirror": {"SELECT", "INSERT"},
-                "notifier": {"SELECT", "INSERT"}, "ops": {"SELECT", "DELETE"}}
-    with db.cursor() as cur:
-        for role, name in ROLE_NAMES.items():
-            if role == "owner":
-                continue
-            held = set()
-            for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"):
-                cur.execute("SELECT has_table_privilege(%s, 'consumer_stops', %s)",
-                            (name, privilege))
-                if cur.fetchone()[0]:
-                    held.add(privilege)
-            assert held == expected.get(role, set()), (role, held)
