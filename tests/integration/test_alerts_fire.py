@@ -10,6 +10,7 @@ scale 20, a `for: 2m` is 6 s.
 1. a Debezium task FAILED -> PaystreamConnectorNotRunning
 2. the ledger group stopped while events arrive -> PaystreamConsumerStalled
 3. a dead-letter flood -> PaystreamDeadLetterFlood
+4. a group stopped by its DLQ limit -> PaystreamConsumerGroupStopped
 """
 
 from __future__ import annotations
@@ -170,6 +171,32 @@ def test_a_failed_connector_task_fires_connector_not_running(observed: Observed)
                     connector=s.connector_name)
     _report("PaystreamConnectorNotRunning resolved after the repair",
             time.monotonic() - repaired_at)
+
+
+def test_a_stopped_group_fires_consumer_group_stopped_at_once(observed: Observed) -> None:
+    """A consumer_stops row (what the ledger records when its DLQ limit trips) is seen
+    by the health exporter and pages at its first evaluation; deleted (`paystream
+    consume resume`), the alert resolves and the running ledger rejoins."""
+    live, group = observed.live, observed.group
+    assert live.alert_state("PaystreamConsumerGroupStopped", group=group) == "inactive"
+    conn = connect(database_url("owner"))
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO consumer_stops (group_id, reason, detail, host, pid)"
+                        " VALUES (%s, 'dlq_limit_exceeded', 'test_alerts_fire', 'test', 0)",
+                        (group,))
+        fired = live.wait_alert("firing", "PaystreamConsumerGroupStopped", SLACK_S,
+                                group=group)
+        _report("PaystreamConsumerGroupStopped fired after the stop", fired)
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM consumer_stops WHERE group_id = %s", (group,))
+        conn.close()
+    resolved = live.wait_alert("inactive", "PaystreamConsumerGroupStopped", SLACK_S,
+                               group=group)
+    _report("PaystreamConsumerGroupStopped resolved after the resume", resolved)
+    assert observed.procs["ledger"].poll() is None, observed.log_tail("ledger")
 
 
 def test_the_accelerated_rules_are_the_shipped_ones(observed: Observed) -> None:
