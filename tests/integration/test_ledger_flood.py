@@ -147,6 +147,14 @@ def test_a_flood_of_unknown_users_and_forged_records_never_stops_the_ledger(db, 
     assert {line["provider"] for line in ledger.events("dead_lettered")} == {"flood-gw"}
     assert len(ledger.events("dead_lettered")) == FORGED
     assert ledger.alive() and not ledger.events("consumer_group_stopped"), ledger.tail()
+
+    # A redelivered rejection is a duplicate: claimed once, nothing written again.
+    before = len(ledger.events("batch_committed"))
+    produce(topic, [wire_message(e) for e in ghosts[:10]])
+    wait_until(lambda: drained(group, topic), 30, "the redeliveries")
+    again = ledger.events("batch_committed")[before:]
+    assert sum(line["outcomes"].get("duplicate", 0) for line in again) == 10
+    assert not any(line["outcomes"].get("unknown_user") for line in again)
     assert ledger.terminate() == 0 and mirror.terminate() == 0
 
 
