@@ -189,7 +189,7 @@ class BatchConsumer:
         the group (_consume closes the client). Leaving rather than holding the
         partitions paused: there is nothing to heartbeat for while a person looks, no
         max.poll.interval.ms to keep, and the committed offsets already say where to
-        resume (the rolled-back batch is read again, no seek needed); another member
+        resume (from the record it stopped at, no seek needed); another member
         that gets the partitions sees the row within STOP_POLL_S and leaves too."""
         self._group_stopped = True
         self._unrecorded_stop = (stops.DLQ_LIMIT_EXCEEDED, str(exc))
