@@ -11,7 +11,7 @@ from paystream.env import SettingsError, env_float, env_int, env_str
 from paystream.schema.db import database_url
 from paystream.schema.events import ASSET_PATTERN
 
-# Every list the API answers is bounded by this (issue 18: limit <= 500).
+# Every list the API answers is bounded by this (limit <= 500, docs/api.md).
 MAX_LIMIT = 500
 
 

@@ -52,7 +52,7 @@ commit redelivers it):
     an asset the user never held) has nothing to lock: it is still claimed once.
   - transfers' UNIQUE constraint refuses a second effect whatever happens above.
 
-Chain deposits (issue 6, see ledger_plan.py's table): a deposit carrying `chain` is held
+Chain deposits (docs/finality.md; see ledger_plan.py's table): a deposit carrying `chain` is held
 in the user's pending account (balances.pending) and recorded in chain_deposits for the
 finality watcher, status pending_finality. The watcher's settlement events
 (deposit_finalized / deposit_reorged, same partition, after the deposit) move it to
@@ -149,7 +149,7 @@ class LedgerHandler:
         self.reconciler = reconciler if reconciler is not None else HotPathReconciler.from_env()
         self.shortfalls = ShortfallGauge(self.reconciler.interval_s)
         # How long a withdrawal_requested holds its money before the expiry scheduler
-        # voids it (ops/holds.py), unless the gateway settles or fails it first.
+        # voids it (ops/operator_events.py), unless the gateway settles or fails it first.
         self.hold_ttl_s = env_float("PAYSTREAM_HOLD_TTL_S", 86_400.0)
 
     def after_batch(self, connection: Callable[[], Connection]) -> None:

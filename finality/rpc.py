@@ -9,7 +9,7 @@ Every call:
   - is counted (calls and errors by method) through `on_call` / `on_error` hooks, which
     the watcher points at the Prometheus metrics and tests at counters.
 
-Results are parsed into consumers.finality.evidence values. "Not found" (a null result)
+Results are parsed into finality.evidence values. "Not found" (a null result)
 is an answer, not an error: it never trips the breaker.
 
 `finalized_block()` uses the `finalized` tag, or `latest - confirmations` on networks

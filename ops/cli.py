@@ -145,7 +145,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_replay.set_defaults(func=_dlq_replay)
 
 
-# The names of consumers.health.CHECK_NAMES, repeated here so that `paystream --help`
+# The names of ops.health.CHECK_NAMES, repeated here so that `paystream --help`
 # does not import the Kafka client (a unit test keeps both in step).
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
                "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",

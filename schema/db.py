@@ -33,10 +33,11 @@ def one_row(cur: Cursor) -> tuple[Any, ...]:
     return row
 
 
-# The database roles (issue 13). The owner (`paystream`, the name every existing stack
-# already has) owns the database and every table and only runs the migrations (`paystream
-# stack up`, `paystream migrate`); every long-running process logs in as its own role,
-# granted exactly what its SQL does (schema/migrations/0007_roles.sql).
+# The database roles (least privilege: docs/configuration.md#database-roles). The owner
+# (`paystream`, the name every existing stack already has) owns the database and every
+# table and only runs the migrations (`paystream stack up`, `paystream migrate`); every
+# long-running process logs in as its own role, granted exactly what its SQL does
+# (schema/migrations/0007_roles.sql).
 DbRole = Literal["owner", "ingest", "ledger", "mirror", "finality", "ops", "cdc", "api",
                  "notifier"]
 ROLE_NAMES: dict[DbRole, str] = {

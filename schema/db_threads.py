@@ -2,7 +2,7 @@
 from one queue; a coroutine hands a function of a connection over and awaits its result.
 
 Why this and not the usual ways, measured for the merchant API on this project's 2
-cores (issue 18; CPU of the server process per GET of one user's balances rows, driven
+cores (CPU of the server process per GET of one user's balances rows, driven
 in-process, no HTTP; the machine was shared, so ranges): this way 115-145 us;
 `loop.run_in_executor` with the same threads 150-180 us (concurrent.futures' locks and
 futures); a sync route in Starlette's anyio pool 240-340 us (its CapacityLimiter, and

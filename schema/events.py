@@ -19,7 +19,7 @@ import orjson
 
 from paystream.schema.amounts import AmountError, format_amount, parse_amount
 
-# Outbox routing: the Event Router sends aggregatetype X to topic "paystream.X".
+# Outbox routing: the Event Router sends aggregatetype X to topic "paystream.<X>".
 PAYMENTS_AGGREGATE = "payments"
 PAYMENTS_TOPIC = "paystream.payments"
 PAYMENTS_DLQ_TOPIC = "paystream.payments.dlq"

@@ -1,6 +1,7 @@
-"""The chaos suite's short form on the replicated cluster (issue 16 item 1): a broker,
-then the active controller, SIGKILLed under load and kept down while the pipeline goes
-on with two nodes; lost 0, applied twice 0, and the stall each caused measured.
+"""The chaos suite's short form on the replicated cluster
+(docs/operations.md#a-replicated-cluster): a broker, then the active controller, SIGKILLed
+under load and kept down while the pipeline goes on with two nodes; lost 0, applied twice
+0, and the stall each caused measured.
 
 Beside the run's own checks: every record batch the pipeline wrote to the payments and
 dead-letter topics carries a producer id in the brokers' segment files (Kafka's

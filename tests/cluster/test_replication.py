@@ -1,5 +1,6 @@
-"""A replicated cluster (issue 16 item 1): three KRaft nodes, every topic with three
-replicas and min.insync.replicas=2, Connect's producer idempotent with acks=all.
+"""A replicated cluster (docs/operations.md#a-replicated-cluster): three KRaft nodes,
+every topic with three replicas and min.insync.replicas=2, Connect's producer idempotent
+with acks=all.
 
 What is checked comes from Kafka itself, not from paystream's code: the brokers'
 metadata and topic configurations, Kafka's own quorum tool, the producer ids its

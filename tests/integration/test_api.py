@@ -1,4 +1,4 @@
-"""The merchant API (issue 18) served for real (`paystream api`, a child process) against
+"""The merchant API (docs/api.md) served for real (`paystream api`, a child process) against
 the stack's Postgres, with the ledger applying events as its consumer does
 (tests/support/ledger.py). Expected figures come from the events each test applies and
 from the tables read directly as the owner, never from the API's own code."""

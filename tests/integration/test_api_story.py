@@ -1,4 +1,4 @@
-"""The merchant API's whole story on the REAL pipeline (issue 18 item 4): a real anvil, a
+"""The merchant API's whole story on the REAL pipeline (docs/api.md#tests): a real anvil, a
 signed Alchemy webhook to a real `paystream ingest`, outbox -> Debezium -> Kafka -> a
 real `paystream consume ledger`, a real `paystream consume finality` (tests/support/
 chain/pipeline.py), a signed gateway webhook, and a real `paystream api`.

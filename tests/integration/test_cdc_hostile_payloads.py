@@ -1,4 +1,4 @@
-"""No content can stop the money (issue 12), on the real stack.
+"""No content can stop the money (docs/guarantees.md#poison-message), on the real stack.
 
 One correctly signed delivery whose numbers Debezium could not type (the connector
 expanded each payload into an inferred Connect schema) failed the connector task for

@@ -1,10 +1,10 @@
 """The chaos suite's short form on the real stack: faults of every kind under load, then
-lost = 0 and double-applied = 0 (issue 5's must-show), chain deposits on the stack's
-anvil included (issue 6): reorgs, a node restart and a watcher kill among the faults;
-hostile-but-valid deliveries and forged topic records in the traffic (issue 12), and a
-flood of deposits for users nobody created; the notifier SIGKILLed at random and at its
-crash points, every intent delivered to a real receiver under its one webhook-id
-(issue 15)."""
+lost = 0 and double-applied = 0 (docs/guarantees.md#the-chaos-run), chain deposits on the
+stack's anvil included (docs/finality.md): reorgs, a node restart and a watcher kill among
+the faults; hostile-but-valid deliveries and forged topic records in the traffic (only the
+outbox can credit), and a flood of deposits for users nobody created; the notifier
+SIGKILLed at random and at its crash points, every intent delivered to a real receiver
+under its one webhook-id (docs/notifications.md)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ def _pooled_transactions(cfg: pgbouncer.PgBouncerConfig) -> int:
 
 
 def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
-    """Through the test stack's transaction-pooling PgBouncer (issue 16): every child the
-    run starts (ingest, ledgers, DLQ mirror, finality) connects through it, and it stays
-    up while the run restarts Postgres under it."""
+    """Through the test stack's transaction-pooling PgBouncer
+    (docs/operations.md#pgbouncer): every child the run starts (ingest, ledgers, DLQ
+    mirror, finality) connects through it, and it stays up while the run restarts Postgres
+    under it."""
     bouncer = pgbouncer.PgBouncerConfig.from_env()
     before = _pooled_transactions(bouncer)
     done = subprocess.run(paystream_argv("chaos", "--short"), capture_output=True, text=True,

@@ -1,6 +1,7 @@
-"""Kafka Connect locked down (issue 13): its REST API needs the stack's credentials, its
-env config provider hands out only the connector's variables, and the worker runs with
-a minimal environment and no secret on its command line. Real Connect, real broker."""
+"""Kafka Connect locked down (docs/trust-boundaries.md#connect-rest-and-kafka): its REST
+API needs the stack's credentials, its env config provider hands out only the connector's
+variables, and the worker runs with a minimal environment and no secret on its command
+line. Real Connect, real broker."""
 
 from __future__ import annotations
 

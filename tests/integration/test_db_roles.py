@@ -1,5 +1,5 @@
-"""The database roles (issue 13): the grants as the database itself reports them, and
-real connections as each role refused what it must not do.
+"""The database roles (docs/configuration.md#database-roles): the grants as the database
+itself reports them, and real connections as each role refused what it must not do.
 
 The matrix below is the whole truth for every login role: each (table, privilege) a role
 holds, by column where a grant is column-level. Every other combination must be denied,

@@ -1,4 +1,4 @@
-"""Finality against a REAL anvil (issue 6): deposits to a deposit address in native coin
+"""Finality against a REAL anvil (docs/finality.md): deposits to a deposit address in native coin
 and in an ERC-20 we deploy, Alchemy payloads built from their receipts, and the verdicts
 before finality, after it, and across reorgs. No chain is mocked; anvil missing fails.
 """

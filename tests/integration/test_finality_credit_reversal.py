@@ -1,9 +1,10 @@
-"""Issue 6 item 3 end to end on the REAL stack and a REAL anvil: a network with a credit
-depth credits a deposit before finality; a reorg that removes its transaction is
-answered by a compensating debit, once; if the user already withdrew the money, the
-shortfall is recorded and the account flagged, nothing clamped silently, and reconcile
-still holds. Replays of the reversal (plain, and after its idempotency row is purged)
-move nothing. See tests/support/chain/pipeline.py for the processes."""
+"""Credit before finality (docs/finality.md#credit-before-finality) end to end on the REAL
+stack and a REAL anvil: a network with a credit depth credits a deposit before finality; a
+reorg that removes its transaction is answered by a compensating debit, once; if the user
+already withdrew the money, the shortfall is recorded and the account flagged, nothing
+clamped silently, and reconcile still holds. Replays of the reversal (plain, and after its
+idempotency row is purged) move nothing. See tests/support/chain/pipeline.py for the
+processes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Issue 6 end to end on the REAL stack: real anvil transactions (native coin and an
-ERC-20 deployed there), Alchemy payloads built from their receipts and signed as Alchemy
-signs, POSTED to a real `paystream ingest`; outbox → Debezium → Kafka → a real
-`paystream consume ledger`; a real `paystream consume finality` reading the same anvil.
-See tests/support/chain/pipeline.py. The outage test stops and restarts the node for real.
+"""Chain finality (docs/finality.md) end to end on the REAL stack: real anvil transactions
+(native coin and an ERC-20 deployed there), Alchemy payloads built from their receipts and
+signed as Alchemy signs, POSTED to a real `paystream ingest`; outbox → Debezium → Kafka →
+a real `paystream consume ledger`; a real `paystream consume finality` reading the same
+anvil. See tests/support/chain/pipeline.py. The outage test stops and restarts the node
+for real.
 """
 
 from __future__ import annotations

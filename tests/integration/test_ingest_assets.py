@@ -1,4 +1,5 @@
-"""The gateway credits only the assets of PAYMENTS_ASSETS (issue 12), on a real server.
+"""The gateway credits only the assets of PAYMENTS_ASSETS, on a real server
+(docs/ingest.md#payment-gateway).
 
 On main before the fix, a gateway deposit of `ETH_MAINNET:native` was accepted and
 spendable at once: a chain asset without a chain deposit, skipping finality.

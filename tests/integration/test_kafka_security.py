@@ -1,7 +1,8 @@
 """The broker authenticates every client and each principal may do only its own job
-(issue 13): nobody but Connect writes the payments topic, the ledger reads it with its
-own group and writes dead letters, and a wrong or missing password gets nothing.
-Real broker, real principals (stack/kafka.py ACLS)."""
+(docs/operations.md#who-may-do-what-on-kafka-and-connect): nobody but Connect writes the
+payments topic, the ledger reads it with its own group and writes dead letters, and a
+wrong or missing password gets nothing. Real broker, real principals (stack/kafka.py
+ACLS)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The ledger hands a batch over as soon as a record is in hand, and still batches under
-load (issue 16): a lone record must not wait for a batch to fill or for the batch
+load (docs/scaling.md): a lone record must not wait for a batch to fill or for the batch
 timeout, and a backlog is applied in large batches. Real broker, Postgres and
 `paystream consume ledger` processes."""
 

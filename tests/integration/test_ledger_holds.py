@@ -1,7 +1,8 @@
-"""Holds, refunds, chargebacks and adjustments through the real ledger (issue 14 items 3
-and 4): which account each moves, the outcomes that refuse, the hold states the table
-enforces, and reconcile clean afterwards. Expected figures are worked out by hand here,
-from the events sent, not from the ledger's own rule table."""
+"""Holds, refunds, chargebacks and adjustments through the real ledger
+(docs/ledger.md#holds-two-phase-withdrawals and the section after it): which account each
+moves, the outcomes that refuse, the hold states the table enforces, and reconcile clean
+afterwards. Expected figures are worked out by hand here, from the events sent, not from
+the ledger's own rule table."""
 
 from __future__ import annotations
 

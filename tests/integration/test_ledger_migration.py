@@ -1,7 +1,7 @@
-"""Migration 0008 on a populated v1 database (issue 14 item 6): the single-sided journals
-become transfers against an opening-balance account (gateway money) and custody (chain
-deposits), every balance is kept, reconcile is clean, history is kept for balances at a
-point in time, and the v2 ledger carries on from there.
+"""Migration 0008 on a populated v1 database (docs/ledger.md#migrating-a-v1-database): the
+single-sided journals become transfers against an opening-balance account (gateway money)
+and custody (chain deposits), every balance is kept, reconcile is clean, history is kept
+for balances at a point in time, and the v2 ledger carries on from there.
 
 A scratch database of its own, built with the migrations up to 0007 and filled the way
 the v1 ledger left its tables (the story of each user below), so the test never touches

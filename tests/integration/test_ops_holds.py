@@ -1,6 +1,7 @@
-"""The hold expiry scheduler and the operator's adjust / revert (issue 14 items 3 and 4):
-each writes its event as the ingest does (payment_events + outbox, one transaction),
-claimed before it is written, once; the ledger then applies it like any other."""
+"""The hold expiry scheduler and the operator's adjust / revert
+(docs/ledger.md#holds-two-phase-withdrawals): each writes its event as the ingest does
+(payment_events + outbox, one transaction), claimed before it is written, once; the ledger
+then applies it like any other."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Events stuck because Connect is stopped show in `paystream health` and the metric,
-and clear once Connect is back and the ledger has applied them (issue 5)."""
+and clear once Connect is back and the ledger has applied them (docs/operations.md#health)."""
 
 from __future__ import annotations
 

@@ -158,9 +158,10 @@ def test_the_ingest_behind_the_bouncer_writes_and_keeps_its_own_timeouts(bouncer
 
 
 def test_the_merchant_api_behind_the_bouncer_reads_and_writes_once(bouncer, db) -> None:
-    """Issue 18's "works behind a transaction-pooling PgBouncer": users, addresses,
-    balances, and concurrent withdrawals under one Idempotency-Key (its wait on the
-    table's key happens inside one pooled transaction) give one event."""
+    """The merchant API works behind a transaction-pooling PgBouncer
+    (docs/api.md#consistent-reads-behind-pgbouncer): users, addresses, balances, and
+    concurrent withdrawals under one Idempotency-Key (its wait on the table's key happens
+    inside one pooled transaction) give one event."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.support.api import api_server, bearer, new_key

@@ -1,5 +1,5 @@
 """No generated password in what the stack and the operator commands print, on a
-command line of a stack process, or in the Postgres log (issue 13 item 5)."""
+command line of a stack process, or in the Postgres log (secrets are never shown)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The outbox → Debezium → Kafka path on the real stack (issue 2's must-shows)."""
+"""The outbox → Debezium → Kafka path on the real stack: the outbox's delivery guarantees
+(docs/guarantees.md)."""
 
 from __future__ import annotations
 

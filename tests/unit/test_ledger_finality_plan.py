@@ -1,4 +1,4 @@
-"""Ledger planning of chain deposits (issue 6): held in `pending` until the watcher's
+"""Ledger planning of chain deposits (docs/finality.md): held in `pending` until the watcher's
 settlement moves them to available (deposit_finalized) or releases them (deposit_reorged);
 withdrawals spend available funds only."""
 

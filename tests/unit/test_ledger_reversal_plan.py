@@ -1,7 +1,8 @@
-"""Credit before finality and its compensating debit (issue 6 item 3), as pure rules:
-the ledger's plan (credited, finalised without money, reversed: covered, partially
-covered, shortfall, flagged), the settlement consistency checks, the watcher's verdicts
-at the credit height and the events they become."""
+"""Credit before finality and its compensating debit
+(docs/finality.md#credit-before-finality), as pure rules: the ledger's plan (credited,
+finalised without money, reversed: covered, partially covered, shortfall, flagged), the
+settlement consistency checks, the watcher's verdicts at the credit height and the events
+they become."""
 
 from __future__ import annotations
 

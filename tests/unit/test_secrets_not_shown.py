@@ -1,4 +1,4 @@
-"""Secrets are never shown (issue 13 item 5): not on a command line, not in a DSN, and
+"""Secrets are never shown: not on a command line, not in a DSN, and
 the dev secrets file is private from its first byte."""
 
 from __future__ import annotations
