@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+
+from paystream.operator_cli import CannotRunError
 
 SHORT: dict[str, float] = {"rate": 40.0, "duration": 100.0, "users": 40}
 LONG: dict[str, float] = {"rate": 200.0, "duration": 600.0, "users": 500}
@@ -27,6 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _chaos(args: argparse.Namespace) -> int:
+    # Checked before anything is started: a product install lacks the receiver's library.
+    if importlib.util.find_spec("standardwebhooks") is None:
+        raise CannotRunError("needs the chaos extra: pip install 'paystream[chaos]'")
     from paystream.chaos.harness import Chaos, ChaosConfig, report
 
     base = SHORT if args.short else LONG

@@ -2,8 +2,8 @@
 calling process (the chaos run's, or a notifier test's).
 
 Every request is checked with the `standardwebhooks` package (the reference
-implementation, not paystream's code: a dev dependency, as the chaos run and the tests
-are) against the secret of its path; one that does not verify is answered 401 and
+implementation, not paystream's code: the `chaos` extra, which a product install
+leaves out) against the secret of its path; one that does not verify is answered 401 and
 counted in `bad`. What a path answers, by its first segment:
   /ok/<name>                 200
   /shaky/<name>              500 to a random `shaky_share` of the requests, else 200
@@ -28,7 +28,6 @@ from multiprocessing.managers import BaseManager
 from typing import Any
 
 from aiohttp import web
-from standardwebhooks import Webhook, WebhookVerificationError
 
 
 class Receiver:
@@ -105,6 +104,10 @@ class Receiver:
             with self._lock:
                 self.bad.append((path, "no secret for this path"))
             return web.Response(status=401)
+        # Imported here, not at the top: without the `chaos` extra every chaos module still
+        # imports, and `paystream chaos` says what to install instead of a traceback.
+        from standardwebhooks import Webhook, WebhookVerificationError
+
         try:
             Webhook(secret).verify(body, dict(request.headers))
         except WebhookVerificationError as exc:
