@@ -1,4 +1,4 @@
-"""The notifier against a real receiver (tests/support/receiver.py checks every signature
+"""The notifier against a real receiver (paystream/chaos/receiver.py checks every signature
 with the `standardwebhooks` package): intents produced to a topic of the test's own as
 Debezium writes them, `paystream consume notifier` recording slots, its sender (or a
 `paystream notify deliver` process) sending them."""
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from paystream.chaos.receiver import Receiver, receiver
 from paystream.schema.db import Connection
 from paystream.schema.notifications import IntentType
 from tests.support.consumers import (
@@ -31,7 +32,6 @@ from tests.support.notify import (
     messages,
     start_sender,
 )
-from tests.support.receiver import Receiver, receiver
 from tests.support.waiting import wait_until
 
 PORT = int(os.environ.get("PAYSTREAM_TEST_RECEIVER_PORT", "8280"))

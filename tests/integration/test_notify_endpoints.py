@@ -6,12 +6,12 @@ from __future__ import annotations
 import psycopg2.errors
 import pytest
 
+from paystream.chaos.receiver import receiver
 from paystream.schema.db import Connection, connect, database_url
 from tests.integration.test_notify_delivery import PORT, _notifier
 from tests.support.consumers import ProcessPool, create_topic, produce
 from tests.support.ids import unique
 from tests.support.notify import add_endpoint, endpoints_cli, intents, messages
-from tests.support.receiver import receiver
 from tests.support.waiting import wait_until
 
 

@@ -9,12 +9,12 @@ import random
 import time
 from collections import Counter, defaultdict
 
+from paystream.chaos.receiver import receiver
 from paystream.schema.db import Connection
 from tests.integration.test_notify_delivery import PORT, _notifier, _slots
 from tests.support.consumers import ProcessPool, create_topic, produce
 from tests.support.ids import unique
 from tests.support.notify import add_endpoint, intents, messages
-from tests.support.receiver import receiver
 from tests.support.waiting import wait_until
 
 TOTAL = 1000

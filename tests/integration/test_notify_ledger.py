@@ -9,6 +9,7 @@ import subprocess
 from decimal import Decimal
 from itertools import count
 
+from paystream.chaos.receiver import receiver
 from paystream.launch import paystream_argv
 from paystream.schema.db import Connection
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
@@ -24,7 +25,6 @@ from tests.support.consumers import (
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
 from tests.support.notify import FAST, add_endpoint
-from tests.support.receiver import receiver
 from tests.support.waiting import wait_until
 
 _offsets = count()

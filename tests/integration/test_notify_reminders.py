@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import subprocess
 
+from paystream.chaos.receiver import receiver
 from paystream.launch import paystream_argv
 from paystream.schema.db import Connection
 from tests.integration.test_notify_delivery import PORT, _slots
 from tests.support.ids import unique
 from tests.support.notify import FAST, add_endpoint, start_sender
-from tests.support.receiver import receiver
 from tests.support.waiting import wait_until
 
 
