@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 from web3 import Web3
 
+from paystream.chaos import alchemy
 from paystream.finality import metrics
 from paystream.finality.planner import check, check_one_by_one
 from paystream.finality.rpc import ChainRpc
@@ -21,7 +22,6 @@ from paystream.ingest import alchemy as ingest_alchemy
 from paystream.ingest import alchemy_signature
 from paystream.schema.amounts import from_base_units
 from paystream.schema.chain import DepositKind
-from tests.support.chain import alchemy
 from tests.support.chain.counting import RpcCounter
 from tests.support.chain.deposits import NETWORK, SIGNING_KEY, activities, deliver
 from tests.support.chain.memory import MemoryLedger

@@ -11,10 +11,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from paystream.chaos import alchemy
 from paystream.ingest import alchemy as ingest_alchemy
 from paystream.ingest import alchemy_signature
 from paystream.schema.chain import ExpectedDeposit
-from tests.support.chain import alchemy
 from tests.support.chain.node import Chain, Token
 
 NETWORK = "ETH_MAINNET"

@@ -29,13 +29,13 @@ from typing import Any
 import httpx
 import psycopg2
 
+from paystream.chaos import alchemy
 from paystream.ingest import admin
 from paystream.launch import free_port, paystream_argv
 from paystream.schema.db import connect, database_url, kafka_bootstrap, where
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka
 from paystream.stack.settings import StackSettings
-from tests.support.chain import alchemy
 from tests.support.chain.deposits import activities
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token
 from tests.support.ingest import ALCHEMY_KEY, ingest_server
