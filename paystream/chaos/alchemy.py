@@ -6,7 +6,7 @@ For one mined transaction, the activities Alchemy would send for the watched add
   - `token`: one per ERC-20 Transfer log to/from a watched address, with the log as
     the node returned it (rawContract.rawValue is the log's 32-byte data word).
 `value` is the float Alchemy shows (never used for money). One payload per block and
-transfer type, as the provider batches them (see shared/notes/providers.md).
+transfer type, as the provider batches them (docs/ingest.md#alchemy).
 """
 
 from __future__ import annotations

@@ -32,12 +32,6 @@ RUNTIME_STATE: dict[str, str] = {
     ".stack-test/": "the test stack's state, made by `paystream stack up` for the tests",
 }
 
-# Stale pointers in files that another change owns at the moment, to be fixed there.
-# test_not_yet_fixed_is_still_stale fails once one is fixed, so that its entry goes too.
-NOT_YET_FIXED: dict[tuple[str, str], str] = {
-    ("paystream/chaos/alchemy.py", "shared/notes/providers.md"):
-        "the steering team's notes, outside this repository (paystream/chaos/ is being reworked)",
-}
 
 # File endings that make a slashed word a path rather than prose ("debit/credit").
 PATH_ENDINGS = ("py", "md", "sql", "yml", "yaml", "toml", "json", "sh", "ini", "cfg",
@@ -276,11 +270,7 @@ def missing_paths() -> list[tuple[str, str]]:
 
 
 def test_every_path_exists() -> None:
-    assert [found for found in missing_paths() if found not in NOT_YET_FIXED] == []
-
-
-def test_not_yet_fixed_is_still_stale() -> None:
-    assert set(NOT_YET_FIXED) <= set(missing_paths())
+    assert missing_paths() == []
 
 
 # --- issue numbers and machine paths --------------------------------------------------
