@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,9 @@ DEFAULT_MNEMONIC = "test test test test test test test test test test test junk"
 DEFAULT_PORT = 8545
 DEFAULT_CHAIN_ID = 31337
 DEFAULT_SLOTS_IN_EPOCH = 2
+# One npm install, bounded (a cached install takes seconds, a cold one ~30 s), and tries.
+NPM_TRY_TIMEOUT_S = 180.0
+NPM_TRIES = 3
 
 # npm's names for this machine's platform package (@foundry-rs/anvil-<os>-<arch>).
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -119,9 +123,22 @@ def ensure_installed(s: StackSettings) -> bool:
     node_dir(s).mkdir(parents=True, exist_ok=True)
     # --ignore-scripts: the package's postinstall only re-checks the binary that the
     # platform package (an optional dependency) already ships; scripts stay off.
-    run([npm, "install", "--prefix", str(node_dir(s)), "--no-audit", "--no-fund",
-         "--ignore-scripts", "--loglevel", "error", f"{PACKAGE}@{VERSION}"],
-        COMPONENT, timeout=600)
+    # --prefer-offline: what npm's cache holds (every stack after the first on a machine)
+    # is taken without asking the registry. A registry that stops answering leaves npm
+    # waiting with no end (seen: a second stack's install hung 10 minutes right after the
+    # first had installed the same version), so each try is bounded and made again.
+    command = [npm, "install", "--prefix", str(node_dir(s)), "--no-audit", "--no-fund",
+               "--ignore-scripts", "--prefer-offline", "--loglevel", "error",
+               f"{PACKAGE}@{VERSION}"]
+    for attempt in range(1, NPM_TRIES + 1):
+        try:
+            run(command, COMPONENT, timeout=NPM_TRY_TIMEOUT_S)
+            break
+        except StackError as exc:
+            if attempt == NPM_TRIES:
+                raise
+            print(f"\n  anvil: npm install try {attempt} of {NPM_TRIES} failed ({exc});"
+                  " trying again", file=sys.stderr)
     if not os.access(binary(s), os.X_OK):
         raise StackError(COMPONENT, f"npm installed {PACKAGE} but {binary(s)} is missing "
                          f"(no prebuilt binary for {platform.system()} {platform.machine()}?)")
