@@ -9,7 +9,7 @@ Three checks over the product's Python comments and docstrings, README.md and do
 - every repository path (`consumers/ledger_plan.py`, `docs/ledger.md`) exists, except
   under the runtime-state folders of RUNTIME_STATE, which the stack creates;
 - no text names an internal tracker's `issue <number>` (tests too), nor a folder of one
-  machine (`/work/`, `/root/`, `/home/`, `/tmp/...`).
+  machine (a home, root, work or temporary folder: MACHINE_PATH).
 """
 
 from __future__ import annotations
