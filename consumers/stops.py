@@ -1,7 +1,8 @@
 """consumer_stops: a consumer group stopped by its DLQ limit, until an operator resumes it.
 
 The only module with SQL on the table (migration 0022). A consumer whose DLQ limit
-trips rolls its batch back and records the stop (`record`); every consumer of the group
+trips commits the part of its batch before the failure that tripped it, leaves the rest
+uncommitted and records the stop (`record`); every consumer of the group
 stays idle while the row exists (`of_group`, polled about once a second), so a process
 restarted by `paystream run` changes nothing. `paystream consume resume GROUP` deletes
 it (`remove`); `paystream health` lists them (`all_stops`).

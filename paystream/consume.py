@@ -137,7 +137,7 @@ def _resume(args: argparse.Namespace) -> int:
     print(f"resumed group {group}: deleted its stop ({stop.reason}, recorded "
           f"{stop.stopped_at.isoformat()} by {stop.host} pid {stop.pid}): {stop.detail}\n"
           "its consumers rejoin within a second, read again from the committed offsets "
-          "(the batch they rolled back) and start a fresh DLQ window")
+          "(from the record the limit stopped at) and start a fresh DLQ window")
     return EXIT_OK
 
 
