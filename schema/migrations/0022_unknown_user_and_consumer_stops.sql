@@ -13,7 +13,8 @@ ALTER TABLE processed_events ADD CONSTRAINT processed_events_outcome_check
 -- window: our code or schema is broken). The consumer that trips the limit commits
 -- its batch up to the failure that tripped it and inserts this row; every consumer of
 -- the group stays idle while it exists (one restarted by `paystream run` too) and
--- resumes once an operator deletes it (`paystream consume resume GROUP`). One row per group: the first stop's cause.
+-- resumes once an operator deletes it (`paystream consume resume GROUP`). One row per
+-- group: the first stop's cause.
 CREATE TABLE consumer_stops (
     group_id    TEXT PRIMARY KEY,
     reason      TEXT NOT NULL,               -- e.g. dlq_limit_exceeded
