@@ -30,7 +30,7 @@ class ApiSettings:
     rate_per_second: float = 100.0
     rate_burst: int = 200
     # The gateway (provider) that pays requested withdrawals out and later settles or
-    # fails them: the hold is its (consumers/ledger_plan.py refuses another's settle).
+    # fails them: the hold is its (consumers/ledger/plan.py refuses another's settle).
     withdrawal_provider: str = "payments"
     withdrawal_assets: tuple[str, ...] = ("USD",)
     # /docs, /openapi.json, /metrics, /readyz: loopback only unless told otherwise.

@@ -8,7 +8,7 @@ A local receiver (aiohttp, a process of its own) that verifies every signature w
 Standard Webhooks reference library and answers 200, and E endpoints on it (one user
 each, as merchants' endpoints are). Then:
   1. throughput: N intents spread over the endpoints, recorded with their slots
-     (schema/notification_slots.py, as the notifier consumer records them), then
+     (notify/slots.py, as the notifier consumer records them), then
      `paystream notify deliver` (--senders processes, the shipped settings) sends them;
      rate = N / (last delivery recorded - first attempt started), from the database;
   2. baseline: other intents sent to one endpoint by a naive sender in this process, one
@@ -33,11 +33,11 @@ from decimal import Decimal
 
 import httpx
 
+from paystream import standard_webhooks
 from paystream.launch import free_port, paystream_argv
-from paystream.notify import endpoints
-from paystream.schema import notification_slots, standard_webhooks
+from paystream.notify import endpoints, slots
+from paystream.notify.intents import IntentType, new_intent, now_text
 from paystream.schema.db import Connection, connect, database_url
-from paystream.schema.notifications import IntentType, new_intent, now_text
 from paystream.schema.users import add_user
 
 
@@ -69,7 +69,7 @@ def _record(conn: Connection, user: str, count: int, tag: str) -> list[str]:
             for i in range(count)]
     with conn, conn.cursor() as cur:
         for start in range(0, count, 1000):
-            notification_slots.record(cur, [(i, None) for i in made[start:start + 1000]])
+            slots.record(cur, [(i, None) for i in made[start:start + 1000]])
     return [i.id for i in made]
 
 

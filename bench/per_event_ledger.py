@@ -7,7 +7,7 @@ balance row (created on a first credit), decide (ledger_plan.decide), claim the 
 (schema.processed_events), and for an event that moves money its transfer: the accounts
 (schema.accounts.resolve), one transfers row and its postings (ledger_postings.postings,
 summing to zero), the balances row; then the event's status and its notification intent
-through the outbox (schema.notifications, a record of one: an event alone has no batch
+through the outbox (notify.intents, a record of one: an event alone has no batch
 to share one with). Workers own disjoint users, as partitions do, each on its own
 connection.
 """
@@ -21,9 +21,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paystream.consumers.ledger_plan import decide
-from paystream.consumers.ledger_postings import postings
-from paystream.schema import accounts, notifications, processed_events
+from paystream.consumers.ledger.plan import decide
+from paystream.consumers.ledger.postings import postings
+from paystream.notify import intents
+from paystream.schema import accounts, processed_events
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import NOTIFICATIONS_AGGREGATE, PaymentEvent, parse_wire
 from paystream.schema.idempotency import idempotency_key
@@ -79,9 +80,9 @@ def apply_one(conn: Connection, event: PaymentEvent) -> Outcome | None:
     status = "applied" if outcome is Outcome.APPLIED else "rejected"
     cur.execute("UPDATE payment_events SET status = %s, status_changed_at = now()"
                 " WHERE event_id = %s AND status = 'received'", (status, event.event_id))
-    intent = notifications.of_outcome(event, outcome, notifications.now_text())
+    intent = intents.of_outcome(event, outcome, intents.now_text())
     if intent is not None:
-        publish(cur, NOTIFICATIONS_AGGREGATE, notifications.outbox_batches(
+        publish(cur, NOTIFICATIONS_AGGREGATE, intents.outbox_batches(
             [(intent, "trace-" + event.event_id)], event.user_id))
     conn.commit()
     return outcome

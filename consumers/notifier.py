@@ -1,15 +1,15 @@
-"""The notifier (group `notifier`): paystream.notifications as intents and delivery slots.
+"""The notifier (group `notifier`): paystream.notifications records as intents and delivery slots.
 
 It records and never sends (notify/delivery.py sends; docs/notifications.md has the
 whole design). In the batch transaction the commit protocol opened, `apply`:
-  1. reads each record's intents (schema.notifications.parse_batch: a record carries
+  1. reads each record's intents (notify.intents.parse_batch: a record carries
      a ledger batch's intents); a record with an element that is not an intent is a
      dead letter, and its good intents are recorded all the same;
   2. records the intents, INSERT ... ON CONFLICT (intent_id) DO NOTHING: a redelivered
      batch records nothing new;
   3. inserts one delivery slot per (intent, enabled endpoint that wants it), ON CONFLICT
      DO NOTHING on the slot's primary key (intent_id, endpoint_id).
-Steps 2 and 3 are schema/notification_slots.py's (the reminders record through it too).
+Steps 2 and 3 are notify/slots.py's (the reminders record through it too).
 The batch commits, then its offsets (consumers/commit.py): a slot is durable before the
 record that caused it is acknowledged, and before anything is sent.
 
@@ -27,9 +27,9 @@ import orjson
 from paystream.consumers.dlq import DeadLetter
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record
-from paystream.schema import notification_slots
+from paystream.notify import slots
+from paystream.notify.intents import Intent, IntentError, parse_batch
 from paystream.schema.db import Connection, Cursor, DbRole
-from paystream.schema.notifications import Intent, IntentError, parse_batch
 
 
 class NotifierHandler:
@@ -60,7 +60,7 @@ class NotifierHandler:
             return result
         # Steps 2 and 3. The intents, once; a slot per intent and endpoint that wants
         # it (a redelivered intent too: ON CONFLICT keeps the slots it has).
-        recorded = notification_slots.record(cur, list(intents.values()))
+        recorded = slots.record(cur, list(intents.values()))
         result.outcomes["recorded"] += recorded.fresh
         result.outcomes["duplicate"] += len(intents) - recorded.fresh
         return result

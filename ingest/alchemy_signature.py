@@ -10,8 +10,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
+from paystream.hmac_keys import keyed_sha256
 from paystream.ingest.errors import SignatureError
-from paystream.schema.hmac_keys import keyed_sha256
 
 HEADER = "x-alchemy-signature"
 

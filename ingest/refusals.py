@@ -3,7 +3,7 @@
 A gateway names the user itself, and may name another event (`hold_id`: the withdrawal
 request a settlement or failure closes; `reverses`: the deposit a refund or chargeback
 takes back). The ledger can only reject an event whose user does not exist, and one
-whose reference is an event of another user (consumers/ledger_plan.py: a hold closes
+whose reference is an event of another user (consumers/ledger/plan.py: a hold closes
 only for its own user, a reversal only takes back its own user's credit). Accepted,
 such events cost a write, a Kafka message and a ledger decision each, and a provider's
 flood of them wedged the ledger. So the ingest answers them 422 with a code the

@@ -1,13 +1,13 @@
-"""Standard Webhooks on the ingest's side: the scheme itself is schema/standard_webhooks.py
+"""Standard Webhooks on the ingest's side: the scheme itself is paystream/standard_webhooks.py
 (the notifier signs with it too); a refusal here is the ingest's 401."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from paystream import standard_webhooks as scheme
 from paystream.ingest.errors import SignatureError
-from paystream.schema import standard_webhooks as scheme
-from paystream.schema.standard_webhooks import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from paystream.standard_webhooks import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 __all__ = ["ID_HEADER", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "sign", "verify"]
 

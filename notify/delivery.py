@@ -41,11 +41,11 @@ import psycopg2
 import structlog
 import uvloop
 
+from paystream import standard_webhooks
 from paystream.notify import metrics, store
 from paystream.notify.crash_hooks import SenderCrashHooks
 from paystream.notify.schedule import Verdict, judge, retry_delay
 from paystream.notify.settings import NotifySettings
-from paystream.schema import standard_webhooks
 from paystream.schema.db import Connection, connect, database_url
 
 log = structlog.get_logger("notify.delivery")

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from paystream.notify.intents import check_pattern
 from paystream.schema import users
 from paystream.schema.db import Cursor
 from paystream.schema.events import USER_ID_PATTERN
-from paystream.schema.notifications import check_pattern
-from paystream.schema.standard_webhooks import encode_secret
+from paystream.standard_webhooks import encode_secret
 
 KEY_BYTES = 32  # a fresh HMAC-SHA256 key: 256 bits, as the hash
 MAX_URL_LENGTH = 2000

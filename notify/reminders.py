@@ -9,7 +9,7 @@ Every period, one transaction (as the notifier's role):
      cycle: the shortfall, deposit or hold it is about, so a user's second shortfall is
      reminded again), INSERT ... ON CONFLICT DO NOTHING;
   3. for the keys this transaction claimed, record the reminder's intent and its
-     delivery slots (schema/notification_slots.py), then commit.
+     delivery slots (notify/slots.py), then commit.
 Claim and intent commit together: a reminder is made once, however often the scan runs
 or restarts inside its window; the sender then delivers it like any intent. A step whose
 window passed while nothing ran is skipped, never sent late.
@@ -24,10 +24,10 @@ from decimal import Decimal
 import psycopg2
 import structlog
 
+from paystream.notify import slots
+from paystream.notify.intents import Intent, IntentType, intent_id, new_intent, now_text
 from paystream.notify.settings import ReminderSettings
-from paystream.schema import notification_slots
 from paystream.schema.db import Connection, Cursor, connect, database_url
-from paystream.schema.notifications import Intent, IntentType, intent_id, new_intent, now_text
 
 log = structlog.get_logger("notify.reminders")
 
@@ -103,7 +103,7 @@ def remind_once(conn: Connection, settings: ReminderSettings) -> int:
             return 0
         # Step 3. The intents first (the claim's foreign key), then the claims: a key
         # another scan took meanwhile conflicts, and this transaction keeps nothing.
-        notification_slots.record(cur, [(d.intent, None) for d in fresh])
+        slots.record(cur, [(d.intent, None) for d in fresh])
         cur.execute("INSERT INTO notification_reminders (reminder_key, intent_id)"
                     " SELECT * FROM unnest(%s::text[], %s::text[])",
                     ([d.key for d in fresh], [d.intent.id for d in fresh]))

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from paystream.notify.intents import Intent, IntentType
 from paystream.schema.db import Connection
-from paystream.schema.notifications import Intent, IntentType
 
 # Due slots of enabled endpoints, oldest first, at most `free` per endpoint (its
 # capacity left in this process), locked SKIP LOCKED so concurrent senders share the
@@ -73,7 +73,7 @@ class Answer:
 
 
 def body_of(intent_id: str, intent_type: str, created_at: datetime, data: Any) -> bytes:
-    """The webhook body (schema/notifications.py's Intent.body), compact JSON (orjson:
+    """The webhook body (notify/intents.py's Intent.body), compact JSON (orjson:
     the sender builds one per attempt)."""
     stamp = created_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return orjson.dumps(Intent(intent_id, IntentType(intent_type), "", stamp, data).body())

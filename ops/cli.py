@@ -166,7 +166,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _reconcile(args: argparse.Namespace) -> int:
-    from paystream.consumers.ledger_reconcile import reconcile
+    from paystream.consumers.ledger.reconcile import reconcile
     from paystream.ops.reconcile import format_report
 
     with database("paystream-reconcile", autocommit=True) as conn:
@@ -248,7 +248,7 @@ def _full_reconciliation() -> None:
     import psycopg2
     import structlog
 
-    from paystream.consumers.ledger_reconcile import (
+    from paystream.consumers.ledger.reconcile import (
         ERRORS,
         SCOPE_FULL,
         reconcile,

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from paystream.schema import notification_slots, processed_events
+from paystream.notify import slots
+from paystream.schema import processed_events
 from paystream.schema.db import Connection, Cursor
 
 # The outcomes purged: final ones (TigerBeetle's rule: a result is final for its id).
@@ -72,10 +73,10 @@ def purge_notifications(conn: Connection, *,
                         dry_run: bool = False) -> PurgeResult:
     """Delete notification intents older than `ttl_days` whose every delivery is final
     and that no reminder claim names, with their deliveries and attempts
-    (schema.notification_slots.purge_final), `batch_size` intents at a time. The TTL
+    (notify.slots.purge_final), `batch_size` intents at a time. The TTL
     must stay above the notifications topic's retention (7 days): an intent read again
     after its purge would be sent again."""
-    return _purge(conn, notification_slots.purge_final, notification_slots.count_final,
+    return _purge(conn, slots.purge_final, slots.count_final,
                   ttl_days, batch_size, pause_s, max_batches, dry_run)
 
 

@@ -1,11 +1,11 @@
-"""`paystream reconcile`'s view of the ledger's self-check (consumers/ledger_reconcile.py):
+"""`paystream reconcile`'s view of the ledger's self-check (consumers/ledger/reconcile.py):
 one line when every balance matches its accounts and money is conserved, else a table
 per kind of problem (balances, transfers, custody); the
 open shortfalls (flagged accounts) are listed either way, without failing the check."""
 
 from __future__ import annotations
 
-from paystream.consumers.ledger_reconcile import Report
+from paystream.consumers.ledger.reconcile import Report
 from paystream.operator_cli import format_table
 from paystream.schema.amounts import format_amount
 from paystream.schema.transfers import signed

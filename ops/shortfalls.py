@@ -14,8 +14,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from paystream.notify import intents
 from paystream.operator_cli import format_table
-from paystream.schema import notifications
 from paystream.schema.amounts import format_amount
 from paystream.schema.events import NOTIFICATIONS_AGGREGATE
 from paystream.schema.outbox import publish
@@ -75,15 +75,15 @@ def resolve(cur: Any, shortfall_id: int, resolution: str) -> tuple[ShortfallRow,
     cur.execute("SELECT EXISTS (SELECT 1 FROM account_shortfalls WHERE user_id = %s"
                 " AND resolved_at IS NULL)", (resolved.user_id,))
     still_flagged = bool(cur.fetchone()[0])
-    # The user is told, in the resolution's transaction (schema/notifications.py).
-    intent = notifications.new_intent(
-        notifications.IntentType.SHORTFALL_RESOLVED, resolved.source_event_id,
+    # The user is told, in the resolution's transaction (notify/intents.py).
+    intent = intents.new_intent(
+        intents.IntentType.SHORTFALL_RESOLVED, resolved.source_event_id,
         resolved.user_id, event_type="shortfall_resolved", asset=resolved.asset,
-        amount=resolved.amount, created_at=notifications.now_text(),
+        amount=resolved.amount, created_at=intents.now_text(),
         shortfall_id=resolved.id, resolution=resolved.resolution,
         account_flagged=still_flagged)
     publish(cur, NOTIFICATIONS_AGGREGATE,
-            notifications.outbox_batches([(intent, resolved.source_event_id)],
+            intents.outbox_batches([(intent, resolved.source_event_id)],
                                          intent.user_id))
     return resolved, still_flagged
 

@@ -165,7 +165,7 @@ def _consume(args: argparse.Namespace) -> int:
     configure_logging(f"consumer-{settings.group}")
     handler: Any
     if args.kind == "ledger":
-        from paystream.consumers.ledger import LedgerHandler
+        from paystream.consumers.ledger.handler import LedgerHandler
         handler = LedgerHandler()
     elif args.kind == "notifier":
         from paystream.consumers.notifier import NotifierHandler

@@ -3,7 +3,7 @@
 An account is named by (kind, owner, asset) and known to postings by its id. Users have
 three per asset (available, pending, held: the balances row is their derived copy); the
 platform has the counter-accounts every transfer balances against. Which event posts to
-which account is consumers/ledger_postings.py's rule.
+which account is consumers/ledger/postings.py's rule.
 """
 
 from __future__ import annotations

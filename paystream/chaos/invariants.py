@@ -20,7 +20,7 @@ from paystream.chaos.traffic import (
     Kind,
     Request,
 )
-from paystream.consumers.ledger_conservation import find_transfer_problems, unbalanced_assets
+from paystream.consumers.ledger.conservation import find_transfer_problems, unbalanced_assets
 from paystream.schema.db import Cursor, one_row
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from paystream.consumers.ledger_reconcile import find_mismatches
+from paystream.consumers.ledger.reconcile import find_mismatches
 from paystream.launch import free_port
 from paystream.schema.db import connect, database_url
 from tests.support.api import ApiServer, api_server, bearer, new_key

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from paystream.consumers.ledger_reconcile import find_mismatches
+from paystream.consumers.ledger.reconcile import find_mismatches
 from paystream.launch import free_port, paystream_argv
 from paystream.run import services
 from paystream.schema.db import Connection

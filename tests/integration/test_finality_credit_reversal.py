@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import pytest
 
-from paystream.consumers.ledger_reconcile import find_mismatches, reconcile
+from paystream.consumers.ledger.reconcile import find_mismatches, reconcile
 from paystream.launch import paystream_argv
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent

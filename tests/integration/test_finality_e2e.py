@@ -15,7 +15,7 @@ from decimal import Decimal
 import pytest
 from web3 import Web3
 
-from paystream.consumers.ledger_reconcile import find_mismatches
+from paystream.consumers.ledger.reconcile import find_mismatches
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC
 from paystream.stack import anvil

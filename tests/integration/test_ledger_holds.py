@@ -12,7 +12,7 @@ from itertools import count
 import psycopg2
 import pytest
 
-from paystream.consumers.ledger_reconcile import reconcile
+from paystream.consumers.ledger.reconcile import reconcile
 from paystream.schema.db import Connection
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.consumers import record_of, store_events, wire_message

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import pytest
 
-from paystream.consumers.ledger_reconcile import reconcile
+from paystream.consumers.ledger.reconcile import reconcile
 from paystream.ingest import admin
 from paystream.schema.db import Connection, PostgresAddress, connect
 from paystream.schema.events import EventType, PaymentEvent

@@ -17,7 +17,7 @@ import pytest
 
 from paystream.consumers.connection import Database
 from paystream.consumers.handler import BatchResult
-from paystream.consumers.ledger import LedgerHandler
+from paystream.consumers.ledger.handler import LedgerHandler
 from paystream.consumers.records import Origin, Record
 from paystream.schema import processed_events
 from paystream.schema.db import Connection, connect, database_url

@@ -7,8 +7,8 @@ import random
 import threading
 from decimal import Decimal
 
+from paystream.notify.intents import IntentType, parse_batch
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
-from paystream.schema.notifications import IntentType, parse_batch
 from tests.support.consumers import (
     create_topic,
     create_users,

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from paystream.chaos.receiver import Receiver, receiver
+from paystream.notify.intents import IntentType
 from paystream.schema.db import Connection
-from paystream.schema.notifications import IntentType
 from tests.support.consumers import (
     ConsumerProcess,
     ProcessPool,

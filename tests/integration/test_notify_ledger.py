@@ -11,9 +11,9 @@ from itertools import count
 
 from paystream.chaos.receiver import receiver
 from paystream.launch import paystream_argv
+from paystream.notify.intents import IntentType, intent_id
 from paystream.schema.db import Connection
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
-from paystream.schema.notifications import IntentType, intent_id
 from tests.integration.test_notify_delivery import PORT
 from tests.support.consumers import (
     ProcessPool,

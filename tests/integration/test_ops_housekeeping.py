@@ -16,8 +16,8 @@ import pytest
 
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
-from paystream.consumers.ledger import LedgerHandler
-from paystream.consumers.ledger_reconcile import reconcile
+from paystream.consumers.ledger.handler import LedgerHandler
+from paystream.consumers.ledger.reconcile import reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.notify import endpoints

@@ -1,6 +1,6 @@
 """Reconciliation against the real Postgres: `paystream reconcile` and the hot path.
 
-Balances are built by the real ledger handler (consumers/ledger.py) inside the commit
+Balances are built by the real ledger handler (consumers/ledger/handler.py) inside the commit
 protocol's apply step; the corruption is test-only SQL.
 """
 
@@ -18,7 +18,7 @@ import structlog.testing
 from prometheus_client import REGISTRY
 
 from paystream.consumers.connection import Database
-from paystream.consumers.ledger_reconcile import HotPathReconciler, reconcile
+from paystream.consumers.ledger.reconcile import HotPathReconciler, reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.schema.db import snapshot

@@ -11,9 +11,9 @@ import json
 from decimal import Decimal
 from pathlib import Path
 
+from paystream.notify.intents import parse_batch
 from paystream.schema.db import Connection, PostgresAddress, connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
-from paystream.schema.notifications import parse_batch
 from paystream.stack import postgres
 from tests.support.consumers import read_all, record_of, store_events, wire_message
 from tests.support.ids import unique

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from paystream import kafka_security
-from paystream.consumers.ledger_plan import decide, signed_amount
+from paystream.consumers.ledger.plan import decide, signed_amount
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
 from paystream.schema.db import kafka_bootstrap

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.handler import BatchResult
-from paystream.consumers.ledger import LedgerHandler
+from paystream.consumers.ledger.handler import LedgerHandler
 from paystream.consumers.records import Record
 from paystream.schema import accounts, transfers
 from paystream.schema.accounts import AccountKind, AccountRef

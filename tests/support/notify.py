@@ -13,7 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from paystream.launch import paystream_argv
-from paystream.schema.notifications import (
+from paystream.notify.intents import (
     Intent,
     IntentType,
     new_intent,
@@ -61,7 +61,7 @@ def intents(prefix: str, user: str, count: int,
 
 def messages(items: Sequence[Intent]) -> list[Message]:
     """The records Debezium's outbox router writes for these intents, one intent each
-    (as an operator's shortfall resolution is written; schema.notifications.outbox_batches
+    (as an operator's shortfall resolution is written; notify.intents.outbox_batches
     makes the value)."""
     out: list[Message] = []
     for i in items:

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from paystream import standard_webhooks
 from paystream.chaos.notifications import Published, check_deliveries, expected_pairs
 from paystream.chaos.receiver import Receiver, receiver
 from paystream.chaos.traffic import Kind, Request
 from paystream.launch import free_port
-from paystream.schema import standard_webhooks
 
 USER = "chaos-t-u1"
 SECRET = standard_webhooks.encode_secret(b"k" * 32)

@@ -13,7 +13,7 @@ from paystream.consumers.settings import ConsumerSettings
 
 HOOKS = sorted(name for name, value in vars(BatchHandler).items()
                if not name.startswith("_") and callable(value))
-HANDLERS = ["paystream.consumers.ledger:LedgerHandler",
+HANDLERS = ["paystream.consumers.ledger.handler:LedgerHandler",
             "paystream.consumers.dlq_mirror:DlqMirrorHandler"]
 
 

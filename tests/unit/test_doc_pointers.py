@@ -3,10 +3,10 @@
 Three checks over the product's Python comments and docstrings, README.md and docs/*.md
 (CHANGELOG.md is history and is left out):
 
-- every dotted module name (`paystream.consumers.ledger_plan`, `ops.health.CHECK_NAMES`)
+- every dotted module name (`paystream.consumers.ledger.plan`, `ops.health.CHECK_NAMES`)
   names a module of the distribution, or a name defined in one (found with `ast`, read
   from the source folders of pyproject's package-dir; nothing is imported);
-- every repository path (`consumers/ledger_plan.py`, `docs/ledger.md`) exists, except
+- every repository path (`consumers/ledger/plan.py`, `docs/ledger.md`) exists, except
   under the runtime-state folders of RUNTIME_STATE, which the stack creates;
 - no text names an internal tracker's `issue <number>` (tests too), nor a folder of one
   machine (a home, root, work or temporary folder: MACHINE_PATH).

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from paystream.consumers.failures import PoisonError
-from paystream.consumers.ledger_plan import Outcome, effects, plan_batch, read_event
+from paystream.consumers.ledger.plan import Outcome, effects, plan_batch, read_event
 from paystream.consumers.records import Origin, Record
 from paystream.finality.evidence import BlockRef
 from paystream.finality.store import settlement_wire, transfer_key

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from paystream.consumers.failures import PoisonError
-from paystream.consumers.ledger_plan import Outcome, dedupe, plan_batch, read_event
+from paystream.consumers.ledger.plan import Outcome, dedupe, plan_batch, read_event
 from paystream.consumers.records import Origin, Record
 
 _offset = 0

@@ -14,7 +14,7 @@ from decimal import Decimal
 import pytest
 
 from paystream.consumers.failures import PoisonError
-from paystream.consumers.ledger_plan import Outcome, plan_batch, read_event
+from paystream.consumers.ledger.plan import Outcome, plan_batch, read_event
 from tests.unit.test_ledger_plan import events, rec
 
 LARGEST = "99999999999999999999.999999999999999999"  # NUMERIC(38,18)'s largest

@@ -1,4 +1,4 @@
-"""The double-entry rule (consumers/ledger_postings.py): which accounts each event posts
+"""The double-entry rule (consumers/ledger/postings.py): which accounts each event posts
 to, every transfer summing to zero, and a batch plan's balance deltas being exactly its
 transfers' user postings."""
 
@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import pytest
 
-from paystream.consumers.ledger_plan import Candidate, plan_batch
-from paystream.consumers.ledger_postings import UnbalancedTransferError, postings
+from paystream.consumers.ledger.plan import Candidate, plan_batch
+from paystream.consumers.ledger.postings import UnbalancedTransferError, postings
 from paystream.consumers.records import Origin, Record
 from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.events import EventType, PaymentEvent, SettlementType

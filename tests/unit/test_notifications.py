@@ -1,4 +1,4 @@
-"""Notification intents (schema/notifications.py), the sender's rules (notify/schedule.py,
+"""Notification intents (notify/intents.py), the sender's rules (notify/schedule.py,
 notify/settings.py) and Standard Webhooks signing checked against the reference
 implementation (the `standardwebhooks` package), both ways."""
 
@@ -16,13 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from paystream import standard_webhooks
 from paystream.env import SettingsError
 from paystream.notify.endpoints import EndpointRefused, check_url
-from paystream.notify.schedule import Verdict, judge, retry_delay
-from paystream.notify.settings import DEFAULT_RETRY_DELAYS_S, NotifySettings, ReminderSettings
-from paystream.schema import standard_webhooks
-from paystream.schema.events import EventType, PaymentEvent, SettlementType
-from paystream.schema.notifications import (
+from paystream.notify.intents import (
     BATCH_LIMIT,
     INTENT_ID_PATTERN,
     IntentError,
@@ -37,6 +34,9 @@ from paystream.schema.notifications import (
     parse_intent,
     wants,
 )
+from paystream.notify.schedule import Verdict, judge, retry_delay
+from paystream.notify.settings import DEFAULT_RETRY_DELAYS_S, NotifySettings, ReminderSettings
+from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.processed_events import REJECTIONS, Outcome
 
 

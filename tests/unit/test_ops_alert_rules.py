@@ -45,10 +45,10 @@ def test_every_alert_has_a_unit_test() -> None:
 def test_rules_use_only_declared_metric_names() -> None:
     """Every paystream_* metric a rule reads is declared in the code that exports it."""
     sources = "\n".join(p.read_text() for p in [
-        ROOT / "consumers" / "metrics.py", ROOT / "consumers" / "ledger_reconcile.py",
+        ROOT / "consumers" / "metrics.py", ROOT / "consumers" / "ledger" / "reconcile.py",
         ROOT / "ops" / "health.py", ROOT / "ingest" / "metrics.py",
         ROOT / "finality" / "metrics.py",
-        ROOT / "consumers" / "ledger_metrics.py", ROOT / "notify" / "metrics.py"])
+        ROOT / "consumers" / "ledger" / "metrics.py", ROOT / "notify" / "metrics.py"])
     rules = "\n".join(line for line in RULES.read_text().splitlines()
                       if not line.lstrip().startswith("#"))
     used = set(re.findall(r"\b(paystream_\w+)", rules))

@@ -9,8 +9,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from paystream.connectors.status import connector_summary
-from paystream.consumers.ledger_conservation import CustodyMismatch, TransferProblem
-from paystream.consumers.ledger_reconcile import BOOKS, HotPathReconciler, Mismatch, Report
+from paystream.consumers.ledger.conservation import CustodyMismatch, TransferProblem
+from paystream.consumers.ledger.reconcile import BOOKS, HotPathReconciler, Mismatch, Report
 from paystream.ops import cli as ops_cli
 from paystream.ops import health, housekeeping
 from paystream.ops.health import (

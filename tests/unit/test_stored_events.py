@@ -13,8 +13,8 @@ from decimal import Decimal
 import pytest
 
 from paystream.consumers.dlq_mirror import content_hash_of
-from paystream.consumers.ledger import settlement_conflict
-from paystream.consumers.ledger_plan import read_event
+from paystream.consumers.ledger.handler import settlement_conflict
+from paystream.consumers.ledger.plan import read_event
 from paystream.consumers.records import Origin, Record
 from paystream.finality.evidence import BlockRef
 from paystream.finality.store import settlement_wire

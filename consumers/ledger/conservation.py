@@ -1,5 +1,5 @@
 """Money is conserved: the double-entry checks `paystream reconcile` adds to the balance
-check (consumers/ledger_reconcile.py), each read in the caller's snapshot.
+check (consumers/ledger/reconcile.py), each read in the caller's snapshot.
 
 - Every transfer has two or more postings, and they sum to zero per asset; every posting
   names an existing transfer and an account of its own asset (postings have no foreign

@@ -1,7 +1,7 @@
 """The ledger's self-check: every balance must equal the postings of its account, and
 never be negative. Owned by the ledger (it runs inside the ledger consumer); `paystream
 reconcile` (ops/reconcile.py) runs the same check over every balance, and the
-conservation checks of consumers/ledger_conservation.py (every transfer sums to zero,
+conservation checks of consumers/ledger/conservation.py (every transfer sums to zero,
 custody equals the chain deposits held).
 
 The invariant, per (user, asset) and per book (a balances column and the user account
@@ -40,7 +40,7 @@ import psycopg2
 import structlog
 from prometheus_client import Counter, Gauge
 
-from paystream.consumers.ledger_conservation import (
+from paystream.consumers.ledger.conservation import (
     ChainBalances,
     CustodyMismatch,
     TransferProblem,

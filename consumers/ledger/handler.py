@@ -30,12 +30,12 @@ this order (the steps are numbered at the call sites too):
      recorded first are duplicates: the claim keeps nothing of this batch then, and
      steps 5 and 6 run again without them;
   7. one transfer per event that moves money, its postings summing to zero
-     (consumers/ledger_postings.py), by COPY (transfers UNIQUE (source_event_id,
+     (consumers/ledger/postings.py), by COPY (transfers UNIQUE (source_event_id,
      event_type) as the last line of defence), and one aggregated UPDATE of the
      balances rows that copy the users' accounts;
   8. the chain deposits, the waiting outcomes a settlement decides, the event
      statuses through schema.status.transition, and a notification intent per
-     user-visible change (schema/notifications.py), all in one outbox round trip.
+     user-visible change (notify/intents.py), all in one outbox round trip.
 
 Why this order is safe when two appliers hold the same events (a rebalance can let two
 processes hold one batch for a moment; a crash between the DB commit and the offset
@@ -87,8 +87,8 @@ import structlog
 from paystream.consumers.dlq import DeadLetter
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.handler import BatchResult
-from paystream.consumers.ledger_metrics import ShortfallGauge, count_reversal
-from paystream.consumers.ledger_plan import (
+from paystream.consumers.ledger.metrics import ShortfallGauge, count_reversal
+from paystream.consumers.ledger.plan import (
     Candidate,
     Plan,
     References,
@@ -96,14 +96,14 @@ from paystream.consumers.ledger_plan import (
     plan_batch,
     read_event,
 )
-from paystream.consumers.ledger_reconcile import HotPathReconciler
+from paystream.consumers.ledger.reconcile import HotPathReconciler
 from paystream.consumers.records import Record
 from paystream.env import env_float
+from paystream.notify import intents
 from paystream.schema import (
     accounts,
     chain_deposits,
     holds,
-    notifications,
     processed_events,
     reversals,
     stored_events,
@@ -689,14 +689,14 @@ def _log_rejections(rejected: Sequence[Candidate], plan: Plan) -> None:
 
 def _notify(cur: Cursor, plan: Plan) -> None:
     """Step 8's notification intents: one per user-visible change planned in this
-    transaction (schema/notifications.py says which), plus a shortfall.opened per
+    transaction (notify/intents.py says which), plus a shortfall.opened per
     shortfall, all in one outbox round trip: a record per source partition (key
     `<topic>-<partition>`, so a user's intents always take the same notification
     partition, in order). Only events planned here: a redelivered event was dropped as
     a duplicate at step 6 and notifies nobody twice."""
-    created_at = notifications.now_text()
+    created_at = intents.now_text()
     owed = {id(c): amount for c, amount in plan.shortfalls}
-    by_source: dict[tuple[str, int], list[tuple[notifications.Intent, str]]] = {}
+    by_source: dict[tuple[str, int], list[tuple[intents.Intent, str]]] = {}
     for c, outcome in plan.decisions:
         event = c.event
         trace_id = c.trace_id or event.event_id
@@ -709,19 +709,19 @@ def _notify(cur: Cursor, plan: Plan) -> None:
         if short > 0:
             extra["shortfall"] = format_amount(short)
             extra["account_flagged"] = True
-        intent = notifications.of_outcome(event, outcome, created_at, **extra)
+        intent = intents.of_outcome(event, outcome, created_at, **extra)
         source = (c.record.origin.topic, c.record.origin.partition)
         if intent is not None:
             by_source.setdefault(source, []).append((intent, trace_id))
         if short > 0:
-            by_source.setdefault(source, []).append((notifications.new_intent(
-                notifications.IntentType.SHORTFALL_OPENED, event.event_id, event.user_id,
+            by_source.setdefault(source, []).append((intents.new_intent(
+                intents.IntentType.SHORTFALL_OPENED, event.event_id, event.user_id,
                 event_type=event.event_type.value, asset=event.asset, amount=short,
                 created_at=created_at, reference=event.reference or event.settles),
                 trace_id))
     publish(cur, NOTIFICATIONS_AGGREGATE,
-            [message for (topic, partition), intents in sorted(by_source.items())
-             for message in notifications.outbox_batches(intents, f"{topic}-{partition}")])
+            [message for (topic, partition), batch in sorted(by_source.items())
+             for message in intents.outbox_batches(batch, f"{topic}-{partition}")])
 
 
 def _without_dead_letters(candidates: list[Candidate], bad: dict[int, tuple[str, str]],

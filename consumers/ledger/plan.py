@@ -8,7 +8,7 @@ offset order over the locked balances to decide each outcome and the net delta p
 Each user has three accounts per asset (schema/accounts.py): `available` (copied in
 balances.balance), `pending` (balances.pending) and `held` (balances.held). Every event
 that moves money is one transfer of postings that sum to zero (the rule table, with the
-platform's side, is consumers/ledger_postings.py). What each event does to the user's
+platform's side, is consumers/ledger/postings.py). What each event does to the user's
 two books:
 
   event                          outcome            available   pending
@@ -45,7 +45,7 @@ from typing import NamedTuple
 import orjson
 
 from paystream.consumers.failures import PoisonError
-from paystream.consumers.ledger_postings import (
+from paystream.consumers.ledger.postings import (
     EXACT,
     SECOND_PHASE,
     Posting,

@@ -13,8 +13,8 @@ from datetime import datetime
 
 import psycopg2.errors
 
+from paystream.notify.intents import Intent, wants
 from paystream.schema.db import Cursor
-from paystream.schema.notifications import Intent, wants
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import hmac
 import time
 from collections.abc import Mapping, Sequence
 
-from paystream.schema.hmac_keys import keyed_sha256
+from paystream.hmac_keys import keyed_sha256
 
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"

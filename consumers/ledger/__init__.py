@@ -1,0 +1,15 @@
+"""The ledger group: every payment event applied to the double-entry books exactly once,
+on the consumer runtime (the package above this one), which it imports and which never
+imports it.
+
+  handler.py       LedgerHandler: one batch in the batch transaction the commit protocol
+                   opened (read, judge, lock balances, plan, claim outcomes, post, write
+                   notification intents)
+  plan.py          pure planning: which event does what to which balance
+  postings.py      pure double-entry rule: what each event posts, summing to zero
+  conservation.py  the conservation checks `paystream reconcile` adds (transfers balance,
+                   custody matches deposits)
+  reconcile.py     the self-check: balances equal their postings, never negative (also
+                   run on the hot path by the handler, over the rows it touched)
+  metrics.py       the ledger's own metrics (reversals, shortfalls)
+"""
