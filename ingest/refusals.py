@@ -127,3 +127,17 @@ def record(cur: Cursor, refused: Sequence[tuple[PaymentEvent, str, Refusal]]) ->
                      "event": event.to_wire(), "attempts": attempts[key]}
     if rows:
         cur.execute(RECORD, (orjson.dumps(list(rows.values())).decode(),))
+
+
+def latest(cur: Cursor, code: str | None = None, user_id: str | None = None,
+           limit: int = 50) -> list[tuple[str, ...]]:
+    """The latest refused deliveries, newest first, as text cells (last refused, provider,
+    code, user, event, attempts): what `paystream refusals list` shows."""
+    cur.execute(
+        "SELECT to_char(last_refused_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
+        " provider, code, user_id, event_id, attempts::text FROM refused_deliveries"
+        " WHERE (%(code)s::text IS NULL OR code = %(code)s)"
+        " AND (%(user)s::text IS NULL OR user_id = %(user)s)"
+        " ORDER BY last_refused_at DESC LIMIT %(limit)s",
+        {"code": code, "user": user_id, "limit": limit})
+    return [tuple(row) for row in cur.fetchall()]

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 from typing import TYPE_CHECKING
 
 from paystream.env import env_str
@@ -222,47 +220,10 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _serve_metrics(args: argparse.Namespace, checker: HealthChecker) -> int:
-    from prometheus_client import REGISTRY, start_http_server
+    from paystream.ops.health_exporter import serve
 
-    from paystream.logs import configure_logging
-    from paystream.ops.health import HealthCollector
-
-    configure_logging("health-exporter")
-    # The default registry also carries the reconciliation metrics (scope "full").
-    REGISTRY.register(HealthCollector(checker, args.check))
-    start_http_server(args.serve_metrics, addr=args.bind)
-    print(f"paystream health: serving metrics on {args.bind}:{args.serve_metrics}/metrics",
-          flush=True)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    interval = args.reconcile_every
-    while not stop.is_set():
-        if interval > 0:
-            _full_reconciliation()
-        stop.wait(interval if interval > 0 else 3600)
+    serve(checker, args.check, args.bind, args.serve_metrics, args.reconcile_every)
     return EXIT_OK
-
-
-def _full_reconciliation() -> None:
-    import psycopg2
-    import structlog
-
-    from paystream.consumers.ledger.reconcile import (
-        ERRORS,
-        SCOPE_FULL,
-        reconcile,
-        record_full_check,
-    )
-    from paystream.operator_cli import CannotRunError
-
-    try:
-        with database("paystream-reconcile", autocommit=True) as conn:
-            record_full_check(reconcile(conn))
-    except (psycopg2.Error, CannotRunError) as exc:
-        ERRORS.labels(SCOPE_FULL).inc()
-        structlog.get_logger("consumers.reconcile").error(
-            "reconciliation_failed", scope=SCOPE_FULL, error=str(exc).strip()[:300])
 
 
 def _housekeeping(args: argparse.Namespace) -> int:
@@ -404,25 +365,13 @@ def _holds_list(args: argparse.Namespace) -> int:
 
 
 def _holds_expire(args: argparse.Namespace) -> int:
-    import time
+    from paystream.ops.hold_expiry import expire_round, run_forever
 
-    import structlog
-
-    from paystream.ops.operator_events import expire_holds
-
-    log = structlog.get_logger("ops.holds")
-    while True:
-        with transaction("paystream-holds-expire") as cur:
-            written = expire_holds(cur, args.limit)
-        for w in written:
-            log.info("hold_expired", trace_id=w.trace_id, event_id=w.event.event_id,
-                     hold_id=w.event.reference, user_id=w.event.user_id)
-        if not args.loop:
-            print(f"holds expire: {len(written)} hold(s) past their expiry voided")
-            return EXIT_OK
-        # A full round is taken again at once: a backlog drains without waiting.
-        if len(written) < args.limit:
-            time.sleep(args.interval)
+    if args.loop:
+        run_forever(args.limit, args.interval)
+    written = expire_round(args.limit)
+    print(f"holds expire: {len(written)} hold(s) past their expiry voided")
+    return EXIT_OK
 
 
 def _dlq_list(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from paystream.operator_cli import EXIT_CANNOT_RUN, CannotRunError
 COMMAND_MODULES = (
     "paystream.stack.cli",
     "paystream.ingest.cli",
+    "paystream.ops.users_cli",
     "paystream.api.cli",
     "paystream.consume",
     "paystream.ops.cli",

@@ -1,6 +1,6 @@
 """Users and their deposit addresses (tables users, deposit_addresses): the rules for
 creating them, for every door that does (`paystream users add` / `addresses add`,
-ingest/admin.py, and the merchant API, api/app.py), in the caller's transaction."""
+ops/users.py, and the merchant API, api/app.py), in the caller's transaction."""
 
 from __future__ import annotations
 

@@ -41,10 +41,10 @@ from paystream.chaos.sender import Sender
 from paystream.chaos.traffic import ASSETS, MIX, UNKNOWN_USER, UNKNOWN_USER_CODE, Kind, TrafficPlan
 from paystream.consumers.crash_hooks import AFTER_DB_COMMIT as CRASH_AFTER_DB_COMMIT
 from paystream.env import SettingsError
-from paystream.ingest import admin
 from paystream.launch import free_port
 from paystream.notify import crash_hooks as notify_hooks
 from paystream.notify import endpoints
+from paystream.ops import users as admin
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC, PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka, postgres

@@ -17,7 +17,7 @@ from decimal import Decimal
 import pytest
 
 from paystream.consumers.ledger.reconcile import reconcile
-from paystream.ingest import admin
+from paystream.ops import users as admin
 from paystream.schema.db import Connection, PostgresAddress, connect
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.migrate import apply_pending, migration_files

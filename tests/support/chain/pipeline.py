@@ -30,8 +30,8 @@ import httpx
 import psycopg2
 
 from paystream.chaos import alchemy
-from paystream.ingest import admin
 from paystream.launch import free_port, paystream_argv
+from paystream.ops import users as admin
 from paystream.schema.db import connect, database_url, kafka_bootstrap, where
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka

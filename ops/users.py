@@ -1,7 +1,7 @@
-"""Operator actions on the tables the ingest reads: users, deposit addresses, balances,
-and what it refused at the door (refused_deliveries, ingest/refusals.py).
-The rules are schema/users.py's and schema/balances.py's (the merchant API applies the
-same ones); this is the operator's door, one transaction per action."""
+"""Operator actions on users, deposit addresses and balances (`paystream users add`,
+`addresses add`, `balances`). The rules are schema/users.py's and schema/balances.py's
+(the merchant API applies the same ones); this is the operator's door, one transaction
+per action."""
 
 from __future__ import annotations
 
@@ -45,22 +45,3 @@ def render_table(rows: list[BalanceRow]) -> str:
                         [(r.user_id, r.asset, format_amount(r.balance),
                           format_amount(r.pending), format_amount(r.held)) for r in rows],
                         right_aligned={2, 3, 4}, rule=True)
-
-
-def refusals(conn: Connection, code: str | None = None, user_id: str | None = None,
-             limit: int = 50) -> list[tuple[str, ...]]:
-    """The latest refused deliveries, newest first, as table cells."""
-    with conn, conn.cursor() as cur:
-        cur.execute(
-            "SELECT to_char(last_refused_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
-            " provider, code, user_id, event_id, attempts::text FROM refused_deliveries"
-            " WHERE (%(code)s::text IS NULL OR code = %(code)s)"
-            " AND (%(user)s::text IS NULL OR user_id = %(user)s)"
-            " ORDER BY last_refused_at DESC LIMIT %(limit)s",
-            {"code": code, "user": user_id, "limit": limit})
-        return [tuple(row) for row in cur.fetchall()]
-
-
-def render_refusals(rows: list[tuple[str, ...]]) -> str:
-    return format_table(("last refused", "provider", "code", "user", "event", "attempts"),
-                        rows, right_aligned={5}, rule=True)

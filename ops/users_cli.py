@@ -1,0 +1,95 @@
+"""`paystream users add`, `addresses add`, `balances`, `refusals list`: the operator's
+commands on the tables the ingest reads (the actions are ops/users.py's; the refusals are
+the ingest's records, ingest/refusals.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from paystream.operator_cli import EXIT_OK, EXIT_PROBLEM, database, format_table, iso_moment
+
+if TYPE_CHECKING:
+    from paystream.schema.db import Connection
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    users = sub.add_parser("users", help="manage users")
+    users_sub = users.add_subparsers(dest="users_command", required=True)
+    add_user = users_sub.add_parser("add", help="create a user")
+    add_user.add_argument("user_id")
+    add_user.set_defaults(func=_add_user)
+
+    addresses = sub.add_parser("addresses", help="manage deposit addresses")
+    addresses_sub = addresses.add_subparsers(dest="addresses_command", required=True)
+    add_address = addresses_sub.add_parser("add", help="assign a deposit address to a user")
+    add_address.add_argument("--network", required=True, help="e.g. ETH_MAINNET")
+    add_address.add_argument("--address", required=True)
+    add_address.add_argument("--user", required=True)
+    add_address.set_defaults(func=_add_address)
+
+    balances = sub.add_parser(
+        "balances", help="show balances (user, asset, available, pending, held)")
+    balances.add_argument("--user", default=None)
+    balances.add_argument("--at", type=iso_moment, default=None, metavar="TIMESTAMP",
+                          help="the balances at this moment, from the postings (ISO 8601,"
+                               " e.g. 2026-12-02T10:00:00Z; UTC when no offset is given);"
+                               " needs --user")
+    balances.set_defaults(func=_balances)
+
+    refused = sub.add_parser(
+        "refusals", help="gateway events refused at the door (422), newest first")
+    refused_sub = refused.add_subparsers(dest="refusals_command", required=True)
+    listing = refused_sub.add_parser("list", help="the latest refused deliveries")
+    listing.add_argument("--code", choices=("unknown_user", "reference_of_other_user"))
+    listing.add_argument("--user", default=None)
+    listing.add_argument("--limit", type=int, default=50)
+    listing.set_defaults(func=_refusals)
+
+
+
+def _add_user(args: argparse.Namespace) -> int:
+    from paystream.ops import users
+
+    return _run(lambda conn: f"user {args.user_id}: " + (
+        "created" if users.add_user(conn, args.user_id) else "already exists"))
+
+
+def _add_address(args: argparse.Namespace) -> int:
+    from paystream.ops import users
+
+    return _run(lambda conn: f"{args.network.upper()} {args.address.lower()} -> "
+                f"{args.user}: " + ("added" if users.add_address(
+                    conn, args.network, args.address, args.user) else "already assigned"))
+
+
+def _balances(args: argparse.Namespace) -> int:
+    from paystream.ops import users
+
+    return _run(lambda conn: users.render_table(users.balances(conn, args.user, args.at)))
+
+
+def _refusals(args: argparse.Namespace) -> int:
+    from paystream.ingest import refusals
+
+    def listing(conn: Connection) -> str:
+        with conn, conn.cursor() as cur:
+            rows = refusals.latest(cur, args.code, args.user, args.limit)
+        return format_table(("last refused", "provider", "code", "user", "event", "attempts"),
+                            rows, right_aligned={5}, rule=True)
+    return _run(listing)
+
+
+def _run(action: Callable[[Connection], str]) -> int:
+    """Run one operator action and print its answer; a refused request exits 1."""
+    from paystream.ops.users import AdminError
+
+    with database("paystream-admin") as conn:
+        try:
+            print(action(conn))
+        except AdminError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_PROBLEM
+    return EXIT_OK
