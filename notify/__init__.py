@@ -1,0 +1,21 @@
+"""Notifications: what a user or merchant is told, recorded in the transaction that
+caused it and delivered as Standard-Webhooks-signed POSTs (docs/notifications.md).
+
+  intents.py      the intent: vocabulary, ids and wire form (the ledger, the API and
+                  the operator write intents through it, in their own transactions)
+  slots.py        the one writer of intents and their delivery slots (the notifier
+                  group, consumers/notifier.py, and the reminders record through it)
+  delivery.py     the sender: claims due slots with a lease, signs, POSTs, records
+  store.py        the sender's statements on the delivery slots
+  schedule.py     what an answer means and when the next attempt is due (pure)
+  reminders.py    scheduled reminders, claimed before they are sent
+  endpoints.py    the operator's endpoints: add, list, disable, enable, rotate a secret
+  operator.py     the operator's view of deliveries: list, show, redeliver, recover
+  cli.py          `paystream endpoints | notifications | notify`
+  metrics.py      every sender metric, declared once
+  settings.py     the sender's and the reminders' settings
+  crash_hooks.py  test-only crash points of the sender
+
+Signing is the Standard Webhooks scheme of paystream/standard_webhooks.py, the one the
+ingest verifies gateways' webhooks with.
+"""

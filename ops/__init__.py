@@ -1,0 +1,19 @@
+"""The operator's checks, actions and schedulers (`paystream reconcile | health |
+housekeeping | shortfalls | adjust | revert | holds | dlq | users | addresses | balances |
+refusals`).
+
+  cli.py               the commands on the books, health and dead letters (parse, call)
+  users_cli.py         the commands on users, addresses, balances and refusals
+  users.py             creating users and addresses, reading balances
+  health.py            the health checks: stuck events, slot WAL, lag, DLQ, connector,
+                       stopped groups
+  health_exporter.py   `health --serve-metrics`: the checks as metrics, and the full
+                       reconciliation on a schedule
+  reconcile.py         `paystream reconcile`'s report of the ledger's self-check
+  housekeeping.py      purging final outcomes and delivered notifications past a TTL
+  shortfalls.py        reversed credits a balance could not cover, and their resolution
+  operator_events.py   adjustments, reverts and hold expiries as events into the outbox
+  hold_expiry.py       the hold expiry scheduler (`holds expire --loop`)
+  replay.py            listing, showing and replaying dead letters
+  prometheus/          alert rules; grafana/ the dashboards
+"""

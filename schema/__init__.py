@@ -1,0 +1,24 @@
+"""The contract every part shares: the database (migrations, tables and the one writer of
+each), the payment event, money, and the outbox. Nothing here runs on its own.
+
+  migrations/         numbered SQL, applied once each (migrate.py); roles and grants
+  migrate.py          applying them, recorded in schema_migrations
+  db.py               where Postgres is, per role, and the connection factory
+  events.py           the payment event: the ingest writes it, the consumers read it
+  amounts.py          money parsing and formatting: Decimal, never float
+  outbox.py           the transactional outbox write: how events enter the pipeline
+  stored_events.py    the stored event a topic record is checked against
+  status.py           the event status transitions
+  idempotency.py      the ledger's idempotency key
+  processed_events.py each event's outcome, written once
+  users.py            users and their deposit addresses
+  balances.py         balance rows and their reads
+  accounts.py         the double-entry accounts
+  transfers.py        transfers and their postings: the journal
+  holds.py            withdrawals in flight
+  reversals.py        what refunds, chargebacks and reverts took back
+  chain.py            a chain deposit's on-chain identity
+  chain_deposits.py   a chain deposit's way from held to settled
+  pgcopy.py           bulk rows with COPY (the ledger's writes)
+  pgarray.py          text[] parameters as one literal
+"""

@@ -1,0 +1,18 @@
+"""The local stack, no Docker (`paystream stack up | down | status | logs`): real
+PostgreSQL, PgBouncer, Prometheus and kcat from Debian's packages, Kafka (KRaft) and Kafka
+Connect with Debezium from Maven Central jars, anvil from npm.
+
+  stack.py        up / down / status / logs of the whole stack, in order
+  cli.py          `paystream stack ...`
+  settings.py     where each service listens and keeps its state
+  packages.py     Debian packages installed when missing
+  process.py      starting, watching and stopping long-running processes
+  ports.py        who holds a port `stack up` needs
+  postgres.py     the PostgreSQL cluster; huge_pages.py its shared memory
+  pgbouncer.py    PgBouncer in transaction pooling mode
+  kafka.py        the KRaft nodes; quorum.py a running cluster's state
+  connect.py      the Kafka Connect worker and the Debezium plugin
+  anvil.py        the local Ethereum node
+  prometheus.py   Prometheus with the alert rules; targets.py what it scrapes
+  compose.py      the credentials docker-compose's `secrets` job writes
+"""
