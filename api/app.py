@@ -9,7 +9,7 @@ Every `/v1` route is an `async def` that hands ONE database transaction to a dat
 thread (api/database.py): a read in one REPEATABLE READ READ ONLY snapshot, a write in
 one READ COMMITTED transaction. The key is checked inside it first (api/auth.py), then
 the route's rule. Refusals are answered in the ingest's error format
-(paystream/http_errors.py).
+(paystream/edge/errors.py).
 """
 
 from __future__ import annotations
@@ -33,12 +33,18 @@ from starlette.types import Receive, Scope, Send
 from paystream.api import models, reads, withdrawals
 from paystream.api.auth import Authenticator
 from paystream.api.database import Database
-from paystream.api.errors import ConflictError, InvalidRequestError, NotFoundError
 from paystream.api.keys import Scope as KeyScope
 from paystream.api.metrics import ApiMetrics
 from paystream.api.observe import TRACE_SCOPE_KEY, RequestObserver
 from paystream.api.settings import MAX_LIMIT, ApiSettings
-from paystream.http_errors import RefusalError, error_body, retry_headers
+from paystream.edge.errors import (
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    RefusalError,
+    error_body,
+    retry_headers,
+)
 from paystream.logs import configure_logging
 from paystream.schema import balances as books
 from paystream.schema import users

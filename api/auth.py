@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from paystream.api import keys
-from paystream.api.errors import ForbiddenError, UnauthorizedError
+from paystream.edge.errors import ForbiddenError, UnauthorizedError
 from paystream.rate_limit import TokenBuckets
 from paystream.schema.db import Cursor
 

@@ -6,7 +6,7 @@ whole to one of a few database threads, nothing kept in a session between them.
 - `write`: one READ COMMITTED transaction, committed when the work returns.
 
 A route is an `async def` that hands its transaction (a function of a cursor) to
-schema/db_threads.py: `db_pool_size` threads, each with its own connection, one hop from
+paystream/edge/db_threads.py: `db_pool_size` threads, each with its own connection, one hop from
 the event loop and back (why not a sync route in Starlette's thread pool or an async
 driver: that module says, with the figures).
 
@@ -34,10 +34,10 @@ from typing import Any, TypeVar
 import psycopg2
 import psycopg2.extensions
 
-from paystream.api.errors import DatabaseUnavailableError
 from paystream.api.settings import ApiSettings
+from paystream.edge.db_threads import DatabaseThreads, WaitedTooLong
+from paystream.edge.errors import DatabaseUnavailableError
 from paystream.schema.db import Connection, Cursor, connect
-from paystream.schema.db_threads import DatabaseThreads, WaitedTooLong
 
 T = TypeVar("T")
 # The database cannot answer now: answer 503 (a timeout is 57014, an OperationalError).

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paystream import trace as tracing
 from paystream.api.metrics import ApiMetrics
-from paystream.http_errors import error_body
+from paystream.edge.errors import error_body
 
 TRACE_SCOPE_KEY = "paystream.trace"
 log = structlog.get_logger("api")

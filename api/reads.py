@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from paystream.api import keys
-from paystream.api.errors import InvalidRequestError
+from paystream.edge.errors import InvalidRequestError
 from paystream.schema import balances as books
 from paystream.schema import processed_events
 from paystream.schema.accounts import USER_KINDS

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from paystream.api.errors import ConflictError, InvalidRequestError, NotFoundError
+from paystream.edge.errors import ConflictError, InvalidRequestError, NotFoundError
 from paystream.schema import users
 from paystream.schema.amounts import AmountError, format_amount, parse_amount
 from paystream.schema.db import Cursor

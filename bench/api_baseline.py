@@ -2,7 +2,7 @@
 
 GET /v1/users/{user_id}/balances answers the user's balances rows with ONE query, as
 the API's role, the best way this machine has to read from FastAPI and the one the API
-uses (schema/db_threads.py: an async route handing the read to one of
+uses (paystream/edge/db_threads.py: an async route handing the read to one of
 PAYSTREAM_API_DB_POOL_SIZE threads that each own an autocommit connection). Nothing
 else: no key, no snapshot transaction or statement timeout, no existence check, no
 response model, no metrics, no trace id. The API's throughput is reported as a
@@ -18,8 +18,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from paystream.edge.db_threads import DatabaseThreads
 from paystream.schema.db import Connection, connect, database_url
-from paystream.schema.db_threads import DatabaseThreads
 
 
 def create_bare_app() -> FastAPI:

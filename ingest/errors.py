@@ -1,36 +1,38 @@
-"""Answers that are not successes: each carries its HTTP status and a reason.
-
-Every refusal is an IngestError raised where the rule lives and turned into a JSON body
-by the app, so the status codes a provider can see are listed here and nowhere else.
+"""The ingest's refusals: the statuses a provider can see are these and the edge kit's
+(paystream/edge/errors.py), each raised where its rule lives and turned into a JSON body
+by ingest/webhooks.py.
 """
 
 from __future__ import annotations
 
-from paystream.http_errors import RateLimitError as RateLimitError  # re-exported
-from paystream.http_errors import RefusalError
+from paystream.edge.errors import (
+    ConflictError,
+    InvalidRequestError,
+    RefusalError,
+    UnauthorizedError,
+)
+from paystream.edge.errors import DatabaseUnavailableError as DatabaseUnavailableError
+from paystream.edge.errors import RateLimitError as RateLimitError
 
-# The base of every refusal (paystream/http_errors.py, shared with the merchant API).
+# The base of every refusal, by the name the ingest's modules use.
 IngestError = RefusalError
 
 
-class SignatureError(IngestError):
+class SignatureError(UnauthorizedError):
     """401: the signature is missing, malformed, stale or does not match."""
 
-    status = 401
     code = "invalid_signature"
 
 
-class PayloadError(IngestError):
+class PayloadError(InvalidRequestError):
     """400: malformed JSON, a missing field, or a value that fails validation."""
 
-    status = 400
     code = "invalid_payload"
 
 
-class ConflictError(IngestError):
+class ConflictingDuplicateError(ConflictError):
     """409: an event id already recorded with other content; nothing was written."""
 
-    status = 409
     code = "conflicting_duplicate"
 
     def __init__(self, detail: str, *, event_id: str) -> None:
@@ -41,29 +43,19 @@ class ConflictError(IngestError):
 class BodyTimeoutError(IngestError):
     """408: the body did not arrive within the deadline; the connection is closed."""
 
-    status = 408
-    code = "body_timeout"
+    status, code = 408, "body_timeout"
 
 
 class BodyTooLargeError(IngestError):
     """413: the body exceeds the configured limit (it is not read any further)."""
 
-    status = 413
-    code = "body_too_large"
+    status, code = 413, "body_too_large"
 
 
 class MediaTypeError(IngestError):
     """415: the request does not declare a JSON body."""
 
-    status = 415
-    code = "unsupported_media_type"
-
-
-class DatabaseUnavailableError(IngestError):
-    """503: Postgres is unreachable or too slow; the provider must retry later."""
-
-    status = 503
-    code = "database_unavailable"
+    status, code = 415, "unsupported_media_type"
 
 
 class NotApplicableError(IngestError):
@@ -71,8 +63,7 @@ class NotApplicableError(IngestError):
     user does not exist (`unknown_user`), or it names another user's event
     (`reference_of_other_user`). Recorded in refused_deliveries, nothing else written."""
 
-    status = 422
-    code = "unknown_user"
+    status, code = 422, "unknown_user"
 
     def __init__(self, detail: str, *, code: str, event_id: str) -> None:
         super().__init__(detail, code=code)

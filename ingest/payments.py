@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paystream.ingest import refusals
-from paystream.ingest.errors import ConflictError, IngestError, PayloadError
+from paystream.ingest.errors import ConflictingDuplicateError, IngestError, PayloadError
 from paystream.ingest.recording import DeliveryWrite, Recorded, record_payment
 from paystream.schema.amounts import AmountError, parse_amount
 from paystream.schema.db import Cursor
@@ -152,7 +152,7 @@ class PaymentWrite(DeliveryWrite):
             outcome = next(outcomes)
             if outcome is WriteOutcome.CONFLICT:
                 event_id = write.event.event_id
-                answers.append(ConflictError(
+                answers.append(ConflictingDuplicateError(
                     f"event {event_id} was already received with different content",
                     event_id=event_id))
             else:

@@ -7,7 +7,7 @@ ingest.alchemy.AlchemyWrite implement it.
 
 All or nothing per delivery: every new event goes through schema.outbox (event row +
 outbox row, or nothing when the id is known), every notice is recorded once, and a
-conflicting duplicate raises ConflictError so the whole delivery rolls back.
+conflicting duplicate raises ConflictingDuplicateError so the whole delivery rolls back.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from paystream.ingest.errors import ConflictError, IngestError
+from paystream.ingest.errors import ConflictingDuplicateError, IngestError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
 from paystream.ingest.refusals import Refusal
 from paystream.schema.db import Cursor
@@ -60,7 +60,7 @@ class DeliveryWrite(ABC):
     store rolls the run back to its savepoint and calls `write` for each delivery in a
     savepoint of its own.
 
-    `write` raises an IngestError (ConflictError: 409) to have its delivery rolled back
+    `write` raises an IngestError (ConflictingDuplicateError: 409) to have its delivery rolled back
     and answered with it; a delivery refused with a record of the refusal kept returns
     a Recorded whose `refused` is set (ingest.refusals). A database error that means
     "the database cannot answer now" fails the whole group (503).
@@ -96,7 +96,7 @@ def record(cur: Cursor, events: Iterable[PaymentEvent], notices: Iterable[Notice
         if outcome is WriteOutcome.CONFLICT:
             reorg = _reorg_notice(cur, event) if chain_events else None
             if reorg is None:
-                raise ConflictError(
+                raise ConflictingDuplicateError(
                     f"event {event.event_id} was already received with different content",
                     event_id=event.event_id)
             # The same transfer in another block: a reorg, not a conflict. The first

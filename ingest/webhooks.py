@@ -29,11 +29,11 @@ import orjson
 import structlog
 from starlette.types import Receive, Scope, Send
 
-from paystream.http_errors import error_body
+from paystream.edge.errors import error_body
 from paystream.ingest import alchemy, alchemy_signature, payments, standard_webhooks
 from paystream.ingest.errors import (
     BodyTimeoutError,
-    ConflictError,
+    ConflictingDuplicateError,
     DatabaseUnavailableError,
     IngestError,
     NotApplicableError,
@@ -180,7 +180,7 @@ class Webhooks:
     def refusal(self, scope: Scope, provider: str, exc: IngestError) -> Answer:
         """The error answer for `exc`, counted and logged (every route's refusals)."""
         body = error_body(exc.code, exc.detail, _trace(scope).trace_id)
-        if isinstance(exc, ConflictError):
+        if isinstance(exc, ConflictingDuplicateError):
             body["event_id"] = exc.event_id
             self._metrics.count_event(provider, WriteOutcome.CONFLICT.value)
             log.warning("conflicting duplicate: same event id, different content",

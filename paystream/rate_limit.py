@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from paystream.http_errors import RateLimitError
+from paystream.edge.errors import RateLimitError
 
 MAX_BUCKETS = 10_000  # memory bound: the least recently seen keys are forgotten
 

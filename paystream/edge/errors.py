@@ -1,9 +1,10 @@
-"""Refusals of the HTTP services (the ingest and the merchant API): one exception with its
-status, code and reason, and the one JSON body every refusal is answered with.
+"""Refusals of the HTTP edges (the ingest and the merchant API): one exception per status,
+with its code and reason, and the one JSON body every refusal is answered with
+(`{"status": "error", "code", "reason", "trace_id"}`).
 
-Shared so that both services answer in one format (`{"status": "error", "code",
-"reason", "trace_id"}`) and share the token buckets (paystream/rate_limit.py) without
-importing each other.
+A class per status with the generic code; a refusal an edge names more precisely is a
+subclass with its own code (the ingest's bad signature is an UnauthorizedError coded
+`invalid_signature`, ingest/errors.py), or the code given where it is raised.
 """
 
 from __future__ import annotations
@@ -27,11 +28,48 @@ class RefusalError(Exception):
         self.retry_after = retry_after
 
 
+class InvalidRequestError(RefusalError):
+    """400: a parameter or body that fails validation."""
+
+    status, code = 400, "invalid_request"
+
+
+class UnauthorizedError(RefusalError):
+    """401: the caller is not who it must be (no live API key, no valid signature)."""
+
+    status, code = 401, "unauthorized"
+
+
+class ForbiddenError(RefusalError):
+    """403: a live key without the scope the route needs."""
+
+    status, code = 403, "forbidden"
+
+
+class NotFoundError(RefusalError):
+    """404: no such resource."""
+
+    status, code = 404, "not_found"
+
+
+class ConflictError(RefusalError):
+    """409: the request contradicts what is stored (an Idempotency-Key or an event id
+    already used with other content, an address of another user); nothing was written."""
+
+    status, code = 409, "conflict"
+
+
 class RateLimitError(RefusalError):
     """429: the caller spent its token bucket; Retry-After says when to come back."""
 
-    status = 429
-    code = "rate_limited"
+    status, code = 429, "rate_limited"
+
+
+class DatabaseUnavailableError(RefusalError):
+    """503: Postgres is unreachable, too slow, or every connection is busy; Retry-After
+    says when to try again."""
+
+    status, code = 503, "database_unavailable"
 
 
 def error_body(code: str, reason: str, trace_id: str) -> dict[str, Any]:

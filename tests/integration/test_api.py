@@ -398,8 +398,8 @@ def test_a_withdrawal_request_that_cannot_be_one_is_refused_and_writes_nothing(
 
 def test_a_read_is_one_repeatable_read_snapshot_and_leaves_no_session_state() -> None:
     from paystream.api.database import Database
-    from paystream.api.errors import DatabaseUnavailableError
     from paystream.api.settings import ApiSettings
+    from paystream.edge.errors import DatabaseUnavailableError
 
     # One database thread, so every transaction below runs on one server connection.
     database = Database(replace(ApiSettings.from_env(), db_pool_size=1))

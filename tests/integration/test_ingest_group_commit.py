@@ -16,7 +16,11 @@ import psycopg2
 import pytest
 
 from paystream.ingest import alchemy
-from paystream.ingest.errors import ConflictError, DatabaseUnavailableError, PayloadError
+from paystream.ingest.errors import (
+    ConflictingDuplicateError,
+    DatabaseUnavailableError,
+    PayloadError,
+)
 from paystream.ingest.payments import PaymentWrite
 from paystream.ingest.recording import Recorded, record_payment
 from paystream.ingest.store import Cursor, EventStore
@@ -70,7 +74,7 @@ def test_a_conflict_in_a_group_is_rolled_back_alone(store: EventStore, db) -> No
     tampered = _payment(known.event_id, user, "500")  # same id, other content
     outcomes = store.commit_group([_write(good_a), _write(tampered), _write(good_b)])
     assert _outcomes(outcomes[0]) == [WriteOutcome.ACCEPTED]
-    assert isinstance(outcomes[1], ConflictError) and outcomes[1].status == 409
+    assert isinstance(outcomes[1], ConflictingDuplicateError) and outcomes[1].status == 409
     assert _outcomes(outcomes[2]) == [WriteOutcome.ACCEPTED]
     assert _amounts(db, user) == {known.event_id: Decimal(5), good_a.event_id: Decimal(1),
                                   good_b.event_id: Decimal(2)}
@@ -96,7 +100,7 @@ def test_an_alchemy_payload_is_one_savepoint_all_or_nothing(store: EventStore, d
     outcomes = store.commit_group([delivery([usdc]), delivery([fresh, tampered]),
                                    delivery([other])])
     assert _outcomes(outcomes[0]) == [WriteOutcome.ACCEPTED]
-    assert isinstance(outcomes[1], ConflictError)
+    assert isinstance(outcomes[1], ConflictingDuplicateError)
     assert _outcomes(outcomes[2]) == [WriteOutcome.ACCEPTED]
     assert sorted(_amounts(db, user).values()) == [Decimal(1), Decimal(3)]  # not `fresh`
 
@@ -247,10 +251,11 @@ def test_grouped_payments_have_the_outcomes_of_one_by_one(store: EventStore, db)
     outcomes = _together(store, group)
     assert _outcomes(outcomes[0]) == [WriteOutcome.ACCEPTED]
     assert _outcomes(outcomes[1]) == [WriteOutcome.DUPLICATE]
-    assert isinstance(outcomes[2], ConflictError) and outcomes[2].event_id == known.event_id
+    assert isinstance(outcomes[2], ConflictingDuplicateError)
+    assert outcomes[2].event_id == known.event_id
     assert _outcomes(outcomes[3]) == [WriteOutcome.ACCEPTED]
     assert _outcomes(outcomes[4]) == [WriteOutcome.DUPLICATE]
-    assert isinstance(outcomes[5], ConflictError)  # same id as `twice`, other amount
+    assert isinstance(outcomes[5], ConflictingDuplicateError)  # same id as `twice`, other amount
     assert _amounts(db, user) == {known.event_id: Decimal(5), fresh.event_id: Decimal(1),
                                   twice.event_id: Decimal(2)}
     with db.cursor() as cur:  # each accepted event once in the WAL's outbox inserts

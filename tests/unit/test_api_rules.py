@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 from paystream.api import keys, reads, withdrawals
 from paystream.api.app import create_app
 from paystream.api.auth import Authenticator
-from paystream.api.errors import InvalidRequestError, UnauthorizedError
 from paystream.api.settings import ApiSettings
+from paystream.edge.errors import InvalidRequestError, UnauthorizedError
 from paystream.env import SettingsError
 from paystream.ingest.errors import PayloadError
 from paystream.ingest.payments import parse_payment

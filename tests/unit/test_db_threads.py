@@ -1,4 +1,4 @@
-"""schema/db_threads.py: work handed to the database threads, without a database (a
+"""paystream/edge/db_threads.py: work handed to the database threads, without a database (a
 connection here is a stand-in that only says whether it is idle; the API's integration
 tests run the real thing)."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import psycopg2.extensions
 import pytest
 
-from paystream.schema.db_threads import DatabaseThreads, WaitedTooLong
+from paystream.edge.db_threads import DatabaseThreads, WaitedTooLong
 
 IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
 IN_TRANSACTION = psycopg2.extensions.TRANSACTION_STATUS_INTRANS
