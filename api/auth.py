@@ -1,19 +1,35 @@
 """Who may call: `Authorization: Bearer <API key>`, the key live and holding the route's
-scope, within its rate limit. The key is looked up in the request's own transaction
-(no second transaction), before the route writes anything: by `check` as the
-transaction's first statement, or inside the route's one statement (`admit` then
-judges what it found, e.g. the balances read, api/reads.py)."""
+scope, within its rate limit.
+
+A `/v1` route takes its database as a FastAPI dependency, `Reading` or `Writing`: an
+Access whose every transaction checks the key first, in the request's own transaction
+(no second transaction), before the route's work: by `Authenticator.check` as the
+transaction's first statement, or inside the route's one statement (`read_with_key`,
+then `Authenticator.admit` judges what it found, e.g. the balances read,
+api/reads.py). The bearer token itself is read when the route first needs the database
+(or asks for `Access.key`), so the route's own rules on its parameters may come first.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from paystream.api import keys
+from paystream.api.database import Database
 from paystream.edge.errors import ForbiddenError, UnauthorizedError
 from paystream.rate_limit import TokenBuckets
 from paystream.schema.db import Cursor
 
 BEARER = "bearer "
+T = TypeVar("T")
+Credentials = Annotated[HTTPAuthorizationCredentials | None,
+                        Depends(HTTPBearer(auto_error=False,
+                                           description="an API key (paystream apikeys)"))]
 
 
 class Authenticator:
@@ -52,3 +68,59 @@ class Authenticator:
             raise ForbiddenError(f"this API key lacks the {scope.value!r} scope",
                                  code="insufficient_scope")
         return key_id
+
+
+class Access:
+    """A request's transactions (api/database.py), each opened by its key's check for
+    `scope`: no route's work runs for a caller the key does not admit."""
+
+    def __init__(self, credentials: HTTPAuthorizationCredentials | None, scope: keys.Scope,
+                 authenticator: Authenticator, database: Database) -> None:
+        self._credentials = credentials
+        self._scope = scope
+        self._auth = authenticator
+        self._db = database
+
+    def key(self) -> str:
+        """The bearer token as a key, or 401 before any database work."""
+        credentials = self._credentials
+        return Authenticator.bearer(None if credentials is None
+                                    else f"Bearer {credentials.credentials}")
+
+    async def read(self, work: Callable[[Cursor], T]) -> T:
+        """`work` in one read snapshot, after the key's check."""
+        key, scope, auth = self.key(), self._scope, self._auth
+
+        def checked(cur: Cursor) -> T:
+            auth.check(cur, key, scope)
+            return work(cur)
+
+        return await self._db.read(checked)
+
+    async def read_with_key(
+            self, statement: Callable[[Cursor, str], tuple[keys.Caller | None, T]]) -> T:
+        """A one-statement read that looks the key up along with its answer (the key,
+        or None, first); the key is judged when it returns."""
+        key = self.key()
+        found, answer = await self._db.read(lambda cur: statement(cur, key),
+                                            one_statement=True)
+        self._auth.admit(found, self._scope)
+        return answer
+
+    async def write(self, work: Callable[[Cursor, str], T]) -> T:
+        """`work(cursor, the calling key's id)` in one write transaction, after the key's
+        check."""
+        key, scope, auth = self.key(), self._scope, self._auth
+        return await self._db.write(lambda cur: work(cur, auth.check(cur, key, scope)))
+
+
+def _access(scope: keys.Scope) -> Callable[..., Awaitable[Access]]:
+    async def access(request: Request, credentials: Credentials) -> Access:
+        state = request.app.state  # set by api/app.py create_app
+        return Access(credentials, scope, state.authenticator, state.database)
+    return access
+
+
+# What a /v1 route declares to get its database: with a read or a write key.
+Reading = Annotated[Access, Depends(_access(keys.Scope.READ))]
+Writing = Annotated[Access, Depends(_access(keys.Scope.WRITE))]

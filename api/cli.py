@@ -34,10 +34,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from paystream.api.serve import serve
+    from paystream.api.app import FACTORY
     from paystream.api.settings import ApiSettings
+    from paystream.edge.serve import serve, uvicorn_config
 
-    serve(ApiSettings.from_env(), args.host, args.port, args.workers)
+    settings = ApiSettings.from_env()
+    serve(uvicorn_config(FACTORY, args.host, args.port, args.workers),
+          admin_host=settings.admin_host, admin_port=settings.admin_port,
+          admin_port_variable="PAYSTREAM_API_ADMIN_PORT")
     return EXIT_OK
 
 

@@ -1,10 +1,12 @@
-"""The API's request and answer bodies, for validation and the OpenAPI document.
-Amounts are strings (canonical decimal text), never JSON numbers."""
+"""The API's request and answer bodies, path parameters and refusals, for validation and
+the OpenAPI document. Amounts are strings (canonical decimal text), never JSON numbers."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Any
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from paystream.schema.events import USER_ID_PATTERN
@@ -153,3 +155,16 @@ class Error(Strict):
 
 class Health(Strict):
     status: str
+
+
+# The refusals a /v1 route may answer (and /readyz its 503).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Error, "description": what} for code, what in (
+        (400, "invalid parameter or body"), (401, "no valid API key"),
+        (403, "the key lacks the scope"), (404, "no such resource"),
+        (409, "conflict"), (429, "rate limited (Retry-After)"),
+        (503, "database unavailable (Retry-After)"))}
+# A user id in a path: the users table's own rule (schema/events.py USER_ID_PATTERN).
+UserId = Annotated[str, Path(pattern=f"^{USER_ID}$", max_length=64)]
+# An event's or a withdrawal's id in a path: 1 to 200 printable ASCII characters.
+PrintableId = Annotated[str, Path(pattern=r"^[!-~]{1,200}$")]

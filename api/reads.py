@@ -34,18 +34,18 @@ BALANCES_WITH_KEY_SQL = ("SELECT key_id, scopes, user_exists, balance_rows"
 
 
 def balances_with_key(cur: Cursor, key: str, user_id: str
-                      ) -> tuple[keys.Caller | None, bool, list[dict[str, str]]]:
-    """(the live key `key`, or None; whether the user exists; their balances now, as the
-    API answers them)."""
+                      ) -> tuple[keys.Caller | None, tuple[bool, list[dict[str, str]]]]:
+    """(the live key `key`, or None; (whether the user exists, their balances now, as
+    the API answers them))."""
     cur.execute(BALANCES_WITH_KEY_SQL, {"key_hash": keys.key_hash(key), "user_id": user_id})
     key_id, scopes, exists, found = one_row(cur)
     caller = keys.caller(key_id, scopes)
     if caller is None:
-        return None, False, []
-    return caller, exists, [
+        return None, (False, [])
+    return caller, (exists, [
         {"asset": asset, "available": canonical_text(available),
          "pending": canonical_text(pending), "held": canonical_text(held)}
-        for asset, available, pending, held in found]
+        for asset, available, pending, held in found])
 
 
 def balance_answers(rows: list[books.BalanceRow]) -> list[dict[str, str]]:

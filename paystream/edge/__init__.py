@@ -1,6 +1,12 @@
 """The HTTP edge kit: what the ingest (ingest/) and the merchant API (api/) both serve with.
 
   errors.py      the refusals, one class per HTTP status, and the one JSON error body
+  observe.py     the outermost ASGI layer: trace id, one log line and the request
+                 metrics per answer, a JSON 500 for what nothing else answered
+  handlers.py    a FastAPI app's errors (refusals, 404/405, validation, bugs) answered
+                 in the one body
+  probes.py      the admin port's /healthz, /readyz and /metrics
+  serve.py       uvicorn with a public and an admin listener; the worker factory's freeze
   db_threads.py  psycopg2 work for an asyncio server: a few threads, each with its own
                  connection, fed from one queue (the merchant API's transactions)
 """

@@ -151,7 +151,7 @@ def test_a_moment_reaches_postgres_in_utc_whatever_its_offset() -> None:
     """Python takes offsets up to ±23:59, Postgres only ±15:59: +16:00 was a 500."""
     from datetime import UTC, datetime, timedelta, timezone
 
-    from paystream.api.app import _moment
+    from paystream.api.routes_balances import utc_moment as _moment
 
     far = datetime(2000, 1, 1, tzinfo=timezone(timedelta(hours=16)))
     assert _moment(far) == "1999-12-31T08:00:00+00:00"
