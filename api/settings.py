@@ -3,11 +3,12 @@ environment (`paystream api` exits 2 with the reason on a bad value)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Self
 
-from paystream.env import SettingsError, env_float, env_int, env_str
+from pydantic import Field, model_validator
+
+from paystream.env import EnvSettings, SettingsError, Words
 from paystream.schema.db import database_url
 from paystream.schema.events import ASSET_PATTERN
 
@@ -15,66 +16,68 @@ from paystream.schema.events import ASSET_PATTERN
 MAX_LIMIT = 500
 
 
-@dataclass(frozen=True)
-class ApiSettings:
+class ApiSettings(EnvSettings):
+    """Read by `paystream api` ([api](api.md)). Limits are per worker process."""
+
+    doc_section = "Merchant API"
+
+    # Not a variable of its own: built from the role's DSN variables (schema/db.py).
     database_url: str = ""
+    port: int = Field(8100, alias="PAYSTREAM_API_PORT", ge=1, description=(
+        "the public port (`/v1/*`, `/healthz`): the default of `paystream api --port` and "
+        "`paystream run --api-port`"))
+    # /docs, /openapi.json, /metrics, /readyz: loopback only unless told otherwise.
+    admin_host: str = Field("127.0.0.1", alias="PAYSTREAM_API_ADMIN_HOST", description=(
+        "the admin listener's address: `/metrics`, `/readyz`, `/docs`, `/openapi.json` "
+        "(the public port answers those 404, the admin port `/v1/*` 404)"))
+    admin_port: int = Field(8101, alias="PAYSTREAM_API_ADMIN_PORT", ge=1,
+                            description="the admin listener's port, Prometheus' `api` target")
+    # Token bucket per API key (paystream/rate_limit.py): sustained rate and burst.
+    rate_per_second: float = Field(100.0, alias="PAYSTREAM_API_RATE_PER_SECOND", gt=0,
+                                   description="sustained rate of the token bucket per API "
+                                               "key (429 with `Retry-After` when empty)")
+    rate_burst: int = Field(200, alias="PAYSTREAM_API_RATE_BURST", ge=1,
+                            description="burst size of that bucket")
     # Database threads, each with its own connection to Postgres, one per request in
     # flight: requests beyond them wait up to db_wait_s for one, then get 503 (a slow
     # database must not queue work unboundedly).
-    db_pool_size: int = 8
-    db_wait_s: float = 2.0
-    db_connect_timeout_s: int = 2
-    db_statement_timeout_ms: int = 2000  # SET LOCAL per transaction (PgBouncer-safe)
-    retry_after_s: int = 2
-    # Token bucket per API key (paystream/rate_limit.py): sustained rate and burst.
-    rate_per_second: float = 100.0
-    rate_burst: int = 200
+    db_pool_size: int = Field(8, alias="PAYSTREAM_API_DB_POOL_SIZE", ge=1, description=(
+        "database threads, each with its own connection (so connections at most, per worker "
+        "process); a request waits for one up to `PAYSTREAM_API_DB_WAIT_S` "
+        "(`bench/api_baseline.py` takes the same number)"))
+    db_wait_s: float = Field(2.0, alias="PAYSTREAM_API_DB_WAIT_S", gt=0,
+                             description="then answers 503 with `Retry-After`")
+    db_statement_timeout_ms: int = Field(
+        2000, alias="PAYSTREAM_API_DB_STATEMENT_TIMEOUT_MS", ge=1,
+        description="statement timeout, set with `SET LOCAL` in each transaction "
+                    "(PgBouncer-safe)")
+    db_connect_timeout_s: int = Field(2, alias="PAYSTREAM_API_DB_CONNECT_TIMEOUT_S", ge=1,
+                                      description="connect timeout")
+    retry_after_s: int = Field(2, alias="PAYSTREAM_API_RETRY_AFTER_S", ge=1,
+                               description="`Retry-After` of a 503")
     # The gateway (provider) that pays requested withdrawals out and later settles or
     # fails them: the hold is its (consumers/ledger/plan.py refuses another's settle).
-    withdrawal_provider: str = "payments"
-    withdrawal_assets: tuple[str, ...] = ("USD",)
-    # /docs, /openapi.json, /metrics, /readyz: loopback only unless told otherwise.
-    admin_host: str = "127.0.0.1"
-    admin_port: int = 8101
+    withdrawal_provider: str = Field(
+        "payments", alias="PAYSTREAM_API_WITHDRAWAL_PROVIDER",
+        description="the gateway a requested withdrawal's hold belongs to: the one that "
+                    "settles or fails it (the ledger refuses another provider's)")
+    withdrawal_assets: Words = Field(
+        ("USD",), alias="PAYSTREAM_API_WITHDRAWAL_ASSETS",
+        description="the assets a withdrawal may be requested in, comma-separated (the "
+                    "gateway's, `PAYMENTS_ASSETS`)")
 
-    def __post_init__(self) -> None:
-        for name, value, low in (("PAYSTREAM_API_DB_POOL_SIZE", self.db_pool_size, 1),
-                                 ("PAYSTREAM_API_DB_CONNECT_TIMEOUT_S",
-                                  self.db_connect_timeout_s, 1),
-                                 ("PAYSTREAM_API_DB_STATEMENT_TIMEOUT_MS",
-                                  self.db_statement_timeout_ms, 1),
-                                 ("PAYSTREAM_API_RETRY_AFTER_S", self.retry_after_s, 1),
-                                 ("PAYSTREAM_API_RATE_BURST", self.rate_burst, 1),
-                                 ("PAYSTREAM_API_ADMIN_PORT", self.admin_port, 1)):
-            if value < low:
-                raise SettingsError(f"{name} must be at least {low}, got {value}")
-        for name, seconds in (("PAYSTREAM_API_DB_WAIT_S", self.db_wait_s),
-                              ("PAYSTREAM_API_RATE_PER_SECOND", self.rate_per_second)):
-            if not seconds > 0:
-                raise SettingsError(f"{name} must be positive, got {seconds}")
+    @model_validator(mode="after")
+    def _known_assets(self) -> Self:
         if not self.withdrawal_assets:
             raise SettingsError("PAYSTREAM_API_WITHDRAWAL_ASSETS names no asset")
         for asset in self.withdrawal_assets:
             if ASSET_PATTERN.fullmatch(asset) is None:
                 raise SettingsError(f"PAYSTREAM_API_WITHDRAWAL_ASSETS: {asset!r} is not an"
                                     " asset code")
+        return self
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiSettings:
-        env = os.environ if env is None else env
-        assets = env_str("PAYSTREAM_API_WITHDRAWAL_ASSETS", "USD", env)
-        return cls(
-            database_url=database_url("api", env),
-            db_pool_size=env_int("PAYSTREAM_API_DB_POOL_SIZE", 8, env),
-            db_wait_s=env_float("PAYSTREAM_API_DB_WAIT_S", 2.0, env),
-            db_connect_timeout_s=env_int("PAYSTREAM_API_DB_CONNECT_TIMEOUT_S", 2, env),
-            db_statement_timeout_ms=env_int("PAYSTREAM_API_DB_STATEMENT_TIMEOUT_MS", 2000,
-                                            env),
-            retry_after_s=env_int("PAYSTREAM_API_RETRY_AFTER_S", 2, env),
-            rate_per_second=env_float("PAYSTREAM_API_RATE_PER_SECOND", 100.0, env),
-            rate_burst=env_int("PAYSTREAM_API_RATE_BURST", 200, env),
-            withdrawal_provider=env_str("PAYSTREAM_API_WITHDRAWAL_PROVIDER", "payments", env),
-            withdrawal_assets=tuple(a for a in assets.replace(",", " ").split() if a),
-            admin_host=env_str("PAYSTREAM_API_ADMIN_HOST", "127.0.0.1", env),
-            admin_port=env_int("PAYSTREAM_API_ADMIN_PORT", 8101, env),
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, object] | None = None) -> Self:
+        return super().from_env(env, {"database_url": database_url("api", env),
+                                      **(overrides or {})})

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Annotated, Self
+
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic_settings import NoDecode
 
 # SettingsError: a configuration the ingest must not run with (`paystream ingest` exits 2).
-from paystream.env import SettingsError, env_float, env_int, env_str
+from paystream.env import EnvSettings, SettingsError, Words, words
 from paystream.schema.db import database_url
 from paystream.schema.events import ASSET_PATTERN
 
@@ -22,51 +23,139 @@ MIN_SECRET_BYTES = 32
 STANDARD_WEBHOOKS_PREFIX = "whsec_"
 
 
-@dataclass(frozen=True)
-class IngestSettings:
+def decode_standard_secret(text: str) -> bytes:
+    """A Standard Webhooks secret `whsec_<base64>` (the prefix is optional) as raw bytes."""
+    body = text.removeprefix(STANDARD_WEBHOOKS_PREFIX)
+    try:
+        return base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        raise SettingsError("PAYMENTS_WEBHOOK_SECRET must be whsec_ followed by base64") \
+            from None
+
+
+def _keys(value: object) -> object:
+    # Several keys, separated by spaces or commas, during a rotation.
+    return tuple(k.encode("utf-8") for k in words(value)) if isinstance(value, str) else value
+
+
+def _secrets(value: object) -> object:
+    return (tuple(decode_standard_secret(s) for s in words(value)) if isinstance(value, str)
+            else value)
+
+
+Keys = Annotated[tuple[bytes, ...], NoDecode, BeforeValidator(_keys)]
+StandardSecrets = Annotated[tuple[bytes, ...], NoDecode, BeforeValidator(_secrets)]
+
+
+class IngestSettings(EnvSettings):
+    """Read by `paystream ingest` ([ingest](ingest.md)). Limits are per worker process.
+    Webhook secrets the ingest refuses (missing, too short, not base64) stop it at start
+    with exit code 2 and the reason. `make run` generates development secrets once into
+    `.stack/dev-secrets.env` unless they are set in the environment."""
+
+    doc_section = "Ingest"
+
     # HMAC keys, several during a rotation (any one of them may have signed a request).
-    alchemy_signing_keys: tuple[bytes, ...]
-    payments_secrets: tuple[bytes, ...]
-    payments_default_asset: str = "USD"
+    alchemy_signing_keys: Keys = Field(
+        (), alias="ALCHEMY_SIGNING_KEY", repr=False,
+        json_schema_extra={"shown": "required"},
+        description="Alchemy's signing key, ≥ 32 bytes; several separated by spaces or "
+                    "commas during a rotation")
+    payments_secrets: StandardSecrets = Field(
+        (), alias="PAYMENTS_WEBHOOK_SECRET", repr=False,
+        json_schema_extra={"shown": "required"},
+        description="the gateway's Standard Webhooks secret, `whsec_<base64>`, ≥ 32 bytes "
+                    "decoded; several allowed")
+    payments_default_asset: str = Field(
+        "USD", alias="PAYMENTS_DEFAULT_ASSET",
+        description="the asset of a gateway event that names none; must be in "
+                    "`PAYMENTS_ASSETS`")
     # The only assets the gateway may credit. Chain assets ("NETWORK:...") never: they
     # come from chain providers and are spendable only once final.
-    payments_assets: tuple[str, ...] = ("USD",)
+    payments_assets: Words = Field(
+        ("USD",), alias="PAYMENTS_ASSETS",
+        description="the only assets the gateway may credit, comma-separated; any other is "
+                    "a 400 `unsupported_asset`; a chain asset (`NETWORK:…`) refuses to start")
+    # Not a variable of its own: built from the role's DSN variables (schema/db.py).
     database_url: str = ""
-    max_body_bytes: int = 1024 * 1024
-    # Standard Webhooks reference libraries reject timestamps more than 5 min away.
-    timestamp_tolerance_s: int = 300
+    max_body_bytes: int = Field(1024 * 1024, alias="PAYSTREAM_INGEST_MAX_BODY_BYTES",
+                                ge=1024, description="body size limit (413 above it)")
     # Token bucket per (provider, source address): sustained rate and burst size.
-    rate_per_second: float = 1000.0
-    rate_burst: int = 2000
+    rate_per_second: float = Field(
+        1000.0, alias="PAYSTREAM_INGEST_RATE_PER_SECOND", gt=0,
+        description="sustained rate of the token bucket per provider, charged by verified "
+                    "deliveries only")
+    rate_burst: int = Field(2000, alias="PAYSTREAM_INGEST_RATE_BURST", ge=1,
+                            description="burst size of that bucket")
+    # Failed authentication (and anything refused before it) charges this bucket per
+    # source; a verified delivery charges its provider's bucket (rate_per_second above).
+    auth_failure_rate_per_second: float = Field(
+        1.0, alias="PAYSTREAM_INGEST_AUTH_FAILURE_RATE_PER_SECOND", gt=0,
+        description="refill rate of the bucket per source address that every request "
+                    "refused before or at the signature check spends from; empty: 429 "
+                    "before the body is read")
+    auth_failure_burst: int = Field(20, alias="PAYSTREAM_INGEST_AUTH_FAILURE_BURST", ge=1,
+                                    description="burst size of that bucket")
+    # Peers (IPs or CIDRs) whose X-Forwarded-For names the client; none by default, so
+    # a sender cannot pick the address its rate limit is charged to.
+    trusted_proxies: Words = Field(
+        (), alias="PAYSTREAM_INGEST_TRUSTED_PROXIES",
+        description="comma list of proxy IPs or CIDRs whose `X-Forwarded-For` names the "
+                    "client; from anyone else the header is ignored")
+    # The HTTP edge (ingest/http_edge.py, ingest/serve.py): the public port's limits.
+    # A provider's request head is ~1 KiB and ~10 headers; nginx's default is 8 KiB.
+    max_header_bytes: int = Field(16 * 1024, alias="PAYSTREAM_INGEST_MAX_HEADER_BYTES",
+                                  ge=1024, description="request line and headers at most "
+                                                       "(431 above it)")
+    max_headers: int = Field(100, alias="PAYSTREAM_INGEST_MAX_HEADERS", ge=8,
+                             description="request headers at most (431 above it)")
+    header_timeout_s: float = Field(
+        10.0, alias="PAYSTREAM_INGEST_HEADER_TIMEOUT_S", gt=0,
+        description="a request head must be complete this long after the connection opened "
+                    "or the previous answer (408, or closed if nothing came)")
+    body_timeout_s: float = Field(
+        10.0, alias="PAYSTREAM_INGEST_BODY_TIMEOUT_S", gt=0,
+        description="a webhook body must be complete this long after its head (408, "
+                    "connection closed)")
+    max_connections: int = Field(
+        1000, alias="PAYSTREAM_INGEST_MAX_CONNECTIONS", ge=1,
+        description="open public connections per worker; a request on one more is answered "
+                    "503 with `Retry-After` and the connection closed")
+    # Metrics, /docs, /openapi.json and /readyz: loopback only unless told otherwise.
+    admin_host: str = Field(
+        "127.0.0.1", alias="PAYSTREAM_INGEST_ADMIN_HOST",
+        description="the admin listener's address: `/metrics`, `/readyz`, `/docs`, "
+                    "`/openapi.json` (the public port answers those 404)")
+    admin_port: int = Field(8001, alias="PAYSTREAM_INGEST_ADMIN_PORT", ge=1,
+                            description="the admin listener's port")
+    # Standard Webhooks reference libraries reject timestamps more than 5 min away.
+    timestamp_tolerance_s: int = Field(
+        300, alias="PAYSTREAM_INGEST_TIMESTAMP_TOLERANCE_S", ge=1,
+        description="how far `webhook-timestamp` may be from now")
     # Group commit (ingest/writer.py): writer threads, one connection each; at most
     # `commit_batch_max` deliveries per transaction; how long a free writer waits for
     # more (0: take what is queued, no added latency when traffic is light).
-    db_writers: int = 2
-    commit_batch_max: int = 128
-    commit_linger_ms: float = 0.0
+    db_writers: int = Field(2, alias="PAYSTREAM_INGEST_DB_WRITERS", ge=1,
+                            description="group-commit writer threads, one connection each "
+                                        "(4 measured no better on 2 cores)")
+    commit_batch_max: int = Field(128, alias="PAYSTREAM_INGEST_COMMIT_BATCH_MAX", ge=1,
+                                  description="deliveries per transaction at most")
+    # Beyond a second: an outage, not a batch.
+    commit_linger_ms: float = Field(0.0, alias="PAYSTREAM_INGEST_COMMIT_LINGER_MS", ge=0,
+                                    le=1000, description="added wait for more deliveries "
+                                                         "before a commit")
     # Bounded DB waits keep every answer well inside Alchemy's 5 s delivery timeout.
-    db_connect_timeout_s: int = 2
-    db_statement_timeout_ms: int = 2000
-    retry_after_s: int = 5
-    # The HTTP edge (ingest/http_edge.py, ingest/serve.py): the public port's limits.
-    # A provider's request head is ~1 KiB and ~10 headers; nginx's default is 8 KiB.
-    max_header_bytes: int = 16 * 1024
-    max_headers: int = 100
-    header_timeout_s: float = 10.0  # a request head must arrive whole within this
-    body_timeout_s: float = 10.0  # ... and its body within this of the head (else 408)
-    max_connections: int = 1000  # per worker; more are answered 503 with Retry-After
-    # Peers (IPs or CIDRs) whose X-Forwarded-For names the client; none by default, so
-    # a sender cannot pick the address its rate limit is charged to.
-    trusted_proxies: tuple[str, ...] = ()
-    # Failed authentication (and anything refused before it) charges this bucket per
-    # source; a verified delivery charges its provider's bucket (rate_per_second above).
-    auth_failure_rate_per_second: float = 1.0
-    auth_failure_burst: int = 20
-    # Metrics, /docs, /openapi.json and /readyz: loopback only unless told otherwise.
-    admin_host: str = "127.0.0.1"
-    admin_port: int = 8001
+    db_statement_timeout_ms: int = Field(
+        2000, alias="PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS", ge=1,
+        description="statement timeout (keeps answers inside Alchemy's 5 s delivery "
+                    "timeout)")
+    db_connect_timeout_s: int = Field(2, alias="PAYSTREAM_INGEST_DB_CONNECT_TIMEOUT_S",
+                                      ge=1, description="connect timeout")
+    retry_after_s: int = Field(5, alias="PAYSTREAM_INGEST_RETRY_AFTER_S", ge=1,
+                               description="`Retry-After` of a 503")
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _strong_secrets_and_gateway_assets(self) -> Self:
         if not self.alchemy_signing_keys:
             raise SettingsError("ALCHEMY_SIGNING_KEY is required")
         if not self.payments_secrets:
@@ -91,83 +180,10 @@ class IngestSettings:
         if self.payments_default_asset not in self.payments_assets:
             raise SettingsError(f"PAYMENTS_DEFAULT_ASSET {self.payments_default_asset!r} is "
                                 f"not in PAYMENTS_ASSETS {','.join(self.payments_assets)}")
-        for name, value, low in (("max_body_bytes", self.max_body_bytes, 1024),
-                                 ("timestamp_tolerance_s", self.timestamp_tolerance_s, 1),
-                                 ("rate_burst", self.rate_burst, 1),
-                                 ("db_writers", self.db_writers, 1),
-                                 ("commit_batch_max", self.commit_batch_max, 1),
-                                 ("db_connect_timeout_s", self.db_connect_timeout_s, 1),
-                                 ("db_statement_timeout_ms", self.db_statement_timeout_ms, 1),
-                                 ("retry_after_s", self.retry_after_s, 1),
-                                 ("max_header_bytes", self.max_header_bytes, 1024),
-                                 ("max_headers", self.max_headers, 8),
-                                 ("max_connections", self.max_connections, 1),
-                                 ("auth_failure_burst", self.auth_failure_burst, 1),
-                                 ("admin_port", self.admin_port, 1)):
-            if value < low:
-                raise SettingsError(f"{name} must be at least {low}, got {value}")
-        if not 0 <= self.commit_linger_ms <= 1000:  # beyond that: an outage, not a batch
-            raise SettingsError(f"commit_linger_ms must be within 0..1000, "
-                                f"got {self.commit_linger_ms}")
-        for name, seconds in (("header_timeout_s", self.header_timeout_s),
-                              ("body_timeout_s", self.body_timeout_s),
-                              ("auth_failure_rate_per_second",
-                               self.auth_failure_rate_per_second)):
-            if not seconds > 0:
-                raise SettingsError(f"{name} must be positive, got {seconds}")
-        if not self.rate_per_second > 0:
-            raise SettingsError(f"rate_per_second must be positive, got {self.rate_per_second}")
+        return self
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> IngestSettings:
-        env = os.environ if env is None else env
-        return cls(
-            alchemy_signing_keys=tuple(
-                k.encode("utf-8") for k in _split(env_str("ALCHEMY_SIGNING_KEY", "", env))
-            ),
-            payments_secrets=tuple(
-                decode_standard_secret(s)
-                for s in _split(env_str("PAYMENTS_WEBHOOK_SECRET", "", env))
-            ),
-            payments_default_asset=env_str("PAYMENTS_DEFAULT_ASSET", "USD", env),
-            payments_assets=tuple(_split(env_str("PAYMENTS_ASSETS", "USD", env))),
-            database_url=database_url("ingest", env),
-            max_body_bytes=env_int("PAYSTREAM_INGEST_MAX_BODY_BYTES", 1024 * 1024, env),
-            timestamp_tolerance_s=env_int("PAYSTREAM_INGEST_TIMESTAMP_TOLERANCE_S", 300, env),
-            rate_per_second=env_float("PAYSTREAM_INGEST_RATE_PER_SECOND", 1000.0, env),
-            rate_burst=env_int("PAYSTREAM_INGEST_RATE_BURST", 2000, env),
-            db_writers=env_int("PAYSTREAM_INGEST_DB_WRITERS", 2, env),
-            commit_batch_max=env_int("PAYSTREAM_INGEST_COMMIT_BATCH_MAX", 128, env),
-            commit_linger_ms=env_float("PAYSTREAM_INGEST_COMMIT_LINGER_MS", 0.0, env),
-            db_connect_timeout_s=env_int("PAYSTREAM_INGEST_DB_CONNECT_TIMEOUT_S", 2, env),
-            db_statement_timeout_ms=env_int("PAYSTREAM_INGEST_DB_STATEMENT_TIMEOUT_MS", 2000,
-                                            env),
-            retry_after_s=env_int("PAYSTREAM_INGEST_RETRY_AFTER_S", 5, env),
-            max_header_bytes=env_int("PAYSTREAM_INGEST_MAX_HEADER_BYTES", 16 * 1024, env),
-            max_headers=env_int("PAYSTREAM_INGEST_MAX_HEADERS", 100, env),
-            header_timeout_s=env_float("PAYSTREAM_INGEST_HEADER_TIMEOUT_S", 10.0, env),
-            body_timeout_s=env_float("PAYSTREAM_INGEST_BODY_TIMEOUT_S", 10.0, env),
-            max_connections=env_int("PAYSTREAM_INGEST_MAX_CONNECTIONS", 1000, env),
-            trusted_proxies=tuple(_split(env_str("PAYSTREAM_INGEST_TRUSTED_PROXIES", "",
-                                                 env))),
-            auth_failure_rate_per_second=env_float(
-                "PAYSTREAM_INGEST_AUTH_FAILURE_RATE_PER_SECOND", 1.0, env),
-            auth_failure_burst=env_int("PAYSTREAM_INGEST_AUTH_FAILURE_BURST", 20, env),
-            admin_host=env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1", env),
-            admin_port=env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001, env),
-        )
-
-
-def decode_standard_secret(text: str) -> bytes:
-    """A Standard Webhooks secret `whsec_<base64>` (the prefix is optional) as raw bytes."""
-    body = text.removeprefix(STANDARD_WEBHOOKS_PREFIX)
-    try:
-        return base64.b64decode(body, validate=True)
-    except (binascii.Error, ValueError):
-        raise SettingsError("PAYMENTS_WEBHOOK_SECRET must be whsec_ followed by base64") \
-            from None
-
-
-def _split(value: str) -> list[str]:
-    # Several secrets, separated by spaces or commas, during a rotation.
-    return [part for part in re.split(r"[\s,]+", value.strip()) if part]
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, object] | None = None) -> Self:
+        return super().from_env(env, {"database_url": database_url("ingest", env),
+                                      **(overrides or {})})

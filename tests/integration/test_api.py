@@ -11,7 +11,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from itertools import count
@@ -402,7 +401,7 @@ def test_a_read_is_one_repeatable_read_snapshot_and_leaves_no_session_state() ->
     from paystream.edge.errors import DatabaseUnavailableError
 
     # One database thread, so every transaction below runs on one server connection.
-    database = Database(replace(ApiSettings.from_env(), db_pool_size=1))
+    database = Database(ApiSettings.from_env(overrides={"db_pool_size": 1}))
     state = ("SELECT current_setting('transaction_isolation'),"
              " current_setting('transaction_read_only'), current_setting('statement_timeout'),"
              " current_user, txid_current_if_assigned() IS NULL, pg_backend_pid()")
@@ -458,7 +457,7 @@ def test_a_read_is_one_repeatable_read_snapshot_and_leaves_no_session_state() ->
     finally:
         database.close()
     # The statement timeout holds in both kinds of read (SET LOCAL in the transaction).
-    quick = Database(replace(ApiSettings.from_env(), db_statement_timeout_ms=200))
+    quick = Database(ApiSettings.from_env(overrides={"db_statement_timeout_ms": 200}))
     try:
         for one_statement in (True, False):
             started = time.monotonic()

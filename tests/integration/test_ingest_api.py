@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ ADMIN = f"http://testserver:{SETTINGS.admin_port}"
 
 
 def _client(**overrides: Any) -> TestClient:
-    return TestClient(create_app(dataclasses.replace(SETTINGS, **overrides)),
+    return TestClient(create_app(SETTINGS.replaced(**overrides)),
                       raise_server_exceptions=False)
 
 

@@ -5,7 +5,6 @@ from its source's small failure bucket."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
@@ -84,7 +83,7 @@ def _post(webhooks: Webhooks, source: str, body: bytes, headers: dict[str, str])
 def _webhooks(**overrides: object) -> Webhooks:
     from paystream.ingest.metrics import IngestMetrics
 
-    settings = dataclasses.replace(IngestSettings.from_env(ingest_env()), **overrides)
+    settings = IngestSettings.from_env(ingest_env(), overrides)
     return Webhooks(settings, _NoWriter(), IngestMetrics())  # type: ignore[arg-type]
 
 

@@ -41,7 +41,7 @@ def test_settings_accept_several_secrets_for_a_rotation() -> None:
     ({"PAYMENTS_WEBHOOK_SECRET": base64.b64encode(b"y" * 31).decode()}, "31 bytes"),
     ({"PAYMENTS_WEBHOOK_SECRET": "whsec_not*base64"}, "whsec_ followed by base64"),
     ({"PAYSTREAM_INGEST_MAX_BODY_BYTES": "lots"}, "must be an integer"),
-    ({"PAYSTREAM_INGEST_RATE_PER_SECOND": "0"}, "rate_per_second must be positive"),
+    ({"PAYSTREAM_INGEST_RATE_PER_SECOND": "0"}, "RATE_PER_SECOND must be positive, got '0'"),
     ({"PAYMENTS_DEFAULT_ASSET": "U S D"}, "not a valid asset"),
     ({"PAYMENTS_DEFAULT_ASSET": "EUR"}, "EUR' is not in PAYMENTS_ASSETS USD"),
     ({"PAYMENTS_ASSETS": "USD,ETH_MAINNET:native"}, "'ETH_MAINNET:native' is not a gateway"),
@@ -71,9 +71,10 @@ def test_group_commit_settings_have_safe_defaults_and_bounds() -> None:
                                          PAYSTREAM_INGEST_COMMIT_BATCH_MAX="256",
                                          PAYSTREAM_INGEST_COMMIT_LINGER_MS="1.5"))
     assert (tuned.db_writers, tuned.commit_batch_max, tuned.commit_linger_ms) == (1, 256, 1.5)
-    for name, value, message in (("PAYSTREAM_INGEST_DB_WRITERS", "0", "db_writers"),
-                                 ("PAYSTREAM_INGEST_COMMIT_BATCH_MAX", "0", "commit_batch_max"),
-                                 ("PAYSTREAM_INGEST_COMMIT_LINGER_MS", "5000", "0..1000")):
+    for name, value, message in (
+            ("PAYSTREAM_INGEST_DB_WRITERS", "0", "DB_WRITERS must be at least 1, got '0'"),
+            ("PAYSTREAM_INGEST_COMMIT_BATCH_MAX", "0", "BATCH_MAX must be at least 1"),
+            ("PAYSTREAM_INGEST_COMMIT_LINGER_MS", "5000", "LINGER_MS must be at most 1000")):
         with pytest.raises(SettingsError, match=message):
             IngestSettings.from_env(_env(**{name: value}))
 
@@ -90,11 +91,11 @@ def test_the_http_edge_is_closed_by_default() -> None:
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
-    ("PAYSTREAM_INGEST_BODY_TIMEOUT_S", "0", "body_timeout_s must be positive"),
-    ("PAYSTREAM_INGEST_HEADER_TIMEOUT_S", "-1", "header_timeout_s must be positive"),
-    ("PAYSTREAM_INGEST_MAX_HEADERS", "2", "max_headers must be at least 8"),
-    ("PAYSTREAM_INGEST_MAX_CONNECTIONS", "0", "max_connections must be at least 1"),
-    ("PAYSTREAM_INGEST_ADMIN_PORT", "0", "admin_port must be at least 1"),
+    ("PAYSTREAM_INGEST_BODY_TIMEOUT_S", "0", "BODY_TIMEOUT_S must be positive, got '0'"),
+    ("PAYSTREAM_INGEST_HEADER_TIMEOUT_S", "-1", "HEADER_TIMEOUT_S must be positive, got '-1'"),
+    ("PAYSTREAM_INGEST_MAX_HEADERS", "2", "MAX_HEADERS must be at least 8, got '2'"),
+    ("PAYSTREAM_INGEST_MAX_CONNECTIONS", "0", "MAX_CONNECTIONS must be at least 1, got '0'"),
+    ("PAYSTREAM_INGEST_ADMIN_PORT", "0", "ADMIN_PORT must be at least 1, got '0'"),
 ])
 def test_edge_limits_out_of_range_refuse_to_start(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
