@@ -1,12 +1,13 @@
 """The ingest HTTP app: provider webhooks in, one outbox transaction per delivery out.
 
 What uvicorn serves is IngestApp (ingest/serve.py: a public and an admin listener):
-every request passes the RequestObserver (trace id, log line, metrics). On the public
-port a POST to one of the two webhook paths is answered by ingest.webhooks (the checks,
-in order, and the group-commit write; see there), `/healthz` by the FastAPI app, and
-anything else is a 404: nothing else is exposed to the internet. On the admin port
-(loopback by default) the FastAPI app serves health, readiness (a database round
-trip), metrics, /docs and OpenAPI; the webhooks are not taken there.
+every request passes the edge kit's RequestObserver (paystream/edge/observe.py: trace
+id, log line, metrics). On the public port a POST to one of the two webhook paths is
+answered by ingest.webhooks (the checks, in order, and the group-commit write; see
+there), `/healthz` by the FastAPI app, and anything else is a 404: nothing else is
+exposed to the internet. On the admin port (loopback by default) the FastAPI app serves
+health, readiness (a database round trip), metrics, /docs and OpenAPI; the webhooks are
+not taken there.
 Nothing is written unless every check passed, and a whole delivery commits or nothing
 (ingest/writer.py: many deliveries share one transaction, each in its own savepoint;
 the answer is sent only after that COMMIT).
@@ -14,37 +15,34 @@ the answer is sent only after that COMMIT).
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi.responses import JSONResponse
+from prometheus_client import disable_created_metrics
 from starlette.types import Receive, Scope, Send
 
-from paystream.ingest import api_schema
-from paystream.ingest.errors import IngestError
+from paystream.edge import handlers
+from paystream.edge.errors import RefusalError
+from paystream.edge.observe import RequestObserver, not_found
+from paystream.edge.probes import probes
+from paystream.edge.serve import frozen
+from paystream.ingest import api_schema, routes_webhooks
 from paystream.ingest.metrics import IngestMetrics
-from paystream.ingest.observe import TRACE_SCOPE_KEY, RequestObserver, internal_error
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.store import EventStore
-from paystream.ingest.webhooks import (
-    ALCHEMY_PATH,
-    PAYMENTS_PATH,
-    PROVIDER_OF_PATH,
-    Answer,
-    Webhooks,
-)
+from paystream.ingest.webhooks import ALCHEMY_PATH, PAYMENTS_PATH, PROVIDER_OF_PATH, Webhooks
 from paystream.ingest.writer import GroupCommitWriter
 from paystream.logs import configure_logging
-from paystream.trace import Trace
 
+FACTORY = "paystream.ingest.app:create_app_from_env"
 PUBLIC_API_PATHS = frozenset({"/healthz"})  # what the public port serves besides webhooks
+# The paths counted by name in the request metrics; any other is "other" (bounded).
+KNOWN_ENDPOINTS = frozenset({ALCHEMY_PATH, PAYMENTS_PATH, "/healthz", "/readyz",
+                             "/metrics", "/docs", "/openapi.json"})
 
 
 class IngestApp:
@@ -55,7 +53,9 @@ class IngestApp:
         self.api = api  # its `state` holds the settings, store, writer and metrics
         self._webhooks = webhooks
         self._admin_port = admin_port
-        self._observed = RequestObserver(self._dispatch, metrics=metrics)
+        self._observed = RequestObserver(self._dispatch, metrics.observe_answer,
+                                         service="ingest", endpoint=_endpoint,
+                                         delivery_id_header="webhook-id")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._observed(scope, receive, send)
@@ -68,7 +68,7 @@ class IngestApp:
         server = scope.get("server")
         if server is not None and server[1] == self._admin_port:
             if path in self._webhooks.routes:  # money enters by the public door only
-                await _not_found(scope, send)
+                await not_found(scope, send)
             else:
                 await self.api(scope, receive, send)
         elif scope["method"] == "POST" and path in self._webhooks.routes:
@@ -76,7 +76,7 @@ class IngestApp:
         elif path in PUBLIC_API_PATHS or path in self._webhooks.routes:  # 405 for a GET
             await self.api(scope, receive, send)
         else:
-            await _not_found(scope, send)
+            await not_found(scope, send)
 
 
 def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> IngestApp:
@@ -109,90 +109,31 @@ def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> 
     app.state.store = store
     app.state.writer = writer
     app.state.metrics = metrics
+    app.include_router(routes_webhooks.router(webhooks))
+    app.include_router(probes(
+        lambda: writer.write(lambda cur: cur.execute("SELECT 1")), metrics.registry,
+        health_model=api_schema.HealthAnswer, ready_model=None,
+        ready_responses=api_schema.READY_RESPONSES,
+        metrics_responses=api_schema.METRICS_RESPONSES))
 
-    # IngestApp answers POST on these two paths before FastAPI sees them; the routes are
-    # here for /docs and /openapi.json, and call the same handlers if this FastAPI app
-    # is ever served on its own.
-    @app.post(ALCHEMY_PATH, responses=api_schema.WEBHOOK_RESPONSES,
-              openapi_extra=api_schema.ALCHEMY_OPENAPI, response_model=None,
-              summary="Alchemy Notify Address Activity")
-    async def alchemy_webhook(request: Request) -> JSONResponse:
-        return _response(await webhooks.alchemy(request.scope, request.receive))
-
-    @app.post(PAYMENTS_PATH, responses=api_schema.WEBHOOK_RESPONSES,
-              openapi_extra=api_schema.PAYMENTS_OPENAPI, response_model=None,
-              summary="Payment gateway (Standard Webhooks)")
-    async def payments_webhook(request: Request) -> JSONResponse:
-        return _response(await webhooks.payments(request.scope, request.receive))
-
-    @app.get("/healthz", response_model=api_schema.HealthAnswer, summary="process is up")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", responses=api_schema.READY_RESPONSES, response_model=None,
-             summary="the database answers")
-    async def readyz(request: Request) -> JSONResponse:
-        await writer.write(lambda cur: cur.execute("SELECT 1"))
-        return JSONResponse({"status": "ready"})
-
-    @app.get("/metrics", responses=api_schema.METRICS_RESPONSES, response_class=Response,
-             summary="Prometheus metrics")
-    async def prometheus_metrics() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.exception_handler(IngestError)
-    async def on_ingest_error(request: Request, exc: IngestError) -> JSONResponse:
+    def refusal(request: Request, exc: RefusalError) -> JSONResponse:
+        # Counted and logged as the webhooks' own refusals are.
         provider = PROVIDER_OF_PATH.get(request.url.path, "none")
-        return _response(webhooks.refusal(request.scope, provider, exc))
+        return routes_webhooks.response(webhooks.refusal(request.scope, provider, exc))
 
-    @app.exception_handler(StarletteHTTPException)
-    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"status": "error", "code": f"http_{exc.status_code}",
-                             "reason": str(exc.detail), "trace_id": _trace(request).trace_id},
-                            status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def on_validation_error(request: Request, exc: RequestValidationError
-                                  ) -> JSONResponse:
-        return JSONResponse({"status": "error", "code": "invalid_request",
-                             "reason": str(exc.errors())[:500],
-                             "trace_id": _trace(request).trace_id}, status_code=400)
-
-    @app.exception_handler(Exception)
-    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
-        # The JSON 500 of every route; the RequestObserver outside logs the exception.
-        return JSONResponse(internal_error(_trace(request).trace_id), status_code=500)
-
+    handlers.install(app, invalid=_invalid, refusal=refusal)
     return IngestApp(app, webhooks, metrics, settings.admin_port)
 
 
 def create_app_from_env() -> IngestApp:
     """uvicorn's factory (`paystream ingest`, one call per worker process)."""
-    app = create_app(IngestSettings.from_env(os.environ))
-    # What exists now (modules, the app) lives as long as the process: freezing it keeps
-    # it out of every later collection, which otherwise re-scans it each time the
-    # per-request garbage reaches an older generation (+5 % saturated throughput,
-    # bench/ingest_bench.py).
-    gc.collect()
-    gc.freeze()
-    return app
+    return frozen(create_app(IngestSettings.from_env(os.environ)))
 
 
-async def _not_found(scope: Scope, send: Send) -> None:
-    """The public port's answer for everything but the webhooks and /healthz."""
-    trace: Trace = scope[TRACE_SCOPE_KEY]
-    body = orjson.dumps({"status": "error", "code": "http_404", "reason": "Not Found",
-                         "trace_id": trace.trace_id})
-    await send({"type": "http.response.start", "status": 404,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode("ascii"))]})
-    await send({"type": "http.response.body", "body": body})
+def _endpoint(scope: Scope) -> str:
+    path: str = scope.get("path", "")
+    return path if path in KNOWN_ENDPOINTS else "other"
 
 
-def _trace(request: Request) -> Trace:
-    trace: Trace = request.scope[TRACE_SCOPE_KEY]  # the observer put it there
-    return trace
-
-
-def _response(answer: Answer) -> JSONResponse:
-    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+def _invalid(exc: RequestValidationError) -> tuple[str, str]:
+    return "invalid_request", str(exc.errors())[:500]

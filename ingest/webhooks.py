@@ -14,9 +14,9 @@ Why not FastAPI routes: these handlers read the raw body themselves (the signatu
 covers the exact bytes) and answer JSON built by hand, so FastAPI's routing, dependency
 solving, exception middleware and telemetry layers did no work for them, yet cost about
 as much CPU per request as the checks and the write together (bench/ingest_bench.py).
-ingest.app serves POST to these two paths here, before FastAPI, and keeps them declared
-on the FastAPI app too: /docs and /openapi.json describe them, and that route calls the
-same handler when the FastAPI app is served on its own.
+ingest.app serves POST to these two paths here, before FastAPI, and declares them on the
+FastAPI app too (ingest/routes_webhooks.py): /docs and /openapi.json describe them, and
+that route calls the same handler when the FastAPI app is served on its own.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import structlog
 from starlette.types import Receive, Scope, Send
 
 from paystream.edge.errors import error_body
+from paystream.edge.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, header_map, trace_of
 from paystream.ingest import alchemy, alchemy_signature, payments, standard_webhooks
 from paystream.ingest.errors import (
     BodyTimeoutError,
@@ -39,14 +40,12 @@ from paystream.ingest.errors import (
     NotApplicableError,
 )
 from paystream.ingest.metrics import IngestMetrics
-from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY, header_map
 from paystream.ingest.recording import Recorded
 from paystream.ingest.request_body import parse_json, read_bounded, require_json
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.writer import GroupCommitWriter
 from paystream.rate_limit import TokenBuckets
 from paystream.schema.outbox import WriteOutcome
-from paystream.trace import Trace
 
 log = structlog.get_logger("ingest")
 ALCHEMY_PATH = "/webhooks/alchemy"
@@ -114,7 +113,7 @@ class Webhooks:
             lambda raw: alchemy_signature.verify(raw, headers.get(alchemy_signature.HEADER),
                                                  keys))
         obj = parse_json(body)
-        trace = _trace(scope)
+        trace = trace_of(scope)
         trace.adopt_delivery_id(obj.get("id") if isinstance(obj, dict) else None)
         recorded = await self._writer.write(
             alchemy.AlchemyWrite(alchemy.parse_delivery(obj), trace.trace_id))
@@ -131,7 +130,7 @@ class Webhooks:
                                        self._settings.payments_default_asset,
                                        self._settings.payments_assets)
         recorded = await self._writer.write(
-            payments.PaymentWrite(event, _trace(scope).trace_id))
+            payments.PaymentWrite(event, trace_of(scope).trace_id))
         if recorded.refused is not None:  # recorded in refused_deliveries, nothing else
             raise recorded.refused.error(event.event_id)
         return self._accepted(scope, payments.PROVIDER, recorded)
@@ -171,7 +170,7 @@ class Webhooks:
             events={e: o.value for e, o in recorded.events},
             notices_recorded=len(recorded.notices_new))
         return Answer(200, {
-            "status": status, "trace_id": _trace(scope).trace_id,
+            "status": status, "trace_id": trace_of(scope).trace_id,
             "events": [{"event_id": e, "outcome": o.value} for e, o in recorded.events],
             "notices_recorded": len(recorded.notices_new),
             "notices_known": recorded.notices_known,
@@ -179,7 +178,7 @@ class Webhooks:
 
     def refusal(self, scope: Scope, provider: str, exc: IngestError) -> Answer:
         """The error answer for `exc`, counted and logged (every route's refusals)."""
-        body = error_body(exc.code, exc.detail, _trace(scope).trace_id)
+        body = error_body(exc.code, exc.detail, trace_of(scope).trace_id)
         if isinstance(exc, ConflictingDuplicateError):
             body["event_id"] = exc.event_id
             self._metrics.count_event(provider, WriteOutcome.CONFLICT.value)
@@ -206,9 +205,3 @@ def _headers(scope: Scope) -> dict[str, str]:
     # Decoded once by the RequestObserver that wraps every request.
     headers = scope.get(HEADERS_SCOPE_KEY)
     return headers if headers is not None else header_map(scope)
-
-
-def _trace(scope: Scope) -> Trace:
-    trace: Trace = scope[TRACE_SCOPE_KEY]
-    return trace
-

@@ -62,7 +62,7 @@ class _NoWriter:
 
 
 def _post(webhooks: Webhooks, source: str, body: bytes, headers: dict[str, str]) -> int:
-    from paystream.ingest.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY
+    from paystream.edge.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY
     from paystream.trace import Trace
 
     scope = {"type": "http", "method": "POST", "path": PAYMENTS_PATH,
