@@ -16,13 +16,10 @@ ingest's error format (paystream/edge/errors.py).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import disable_created_metrics
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from paystream.api import (
     models,
@@ -37,10 +34,10 @@ from paystream.api.database import Database
 from paystream.api.metrics import ApiMetrics
 from paystream.api.settings import ApiSettings
 from paystream.edge import handlers
-from paystream.edge.observe import RequestObserver, not_found
+from paystream.edge.app import EdgeApp, fastapi_app
+from paystream.edge.observe import not_found
 from paystream.edge.probes import probes
 from paystream.edge.serve import frozen
-from paystream.logs import configure_logging
 
 FACTORY = "paystream.api.app:create_app_from_env"
 PUBLIC_PREFIX = "/v1/"
@@ -49,48 +46,26 @@ ROUTERS = (routes_balances, routes_events, routes_transactions, routes_users,
            routes_withdrawals)
 
 
-class ApiApp:
-    """The ASGI app: the public port serves /v1 and /healthz, the admin port the rest."""
+class ApiApp(EdgeApp):
+    """The public port serves /v1 and /healthz, the admin port the rest."""
 
     def __init__(self, api: FastAPI, metrics: ApiMetrics, admin_port: int) -> None:
-        self.api = api
-        self._admin_port = admin_port
-        self._observed = RequestObserver(self._dispatch, metrics.observe_answer,
-                                         service="api", endpoint=_route,
-                                         endpoint_log_field="route")
+        super().__init__(api, admin_port, metrics.observe_answer, service="api",
+                         endpoint=_route, endpoint_log_field="route")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._observed(scope, receive, send)
-
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # lifespan
-            await self.api(scope, receive, send)
-            return
+    def route(self, scope: Scope, on_admin: bool) -> ASGIApp:
         path: str = scope["path"]
-        server = scope.get("server")
-        on_admin = server is not None and server[1] == self._admin_port
         public = path.startswith(PUBLIC_PREFIX) or path in PUBLIC_PATHS
-        if public != on_admin or path in PUBLIC_PATHS:
-            await self.api(scope, receive, send)
-        else:
-            await not_found(scope, send)
+        return self.api if public != on_admin or path in PUBLIC_PATHS else not_found
 
 
 def create_app(settings: ApiSettings, *, database: Database | None = None) -> ApiApp:
     """Build the app; nothing connects to Postgres until a request needs it."""
-    configure_logging("api")
-    disable_created_metrics()  # type: ignore[no-untyped-call]
     db = database or Database(settings)
     metrics = ApiMetrics()
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        db.close()
-
-    app = FastAPI(title="paystream merchant API", version="1.0.0", lifespan=lifespan,
-                  description="Balances, event status and history out; users, deposit "
-                              "addresses and withdrawal requests in (docs/api.md).")
+    app = fastapi_app("api", db.close, title="paystream merchant API", version="1.0.0",
+                      description="Balances, event status and history out; users, deposit "
+                                  "addresses and withdrawal requests in (docs/api.md).")
     # What the routes' dependencies and rules read (api/auth.py, api/routes_*.py).
     app.state.settings = settings
     app.state.database = db

@@ -16,18 +16,16 @@ the answer is sent only after that COMMIT).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import disable_created_metrics
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from paystream.edge import handlers
+from paystream.edge.app import EdgeApp, fastapi_app
 from paystream.edge.errors import RefusalError
-from paystream.edge.observe import RequestObserver, not_found
+from paystream.edge.observe import not_found
 from paystream.edge.probes import probes
 from paystream.edge.serve import frozen
 from paystream.ingest import api_schema, routes_webhooks
@@ -36,7 +34,6 @@ from paystream.ingest.settings import IngestSettings
 from paystream.ingest.store import EventStore
 from paystream.ingest.webhooks import ALCHEMY_PATH, PAYMENTS_PATH, PROVIDER_OF_PATH, Webhooks
 from paystream.ingest.writer import GroupCommitWriter
-from paystream.logs import configure_logging
 
 FACTORY = "paystream.ingest.app:create_app_from_env"
 PUBLIC_API_PATHS = frozenset({"/healthz"})  # what the public port serves besides webhooks
@@ -45,46 +42,30 @@ KNOWN_ENDPOINTS = frozenset({ALCHEMY_PATH, PAYMENTS_PATH, "/healthz", "/readyz",
                              "/metrics", "/docs", "/openapi.json"})
 
 
-class IngestApp:
-    """The ASGI app: webhooks straight to their handler, the rest to FastAPI."""
+class IngestApp(EdgeApp):
+    """Webhooks straight to their handler, the rest to FastAPI."""
 
     def __init__(self, api: FastAPI, webhooks: Webhooks, metrics: IngestMetrics,
                  admin_port: int) -> None:
-        self.api = api  # its `state` holds the settings, store, writer and metrics
+        # `api.state` holds the settings, store, writer and metrics.
+        super().__init__(api, admin_port, metrics.observe_answer, service="ingest",
+                         endpoint=_endpoint, delivery_id_header="webhook-id")
         self._webhooks = webhooks
-        self._admin_port = admin_port
-        self._observed = RequestObserver(self._dispatch, metrics.observe_answer,
-                                         service="ingest", endpoint=_endpoint,
-                                         delivery_id_header="webhook-id")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._observed(scope, receive, send)
-
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # lifespan
-            await self.api(scope, receive, send)
-            return
+    def route(self, scope: Scope, on_admin: bool) -> ASGIApp:
         path = scope["path"]
-        server = scope.get("server")
-        if server is not None and server[1] == self._admin_port:
-            if path in self._webhooks.routes:  # money enters by the public door only
-                await not_found(scope, send)
-            else:
-                await self.api(scope, receive, send)
-        elif scope["method"] == "POST" and path in self._webhooks.routes:
-            await self._webhooks(scope, receive, send)
-        elif path in PUBLIC_API_PATHS or path in self._webhooks.routes:  # 405 for a GET
-            await self.api(scope, receive, send)
-        else:
-            await not_found(scope, send)
+        webhook = path in self._webhooks.routes
+        if on_admin:  # money enters by the public door only
+            return not_found if webhook else self.api
+        if scope["method"] == "POST" and webhook:
+            return self._webhooks
+        if path in PUBLIC_API_PATHS or webhook:  # 405 for a GET
+            return self.api
+        return not_found
 
 
 def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> IngestApp:
     """Build the app; nothing connects to Postgres until the first request needs it."""
-    configure_logging("ingest")
-    # The *_created series only double the scrape size (prometheus_client leaves this
-    # one function unannotated).
-    disable_created_metrics()  # type: ignore[no-untyped-call]
     store = store or EventStore(
         settings.database_url, connect_timeout_s=settings.db_connect_timeout_s,
         statement_timeout_ms=settings.db_statement_timeout_ms,
@@ -96,15 +77,13 @@ def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> 
                                on_commit=metrics.observe_commit)
     webhooks = Webhooks(settings, writer, metrics)
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
+    def close() -> None:
         writer.close()  # the writers finish what is queued first
         store.close()
 
-    app = FastAPI(title="paystream ingest", version="0.1.0", lifespan=lifespan,
-                  description="Provider webhooks -> verified, validated, idempotent "
-                              "transactional outbox writes.")
+    app = fastapi_app("ingest", close, title="paystream ingest", version="0.1.0",
+                      description="Provider webhooks -> verified, validated, idempotent "
+                                  "transactional outbox writes.")
     app.state.settings = settings
     app.state.store = store
     app.state.writer = writer

@@ -120,8 +120,8 @@ def internal_error(trace_id: str) -> dict[str, Any]:
     return error_body("internal_error", "unexpected server error", trace_id)
 
 
-async def not_found(scope: Scope, send: Send) -> None:
-    """A public port's answer for a path it does not serve (nothing reaches the app)."""
+async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    """A port's answer for a path it does not serve (nothing reaches the app)."""
     body = orjson.dumps(error_body("http_404", "Not Found", trace_of(scope).trace_id))
     await send({"type": "http.response.start", "status": 404,
                 "headers": [(b"content-type", b"application/json"),
