@@ -169,6 +169,45 @@ class ChainRpc:
             evidence[number] = self._evidence(number, receipts_raw, block_raw)
         return evidence
 
+    # --- the chain scanner's vocabulary (finality/scanner.py parses the answers) -------
+
+    def full_blocks(self, numbers: Sequence[int]) -> list[Any]:
+        """Each block with its transactions, in batches of `batch_size`; a block the chain
+        does not have yet is None."""
+        calls = [("eth_getBlockByNumber", [hex(n), True]) for n in numbers]
+        answers: list[Any] = []
+        for start in range(0, len(calls), self.batch_size):
+            answers.extend(self._batch(calls[start:start + self.batch_size]))
+        return answers
+
+    def logs(self, first: int, last: int, topics: Sequence[str | None]) -> list[Any]:
+        """eth_getLogs over blocks first..last (inclusive) for `topics`, every contract."""
+        result = self._require("eth_getLogs", [{"fromBlock": hex(first), "toBlock": hex(last),
+                                                "topics": list(topics)}])
+        if not isinstance(result, list):
+            self._failed("eth_getLogs")
+            raise RpcUnavailableError("eth_getLogs", f"not a list: {result!r:.200}")
+        return result
+
+    def call(self, to: str, data: str) -> str | None:
+        """eth_call at the latest block; None when the node refuses it (no such contract,
+        a revert): the caller decides what that means."""
+        self.breaker.before_call()
+        self._on_call("eth_call")
+        try:
+            response = self.w3.provider.make_request(
+                RPCEndpoint("eth_call"), [{"to": to, "data": data}, "latest"])
+        except (requests.RequestException, OSError, ValueError) as exc:
+            self._failed("eth_call")
+            raise RpcUnavailableError("eth_call", _describe(exc)) from exc
+        if isinstance(response, dict) and "error" in response:
+            # A revert is the contract's answer, not the node failing: the breaker only
+            # counts a node that cannot answer.
+            self.breaker.record_success()
+            return None
+        result = self._result("eth_call", response)
+        return result if isinstance(result, str) else None
+
     # --- transport ----------------------------------------------------------------------
 
     def _evidence(self, number: int, receipts_raw: Any, block_raw: Any) -> BlockEvidence:

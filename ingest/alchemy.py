@@ -35,6 +35,8 @@ from paystream.schema.chain import (
     NETWORK_PATTERN,
     DepositError,
     ExpectedDeposit,
+    deposit_asset,
+    deposit_event_id,
 )
 from paystream.schema.db import Cursor
 from paystream.schema.events import (
@@ -84,16 +86,12 @@ class ChainTransfer:
     @property
     def event_id(self) -> str:
         """The on-chain identity: token log, internal trace, or the external transaction."""
-        base = f"{self.network}:{self.tx_hash}"
-        if self.log_index is not None:
-            return f"{base}:log:{self.log_index}"
-        if self.trace_address is not None:
-            return f"{base}:trace:{self.trace_address}"
-        return f"{base}:external"
+        return deposit_event_id(self.network, self.tx_hash, log_index=self.log_index,
+                                trace_address=self.trace_address)
 
     @property
     def asset(self) -> str:
-        return f"{self.network}:{self.token_contract or 'native'}"
+        return deposit_asset(self.network, self.token_contract)
 
     def chain(self) -> dict[str, Any]:
         """What a later stage needs for finality and reorgs (PaymentEvent.chain).

@@ -21,6 +21,7 @@ from typing import Any, Self
 from paystream.ingest.errors import ConflictingDuplicateError, IngestError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
 from paystream.ingest.refusals import Refusal
+from paystream.schema.chain import scanned_same_transfer
 from paystream.schema.db import Cursor
 from paystream.schema.events import PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
@@ -93,6 +94,8 @@ def record(cur: Cursor, events: Iterable[PaymentEvent], notices: Iterable[Notice
     notices = list(notices)
     for event in events:
         outcome = write_event(cur, event, trace_id)
+        if outcome is WriteOutcome.CONFLICT and chain_events and _scanned(cur, event):
+            outcome = WriteOutcome.DUPLICATE
         if outcome is WriteOutcome.CONFLICT:
             reorg = _reorg_notice(cur, event) if chain_events else None
             if reorg is None:
@@ -122,6 +125,14 @@ def _insert_notice(cur: Cursor, notice: Notice, trace_id: str) -> bool:
          json.dumps(notice.detail, separators=(",", ":"), default=str)),
     )
     return cur.fetchone() is not None
+
+
+def _scanned(cur: Cursor, event: PaymentEvent) -> bool:
+    """The chain scanner recorded this very transfer first: the provider's report of it
+    is a duplicate (schema.chain.scanned_same_transfer), not a conflict."""
+    cur.execute("SELECT payload FROM payment_events WHERE event_id = %s", (event.event_id,))
+    row = cur.fetchone()
+    return row is not None and scanned_same_transfer(row[0], event.to_wire())
 
 
 def _reorg_notice(cur: Cursor, event: PaymentEvent) -> Notice | None:

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "paystream.notify.cli",
     "paystream.run",
     "paystream.chaos.cli",
+    "paystream.finality.scan_cli",
 )
 
 

@@ -1,6 +1,7 @@
-"""`paystream consume ledger | dlq-mirror | notifier | finality`: one consumer group on
-the consumer runtime (consumers/), or the chain finality watcher (finality/service.py, not
-a Kafka group: one thread per network of PAYSTREAM_FINALITY_NETWORKS, or --network). The
+"""`paystream consume ledger | dlq-mirror | notifier | finality | scanner`: one consumer
+group on the consumer runtime (consumers/), or the chain finality watcher
+(finality/service.py) or chain scanner (finality/scan_service.py), not Kafka groups: one
+thread per network of PAYSTREAM_FINALITY_NETWORKS, or --network. The
 notifier's process also runs a sender (notify/delivery.py) and the reminder scheduler
 (notify/reminders.py) on threads of their own, unless --no-deliver (then `paystream
 notify deliver` and `paystream notify remind` processes do).
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                              "notifier) or the chain finality watcher "
                                              "(finality); `resume GROUP`: resume a group "
                                              "its DLQ limit stopped")
-    consume.add_argument("kind", choices=sorted([*GROUPS, "finality", "resume"]))
+    consume.add_argument("kind", choices=sorted([*GROUPS, "finality", "scanner", "resume"]))
     consume.add_argument("resume_group", nargs="?", metavar="GROUP",
                          help="resume only: the consumer group to resume")
     consume.add_argument("--group", help="consumer group id (default: the kind)")
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume.add_argument("--dlq-topic", help="where dead letters go")
     consume.add_argument("--metrics-port", type=int,
                          help="Prometheus port (0 disables; default 9401 ledger, 9402 mirror, "
-                              "9404 finality, 9405 notifier)")
+                              "9404 finality, 9405 notifier, 9406 scanner)")
     consume.add_argument("--no-deliver", action="store_true",
                          help="notifier only: record the deliveries, send none (separate "
                               "`paystream notify deliver` processes send)")
@@ -69,7 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
                          help="extra librdkafka property (auto-commit settings are refused)")
     consume.add_argument("--network", action="append",
-                         help="finality only: network to watch (repeatable; default "
+                         help="finality and scanner: network to watch (repeatable; default "
                               "PAYSTREAM_FINALITY_NETWORKS, else ETH_MAINNET)")
     consume.set_defaults(func=_consume)
 
@@ -119,6 +120,23 @@ def _finality(args: argparse.Namespace) -> int:
     return service.run(networks)
 
 
+def _scanner(args: argparse.Namespace) -> int:
+    """The chain scanner (finality/scan_service.py): a thread per network."""
+    from paystream.consumers import metrics
+    from paystream.finality import scan_service, scan_settings
+    from paystream.logs import configure_logging
+
+    try:
+        networks = scan_settings.from_env(args.network)
+    except ValueError as exc:
+        print(f"paystream consume scanner: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    configure_logging("scanner")
+    metrics.serve(scan_service.DEFAULT_METRICS_PORT if args.metrics_port is None
+                  else args.metrics_port)
+    return scan_service.run(networks)
+
+
 def _resume(args: argparse.Namespace) -> int:
     """Delete the group's stop (as the operator's role) and say what was deleted."""
     from paystream.consumers import stops
@@ -150,6 +168,8 @@ def _consume(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_RUN
     if args.kind == "finality":
         return _finality(args)
+    if args.kind == "scanner":
+        return _scanner(args)
     # Imported here: `paystream --help` must not need a broker client.
     from paystream.consumers import metrics
     from paystream.consumers.client import consumer_config

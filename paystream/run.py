@@ -68,7 +68,7 @@ class Service:
 
 def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
     # The metrics ports are the ones the stack's Prometheus scrapes (stack/targets.py).
-    admin, ledger, mirror, health, finality, api_admin, notifier = (
+    admin, ledger, mirror, health, finality, api_admin, notifier, scanner = (
         t.address for t in metrics_targets())
     candidates = [
         Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
@@ -83,6 +83,9 @@ def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
         Service("finality", "paystream.consume",
                 ["consume", "finality", "--metrics-port", str(port_of("finality"))],
                 f"metrics http://{finality}/metrics (pending deposits, RPC breaker)"),
+        Service("scanner", "paystream.consume",
+                ["consume", "scanner", "--metrics-port", str(port_of("scanner"))],
+                f"metrics http://{scanner}/metrics (cursor, deposits found)"),
         Service("notifier", "paystream.consume",
                 ["consume", "notifier", "--metrics-port", str(port_of("notifier"))],
                 f"metrics http://{notifier}/metrics (webhook deliveries: `paystream "

@@ -20,6 +20,62 @@ NETWORK_PATTERN = re.compile(r"[A-Z0-9_]{1,64}")
 # EVM addresses are 0x + 40 hex; other chains' are alphanumeric. Lowercased for lookup.
 ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9]{20,128}")
 
+# The `provider` of the deposits the chain scanner (paystream.finality.scanner) finds.
+SCANNER_PROVIDER = "scanner"
+# What each provider words its own way about one transfer (Alchemy says "token" or
+# "erc20", carries a block hash only on token logs, knows decimals from its metadata):
+# never part of what makes two reports the same transfer.
+DESCRIPTIVE_FIELDS = frozenset({"category", "decimals", "sender", "block_hash"})
+
+
+def deposit_event_id(network: str, tx_hash: str, *, log_index: int | None = None,
+                     trace_address: str | None = None) -> str:
+    """A chain deposit's event id: its on-chain identity, whoever reports it.
+
+    A token log is `<network>:<tx>:log:<index>`, an internal transfer
+    `<network>:<tx>:trace:<address>`, a top-level native transfer `<network>:<tx>:external`.
+    The webhook path and the chain scanner both name a transfer with it, so the second
+    report of one transfer is the same event id, never a second credit.
+    """
+    base = f"{network}:{tx_hash.lower()}"
+    if log_index is not None:
+        return f"{base}:log:{log_index}"
+    if trace_address is not None:
+        return f"{base}:trace:{trace_address}"
+    return f"{base}:external"
+
+
+def deposit_asset(network: str, token_contract: str | None) -> str:
+    """The asset a chain deposit credits: `<network>:<token contract>` or `<network>:native`."""
+    return f"{network}:{token_contract or 'native'}"
+
+
+def scanned_same_transfer(stored: Mapping[str, Any], reported: Mapping[str, Any]) -> bool:
+    """Whether `stored` (a payment event's wire form) is the chain scanner's record of the
+    very transfer `reported` (a provider's deposit event with the same event id) reports:
+    the same user, asset, amount and on-chain facts in the same block, told apart only by
+    the provider and its own wording (DESCRIPTIVE_FIELDS). The ingest then answers the
+    provider's report as a duplicate: one transfer, one event, one credit.
+    """
+    if stored.get("provider") != SCANNER_PROVIDER:
+        return False
+    stored_chain, reported_chain = stored.get("chain"), reported.get("chain")
+    if not isinstance(stored_chain, Mapping) or not isinstance(reported_chain, Mapping):
+        return False
+    hashes = (stored_chain.get("block_hash"), reported_chain.get("block_hash"))
+    if None not in hashes and hashes[0] != hashes[1]:
+        return False
+    return (_facts(stored) == _facts(reported)
+            and _chain_facts(stored_chain) == _chain_facts(reported_chain))
+
+
+def _facts(wire: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in wire.items() if k not in ("provider", "chain")}
+
+
+def _chain_facts(chain: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in chain.items() if k not in DESCRIPTIVE_FIELDS}
+
 
 class DepositKind(StrEnum):
     TOKEN = "token"  # an ERC-20 Transfer log

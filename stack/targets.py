@@ -23,7 +23,8 @@ class Target:
 
 def metrics_targets() -> tuple[Target, ...]:
     """The ingest's admin listener, the consumer groups (ledger, DLQ mirror, notifier),
-    the health exporter, the finality watcher and the merchant API's admin listener."""
+    the health exporter, the finality watcher, the merchant API's admin listener and the
+    chain scanner."""
     return (
         Target("ingest", env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001),
                env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1")),
@@ -34,6 +35,7 @@ def metrics_targets() -> tuple[Target, ...]:
         Target("api", env_int("PAYSTREAM_API_ADMIN_PORT", 8101),
                env_str("PAYSTREAM_API_ADMIN_HOST", "127.0.0.1")),
         Target("notifier", env_int("PAYSTREAM_NOTIFIER_METRICS_PORT", 9405)),
+        Target("scanner", env_int("PAYSTREAM_SCANNER_METRICS_PORT", 9406)),
     )
 
 

@@ -31,7 +31,7 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
           "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
-          "refused_deliveries", "consumer_stops")
+          "refused_deliveries", "consumer_stops", "chain_scan_cursors")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -85,6 +85,11 @@ EXPECTED: dict[DbRole, Grants] = {
                                       "suspect_reason"}},
         "ingest_notices": {"SELECT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
+        # The chain scanner (0023): records deposits as the ingest does, moves its cursor.
+        "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        "deposit_addresses": {"SELECT": ALL},
+        "chain_scan_cursors": {"SELECT": ALL, "INSERT": ALL,
+                               "UPDATE": {"block_number", "block_hash", "updated_at"}},
     },
     "notifier": {
         "consumer_stops": {"SELECT": ALL, "INSERT": ALL},
