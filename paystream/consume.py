@@ -101,16 +101,12 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
 
 
 def _finality(args: argparse.Namespace) -> int:
-    import os
-
     from paystream.consumers import metrics
     from paystream.finality import service, settings
     from paystream.logs import configure_logging
 
-    if args.network:
-        os.environ["PAYSTREAM_FINALITY_NETWORKS"] = ",".join(args.network)
     try:
-        networks = settings.from_env()
+        networks = settings.from_env(networks=tuple(args.network or ()))
     except ValueError as exc:
         print(f"paystream consume finality: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
