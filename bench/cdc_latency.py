@@ -20,8 +20,9 @@ from decimal import Decimal
 from confluent_kafka import Consumer, TopicPartition
 
 from paystream import kafka_security
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.schema.db import connect as db_connect
-from paystream.schema.db import database_url, kafka_bootstrap
+from paystream.schema.db import database_url
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import write_event
 from paystream.schema.users import add_user

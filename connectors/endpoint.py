@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+from pydantic import Field
 
 from paystream import credentials
-from paystream.env import env_int, env_str
+from paystream.env import EnvSettings
 
 REST_SECRET = "connect-rest"
 DEFAULT_REST_USER = "paystream"
@@ -39,28 +40,53 @@ class ConnectorEndpoint(Protocol):
     def connector_name(self) -> str: ...
 
 
+class ConnectSettings(EnvSettings):
+    """Where Kafka Connect is and how to log in to its REST API: read by the stack
+    manager, the task restarter and the health check
+    ([operations](operations.md#who-may-do-what-on-kafka-and-connect))."""
+
+    doc_section = "Kafka Connect"
+
+    url: str | None = Field(None, alias="PAYSTREAM_CONNECT_URL",
+                            json_schema_extra={"shown": "`http://127.0.0.1:` + "
+                                                        "`PAYSTREAM_CONNECT_PORT`"},
+                            description="Kafka Connect REST")
+    port: int = Field(DEFAULT_CONNECT_PORT, alias="PAYSTREAM_CONNECT_PORT", ge=1,
+                      description="the local Kafka Connect worker's REST port")
+    connector_name: str = Field(DEFAULT_CONNECTOR_NAME, alias="PAYSTREAM_CONNECTOR_NAME",
+                                description="the Debezium connector's name (registration, "
+                                            "health, the task restarter)")
+    rest_user: str = Field(DEFAULT_REST_USER, alias="PAYSTREAM_CONNECT_REST_USER",
+                           description="the user of Connect's REST API (HTTP basic auth)")
+    rest_password_file: Path | None = Field(
+        None, alias="PAYSTREAM_CONNECT_REST_PASSWORD_FILE",
+        json_schema_extra={"shown": "`connect-rest` in the secrets dir"},
+        description="the file holding its password; when the file does not exist no "
+                    "credentials are sent (a locked Connect answers 401)")
+
+
 def connect_port() -> int:
     """The local Connect worker's REST port."""
-    return env_int("PAYSTREAM_CONNECT_PORT", DEFAULT_CONNECT_PORT)
+    return ConnectSettings.from_env().port
 
 
 def connect_url(port: int | None = None) -> str:
     """PAYSTREAM_CONNECT_URL, else the local worker on `port` (default: connect_port())."""
-    return env_str("PAYSTREAM_CONNECT_URL",
-                   f"http://127.0.0.1:{connect_port() if port is None else port}")
+    settings = ConnectSettings.from_env()
+    return settings.url or f"http://127.0.0.1:{settings.port if port is None else port}"
 
 
 def connector_name() -> str:
-    return env_str("PAYSTREAM_CONNECTOR_NAME", DEFAULT_CONNECTOR_NAME)
+    return ConnectSettings.from_env().connector_name
 
 
 def rest_user() -> str:
-    return env_str("PAYSTREAM_CONNECT_REST_USER", DEFAULT_REST_USER)
+    return ConnectSettings.from_env().rest_user
 
 
 def rest_password_file() -> Path:
-    explicit = env_str("PAYSTREAM_CONNECT_REST_PASSWORD_FILE", None)
-    return Path(explicit) if explicit else credentials.secrets_dir() / REST_SECRET
+    explicit = ConnectSettings.from_env().rest_password_file
+    return explicit if explicit else credentials.secrets_dir() / REST_SECRET
 
 
 def rest_auth() -> httpx.BasicAuth | None:

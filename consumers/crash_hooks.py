@@ -1,14 +1,5 @@
-"""Test-only crash points, armed by environment variables and inert otherwise.
-
-PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT=N  SIGKILL after the Nth batch's DB commit, before
-                                        its offsets are committed (the window a crash
-                                        between the two commits opens).
-PAYSTREAM_TEST_CRASH_BEFORE_DB_COMMIT=N SIGKILL with the Nth batch applied but not yet
-                                        committed (a consumer killed mid-batch).
-PAYSTREAM_TEST_PAUSE_BEFORE_DB_COMMIT=N:S  sleep S seconds with the Nth batch applied
-                                        but not committed (a signal that arrives
-                                        mid-batch, on purpose).
-"""
+"""Test-only crash points of the consumer, armed by environment variables
+(CrashHookSettings) and inert otherwise."""
 
 from __future__ import annotations
 
@@ -17,11 +8,44 @@ import signal
 import time
 from dataclasses import dataclass
 
-from paystream.env import env_int
+from pydantic import Field
 
-AFTER_DB_COMMIT = "PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT"
-BEFORE_DB_COMMIT = "PAYSTREAM_TEST_CRASH_BEFORE_DB_COMMIT"
-PAUSE_BEFORE_DB_COMMIT = "PAYSTREAM_TEST_PAUSE_BEFORE_DB_COMMIT"
+from paystream.env import EnvSettings, SettingsError, variable_name
+
+
+class CrashHookSettings(EnvSettings):
+    """Inert unless set; the tests and the chaos run use them."""
+
+    doc_section = "Test hooks"
+
+    crash_after_db_commit: int = Field(
+        0, alias="PAYSTREAM_TEST_CRASH_AFTER_DB_COMMIT", ge=0,
+        json_schema_extra={"shown": "unset"},
+        description="N: the consumer SIGKILLs itself after the Nth batch's DB commit, before "
+                    "its offset commit (the window a crash between the two commits opens)")
+    crash_before_db_commit: int = Field(
+        0, alias="PAYSTREAM_TEST_CRASH_BEFORE_DB_COMMIT", ge=0,
+        json_schema_extra={"shown": "unset"},
+        description="N: the consumer SIGKILLs itself with the Nth batch applied, not "
+                    "committed")
+    pause_before_db_commit: str = Field(
+        "0:0", alias="PAYSTREAM_TEST_PAUSE_BEFORE_DB_COMMIT",
+        json_schema_extra={"shown": "unset"},
+        description="N:S: the consumer sleeps S seconds with the Nth batch applied, not "
+                    "committed (a signal that arrives mid-batch)")
+
+    def pause(self) -> tuple[int, float]:
+        batch, _, seconds = self.pause_before_db_commit.partition(":")
+        try:
+            return int(batch), float(seconds or 0)
+        except ValueError:
+            raise SettingsError(f"{PAUSE_BEFORE_DB_COMMIT} must be N:S, got "
+                                f"{self.pause_before_db_commit!r}") from None
+
+
+AFTER_DB_COMMIT = variable_name(CrashHookSettings, "crash_after_db_commit")
+BEFORE_DB_COMMIT = variable_name(CrashHookSettings, "crash_before_db_commit")
+PAUSE_BEFORE_DB_COMMIT = variable_name(CrashHookSettings, "pause_before_db_commit")
 
 
 @dataclass
@@ -34,9 +58,9 @@ class CrashHooks:
 
     @classmethod
     def from_env(cls) -> CrashHooks:
-        batch, _, seconds = os.environ.get(PAUSE_BEFORE_DB_COMMIT, "0:0").partition(":")
-        return cls(env_int(AFTER_DB_COMMIT, 0), env_int(BEFORE_DB_COMMIT, 0),
-                   (int(batch), float(seconds or 0)))
+        settings = CrashHookSettings.from_env()
+        return cls(settings.crash_after_db_commit, settings.crash_before_db_commit,
+                   settings.pause())
 
     def before_db_commit(self) -> None:
         self._applies += 1

@@ -9,7 +9,8 @@ import json
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from paystream.env import env_str
+from paystream.env import read_one
+from paystream.process_settings import ProcessSettings
 
 # Records fetched but not yet read, per partition, as librdkafka reports it in its
 # statistics; only partitions whose fetch_state is "active" (others report stale -1s).
@@ -75,7 +76,7 @@ def serve(port: int) -> None:
     on loopback unless PAYSTREAM_METRICS_HOST names another address (a scraper on
     another machine): metrics name users' groups and lag, not for the internet."""
     if port:
-        start_http_server(port, addr=env_str("PAYSTREAM_METRICS_HOST", "127.0.0.1"))
+        start_http_server(port, addr=read_one(ProcessSettings, "metrics_host"))
 
 
 def record_statistics(group: str, stats_json: str) -> None:

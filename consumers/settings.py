@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paystream.schema.db import kafka_bootstrap
+from paystream.env import SettingsError
+from paystream.kafka_nodes import kafka_bootstrap
 
-
-class ConfigError(ValueError):
-    """A configuration the consumer refuses to start with."""
+# A configuration the consumer refuses to start with: the one settings error type, so
+# every command reports it the same way (exit 2 with the reason).
+ConfigError = SettingsError
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from paystream.env import default_text, variable_name
+from paystream.notify.settings import NotifySettings
 from paystream.operator_cli import (
     EXIT_CANNOT_RUN,
     EXIT_OK,
@@ -40,7 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rot.add_argument("endpoint_id")
     rot.add_argument("--overlap", type=float, metavar="SECONDS",
                      help="how long the old secret still signs (default "
-                          "PAYSTREAM_NOTIFY_ROTATION_OVERLAP_S, 86400)")
+                          f"{variable_name(NotifySettings, 'rotation_overlap_s')}, "
+                          f"{default_text(NotifySettings, 'rotation_overlap_s')})")
     rot.set_defaults(func=_rotate)
 
     nt = sub.add_parser("notifications", help="webhook deliveries: list, show, send again")
@@ -138,7 +141,6 @@ def _enable(args: argparse.Namespace) -> int:
 
 def _rotate(args: argparse.Namespace) -> int:
     from paystream.notify import endpoints
-    from paystream.notify.settings import NotifySettings
 
     overlap = (NotifySettings.from_env().rotation_overlap_s if args.overlap is None
                else args.overlap)
@@ -224,16 +226,15 @@ def _deliver(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server
 
-    from paystream.env import env_str
+    from paystream.env import read_one
     from paystream.logs import configure_logging
     from paystream.notify.delivery import Sender
-    from paystream.notify.settings import NotifySettings
+    from paystream.process_settings import ProcessSettings
 
     settings = NotifySettings.from_env()
     configure_logging("notify-sender")
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=env_str("PAYSTREAM_METRICS_HOST",
-                                                          "127.0.0.1"))
+        start_http_server(args.metrics_port, addr=read_one(ProcessSettings, "metrics_host"))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -1,11 +1,5 @@
-"""Test-only crash points of the sender, armed by environment variables, inert otherwise
-(the consumer's are consumers/crash_hooks.py).
-
-PAYSTREAM_TEST_NOTIFY_CRASH_AFTER_CLAIM=N  SIGKILL once the Nth slot is claimed (the claim
-                                           committed), before it is sent
-PAYSTREAM_TEST_NOTIFY_CRASH_AFTER_SEND=N   SIGKILL once the Nth attempt was answered,
-                                           before the answer is recorded
-"""
+"""Test-only crash points of the sender, armed by environment variables
+(SenderCrashHookSettings), inert otherwise (the consumer's are consumers/crash_hooks.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +7,30 @@ import os
 import signal
 from dataclasses import dataclass
 
-from paystream.env import env_int
+from pydantic import Field
 
-AFTER_CLAIM = "PAYSTREAM_TEST_NOTIFY_CRASH_AFTER_CLAIM"
-AFTER_SEND = "PAYSTREAM_TEST_NOTIFY_CRASH_AFTER_SEND"
+from paystream.env import EnvSettings, variable_name
+
+
+class SenderCrashHookSettings(EnvSettings):
+    """Inert unless set; the tests and the chaos run use them."""
+
+    doc_section = "Test hooks"
+
+    crash_after_claim: int = Field(
+        0, alias="PAYSTREAM_TEST_NOTIFY_CRASH_AFTER_CLAIM", ge=0,
+        json_schema_extra={"shown": "unset"},
+        description="N: the sender SIGKILLs itself once the Nth delivery is claimed "
+                    "(committed), before it is sent")
+    crash_after_send: int = Field(
+        0, alias="PAYSTREAM_TEST_NOTIFY_CRASH_AFTER_SEND", ge=0,
+        json_schema_extra={"shown": "unset"},
+        description="N: the sender SIGKILLs itself once the Nth attempt is answered, before "
+                    "the answer is recorded")
+
+
+AFTER_CLAIM = variable_name(SenderCrashHookSettings, "crash_after_claim")
+AFTER_SEND = variable_name(SenderCrashHookSettings, "crash_after_send")
 
 
 @dataclass
@@ -28,7 +42,8 @@ class SenderCrashHooks:
 
     @classmethod
     def from_env(cls) -> SenderCrashHooks:
-        return cls(env_int(AFTER_CLAIM, 0), env_int(AFTER_SEND, 0))
+        settings = SenderCrashHookSettings.from_env()
+        return cls(settings.crash_after_claim, settings.crash_after_send)
 
     def after_claim(self, claimed: int) -> None:
         before, self._claimed = self._claimed, self._claimed + claimed

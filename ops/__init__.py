@@ -7,6 +7,7 @@ refusals`).
   users.py             creating users and addresses, reading balances
   health.py            the health checks: stuck events, slot WAL, lag, DLQ, connector,
                        stopped groups
+  health_settings.py   its thresholds (PAYSTREAM_HEALTH_*, each overridden by a flag)
   health_exporter.py   `health --serve-metrics`: the checks as metrics, and the full
                        reconciliation on a schedule
   reconcile.py         `paystream reconcile`'s report of the ledger's self-check

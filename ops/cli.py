@@ -13,7 +13,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from paystream.env import env_str
+from paystream.env import default_text, read_one, variable_name
 from paystream.operator_cli import (
     EXIT_CANNOT_RUN,
     EXIT_OK,
@@ -22,9 +22,11 @@ from paystream.operator_cli import (
     format_table,
     transaction,
 )
+from paystream.ops.health_settings import HealthSettings
+from paystream.process_settings import ProcessSettings
 
 if TYPE_CHECKING:  # imported on use: `paystream --help` must not need the Kafka client
-    from paystream.ops.health import HealthChecker, HealthSettings
+    from paystream.ops.health import HealthChecker
     from paystream.ops.operator_events import Written
 
 
@@ -43,26 +45,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="run only these checks (repeatable): " + _check_names())
     health.add_argument("--stuck-after", type=float, metavar="SECONDS",
                         help="an event still `received` after this is stuck "
-                             "(default 60, env PAYSTREAM_HEALTH_STUCK_AFTER_S)")
+                             f"(default {_default('stuck_after_s')}, env "
+                             f"{variable_name(HealthSettings, 'stuck_after_s')})")
     health.add_argument("--wal-warn-mb", type=float,
-                        help="slot WAL warn threshold (default 512 MiB)")
+                        help=f"slot WAL warn threshold (default {_default('wal_warn_mb')} MiB)")
     health.add_argument("--wal-unhealthy-mb", type=float,
-                        help="slot WAL unhealthy threshold (default 2048 MiB)")
-    health.add_argument("--lag-warn", type=float, help="consumer lag warn (default 1000)")
+                        help="slot WAL unhealthy threshold "
+                             f"(default {_default('wal_unhealthy_mb')} MiB)")
+    health.add_argument("--lag-warn", type=float,
+                        help=f"consumer lag warn (default {_default('lag_warn')})")
     health.add_argument("--lag-unhealthy", type=float,
-                        help="consumer lag unhealthy (default 100000)")
+                        help=f"consumer lag unhealthy (default {_default('lag_unhealthy')})")
     health.add_argument("--dlq-warn", type=float,
-                        help="dead letters in the last hour: warn (default 1)")
+                        help="dead letters in the last hour: warn "
+                             f"(default {_default('dead_letters_warn')})")
     health.add_argument("--dlq-unhealthy", type=float,
-                        help="dead letters in the last hour: unhealthy (default 50)")
+                        help="dead letters in the last hour: unhealthy "
+                             f"(default {_default('dead_letters_unhealthy')})")
     health.add_argument("--group", action="append", metavar="GROUP=TOPIC",
                         help="consumer groups to check (default ledger=paystream.payments,"
                              " dlq-mirror=paystream.payments.dlq)")
-    health.add_argument("--timeout", type=float, help="per-check timeout in seconds (5)")
+    health.add_argument("--timeout", type=float,
+                        help=f"per-check timeout in seconds ({_default('timeout_s')})")
     health.add_argument("--json", action="store_true", help="print JSON instead of a table")
     health.add_argument("--serve-metrics", type=int, metavar="PORT",
                         help="serve the checks as Prometheus gauges on PORT (until SIGTERM)")
-    health.add_argument("--bind", default=env_str("PAYSTREAM_METRICS_HOST", "127.0.0.1"),
+    health.add_argument("--bind", default=None,
                         help="address for --serve-metrics (loopback unless told otherwise)")
     health.add_argument("--reconcile-every", type=float, default=0.0, metavar="SECONDS",
                         help="with --serve-metrics: also run a full reconciliation this "
@@ -150,6 +158,11 @@ CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot
                "notifications", "connector")
 
 
+def _default(field: str) -> str | None:
+    """A health threshold's declared default, as its flag's help shows it."""
+    return default_text(HealthSettings, field)
+
+
 def _check_names() -> str:
     return ", ".join(CHECK_NAMES)
 
@@ -174,7 +187,6 @@ def _reconcile(args: argparse.Namespace) -> int:
 
 
 def _health_settings(args: argparse.Namespace) -> HealthSettings:
-    from paystream.ops.health import MIB, HealthSettings
     groups: tuple[tuple[str, str], ...] | None = None
     if args.group:
         pairs = []
@@ -186,9 +198,7 @@ def _health_settings(args: argparse.Namespace) -> HealthSettings:
         groups = tuple(pairs)
     return HealthSettings.from_env(
         stuck_after_s=args.stuck_after,
-        wal_warn_bytes=None if args.wal_warn_mb is None else args.wal_warn_mb * MIB,
-        wal_unhealthy_bytes=None if args.wal_unhealthy_mb is None
-        else args.wal_unhealthy_mb * MIB,
+        wal_warn_mb=args.wal_warn_mb, wal_unhealthy_mb=args.wal_unhealthy_mb,
         lag_warn=args.lag_warn, lag_unhealthy=args.lag_unhealthy,
         dead_letters_warn=args.dlq_warn, dead_letters_unhealthy=args.dlq_unhealthy,
         groups=groups, timeout_s=args.timeout)
@@ -222,7 +232,8 @@ def _health(args: argparse.Namespace) -> int:
 def _serve_metrics(args: argparse.Namespace, checker: HealthChecker) -> int:
     from paystream.ops.health_exporter import serve
 
-    serve(checker, args.check, args.bind, args.serve_metrics, args.reconcile_every)
+    bind = args.bind or read_one(ProcessSettings, "metrics_host")
+    serve(checker, args.check, bind, args.serve_metrics, args.reconcile_every)
     return EXIT_OK
 
 

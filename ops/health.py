@@ -26,9 +26,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
 
 import httpx
 import psycopg2
@@ -43,21 +42,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from paystream import kafka_security, operator_cli
-from paystream.connectors import endpoint
 from paystream.connectors.status import read_status
 from paystream.consumers import stops
-from paystream.env import env_float
+from paystream.ops.health_settings import MIB, HealthSettings
 from paystream.schema.db import (
     Connection,
     Cursor,
     connect,
-    database_url,
-    kafka_bootstrap,
     one_row,
 )
-from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
-
-MIB = 1024 * 1024
 
 # -- the gauges the exporter publishes: name -> (help, label names). Declared once. ----
 METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -118,8 +111,6 @@ CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot
 # watcher, its event waiting for the ledger (schema/migrations 0004, 0005).
 WAITING_STATES = ("pending", "suspect")
 SETTLING_STATES = ("crediting", "finalizing", "reorging", "reversing")
-DEFAULT_GROUPS: tuple[tuple[str, str], ...] = (
-    ("ledger", PAYMENTS_TOPIC), ("dlq-mirror", PAYMENTS_DLQ_TOPIC))
 
 
 class Health(IntEnum):
@@ -149,44 +140,6 @@ class CheckResult:
     threshold: str
     verdict: Health
     samples: tuple[Sample, ...] = ()
-
-
-@dataclass(frozen=True)
-class HealthSettings:
-    """Thresholds (env PAYSTREAM_HEALTH_*, overridden by flags) and where to look."""
-
-    stuck_after_s: float = 60.0
-    slot_name: str = "paystream_outbox"
-    wal_warn_bytes: float = 512 * MIB
-    wal_unhealthy_bytes: float = 2048 * MIB
-    lag_warn: float = 1_000
-    lag_unhealthy: float = 100_000
-    dead_letters_warn: float = 1
-    dead_letters_unhealthy: float = 50
-    deposit_wait_warn_s: float = 1800.0
-    deposit_wait_unhealthy_s: float = 7200.0
-    groups: tuple[tuple[str, str], ...] = DEFAULT_GROUPS
-    timeout_s: float = 5.0
-    dsn: str = field(default_factory=lambda: database_url("ops"))
-    bootstrap: str = field(default_factory=kafka_bootstrap)
-    connect_url: str = field(default_factory=endpoint.connect_url)
-    connector_name: str = field(default_factory=endpoint.connector_name)
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> HealthSettings:
-        base = cls(
-            stuck_after_s=env_float("PAYSTREAM_HEALTH_STUCK_AFTER_S", 60.0),
-            wal_warn_bytes=env_float("PAYSTREAM_HEALTH_WAL_WARN_MB", 512) * MIB,
-            wal_unhealthy_bytes=env_float("PAYSTREAM_HEALTH_WAL_UNHEALTHY_MB", 2048) * MIB,
-            lag_warn=env_float("PAYSTREAM_HEALTH_LAG_WARN", 1_000),
-            lag_unhealthy=env_float("PAYSTREAM_HEALTH_LAG_UNHEALTHY", 100_000),
-            dead_letters_warn=env_float("PAYSTREAM_HEALTH_DLQ_WARN", 1),
-            dead_letters_unhealthy=env_float("PAYSTREAM_HEALTH_DLQ_UNHEALTHY", 50),
-            deposit_wait_warn_s=env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_WARN_S", 1800),
-            deposit_wait_unhealthy_s=env_float("PAYSTREAM_HEALTH_DEPOSIT_WAIT_UNHEALTHY_S",
-                                                7200),
-        )
-        return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def _grade(value: float, warn: float, unhealthy: float) -> Health:

@@ -16,7 +16,9 @@ import re
 import secrets
 from pathlib import Path
 
-from paystream.env import SettingsError, env_str
+from pydantic import Field
+
+from paystream.env import EnvSettings, SettingsError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -27,15 +29,34 @@ class MissingSecretError(SettingsError):
     process looks in the wrong state dir."""
 
 
+class StateSettings(EnvSettings):
+    """Where the local stack keeps its state and the generated credentials; read by
+    `paystream stack …` and by every process that looks up its own role's secrets. Two
+    stacks can run side by side with another state folder and other ports: `make test`
+    does so."""
+
+    doc_section = "Local stack"
+
+    state_dir: Path = Field(PROJECT_ROOT / ".stack", alias="PAYSTREAM_STATE_DIR",
+                            json_schema_extra={"shown": "`.stack/` in the repository"},
+                            description="data, jars, logs, pid files, dev secrets")
+    secrets_dir: Path | None = Field(
+        None, alias="PAYSTREAM_SECRETS_DIR",
+        json_schema_extra={"shown": "`secrets/` in the state dir"},
+        description="the generated credentials (files 0600 in a 0700 folder), read by each "
+                    "process for its own role")
+
+
 def state_dir() -> Path:
     """PAYSTREAM_STATE_DIR, else .stack/ in the repository."""
-    return Path(env_str("PAYSTREAM_STATE_DIR", str(PROJECT_ROOT / ".stack"))).resolve()
+    return StateSettings.from_env().state_dir.resolve()
 
 
 def secrets_dir() -> Path:
     """PAYSTREAM_SECRETS_DIR, else secrets/ in the state dir."""
-    explicit = env_str("PAYSTREAM_SECRETS_DIR", None)
-    return Path(explicit).resolve() if explicit else state_dir() / "secrets"
+    settings = StateSettings.from_env()
+    explicit = settings.secrets_dir
+    return explicit.resolve() if explicit else settings.state_dir.resolve() / "secrets"
 
 
 def _path(name: str, directory: Path | None) -> Path:

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BeforeValidator, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import BeforeValidator, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails, PydanticUndefinedType
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -62,6 +62,20 @@ def split_seconds(value: object) -> object:
 # for a tuple), so the values people already set ("USD,EUR") keep their meaning.
 Words = Annotated[tuple[str, ...], NoDecode, BeforeValidator(split_words)]
 SecondsList = Annotated[tuple[float, ...], NoDecode, BeforeValidator(split_seconds)]
+
+
+def _on_when_1(value: object) -> object:
+    return value == "1" if isinstance(value, str) else value
+
+
+def _off_when_0(value: object) -> object:
+    return value != "0" if isinstance(value, str) else value
+
+
+# Switches as they always read: "1" turns an opt-in on (anything else leaves it off), "0"
+# turns an opt-out off (anything else leaves it on).
+OptIn = Annotated[bool, BeforeValidator(_on_when_1)]
+OptOut = Annotated[bool, BeforeValidator(_off_when_0)]
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,24 @@ class EnvSettings(BaseSettings):
         return cls(**values)
 
 
+def read_one(cls: type[EnvSettings], field: str,
+             env: Mapping[str, str] | None = None) -> Any:
+    """One field of `cls`, from its variable alone (validated as declared, default when
+    unset): for a reader that needs one value of a component whose other settings it must
+    not require, such as the stack's scrape table reading the ingest's admin port."""
+    info = cls.model_fields[field]
+    raw = read_variables(cls, os.environ if env is None else env).get(variable_name(cls, field))
+    if raw is None:
+        return info.get_default(call_default_factory=True, validated_data={})
+    try:
+        kind: Any = (Annotated[info.annotation, *info.metadata] if info.metadata
+                     else info.annotation)
+        return TypeAdapter(kind).validate_python(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise SettingsError(_sentence(cls, {**error, "loc": (field,)})) from None
+
+
 def read_variables(cls: type[BaseSettings], env: Mapping[str, str]) -> dict[str, Any]:
     """The declared variables of `cls` set in `env` (empty or blank ones left out: the
     default applies), by variable name, split or parsed as their fields say."""
@@ -176,10 +208,24 @@ def _sentence(cls: type[BaseSettings], error: ErrorDetails) -> str:
 
 
 def _number(bound: object) -> str:
-    # A float field's bound reads as it was written: "at most 1000", not "1000.0".
+    # A float reads as it was written: "at most 1000", not "1000.0".
     if isinstance(bound, float) and bound.is_integer():
         return str(int(bound))
     return str(bound)
+
+
+def default_text(cls: type[BaseSettings], field: str) -> str | None:
+    """A field's declared default as a user would set it ("86400", "USD,EUR", "1"), or
+    None when it has none (unset, computed, or empty): what help texts and the
+    configuration page show."""
+    value = cls.model_fields[field].default
+    if value is None or value == "" or value == () or isinstance(value, PydanticUndefinedType):
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, tuple):
+        return ",".join(_number(v) for v in value)
+    return _number(value)
 
 
 # ---- transitional readers (removed once every caller declares its variables) ----

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
+
 from paystream import credentials
-from paystream.env import SettingsError, env_str
+from paystream.env import EnvSettings, SettingsError
 
 ADMIN = "admin"
 CONNECT = "connect"
@@ -65,8 +67,34 @@ def username(role: str) -> str:
     return f"paystream-{role}"
 
 
+class KafkaSecuritySettings(EnvSettings):
+    """How each process authenticates to Kafka. On the local stack every Kafka client is
+    its component's principal (`paystream-ledger`, `paystream-dlq-mirror`,
+    `paystream-health`, `paystream-connect`, and `paystream-admin` for `stack up`, tests,
+    benchmarks and the chaos suite), its password read from the file `kafka-<role>` in the
+    secrets dir. These variables override that for a process that runs one component
+    against a Kafka run elsewhere; a password is only ever read from a file."""
+
+    doc_section = "Kafka"
+
+    protocol: str = Field(
+        DEFAULT_PROTOCOL, alias="PAYSTREAM_KAFKA_SECURITY_PROTOCOL",
+        description="`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL` (librdkafka's "
+                    "`security.protocol`); the SASL settings below apply to the SASL ones")
+    mechanism: str = Field(DEFAULT_MECHANISM, alias="PAYSTREAM_KAFKA_SASL_MECHANISM",
+                           description="the SASL mechanism")
+    user: str | None = Field(None, alias="PAYSTREAM_KAFKA_USER",
+                             json_schema_extra={"shown": "`paystream-<role>`"},
+                             description="the SASL user of every Kafka client of this "
+                                         "process")
+    password_file: str | None = Field(
+        None, alias="PAYSTREAM_KAFKA_PASSWORD_FILE",
+        json_schema_extra={"shown": "`kafka-<role>` in the secrets dir"},
+        description="the file holding that user's password")
+
+
 def security_protocol() -> str:
-    protocol = env_str("PAYSTREAM_KAFKA_SECURITY_PROTOCOL", DEFAULT_PROTOCOL).upper()
+    protocol = KafkaSecuritySettings.from_env().protocol.upper()
     if protocol not in PROTOCOLS:
         raise SettingsError(f"PAYSTREAM_KAFKA_SECURITY_PROTOCOL must be one of "
                             f"{', '.join(PROTOCOLS)}, got {protocol!r}")
@@ -74,7 +102,7 @@ def security_protocol() -> str:
 
 
 def _password(role: str) -> str:
-    explicit = env_str("PAYSTREAM_KAFKA_PASSWORD_FILE", None)
+    explicit = KafkaSecuritySettings.from_env().password_file
     if explicit is None:
         return credentials.read_secret(secret_name(role))
     try:
@@ -91,9 +119,10 @@ def client_config(role: str) -> dict[str, str]:
     client's configuration. Raises MissingSecretError when the role's password file is
     not there (the stack was not brought up for this state dir)."""
     protocol = security_protocol()
+    settings = KafkaSecuritySettings.from_env()
     conf = {"security.protocol": protocol}
     if protocol.startswith("SASL"):
-        conf["sasl.mechanism"] = env_str("PAYSTREAM_KAFKA_SASL_MECHANISM", DEFAULT_MECHANISM)
-        conf["sasl.username"] = env_str("PAYSTREAM_KAFKA_USER", username(role))
+        conf["sasl.mechanism"] = settings.mechanism
+        conf["sasl.username"] = settings.user or username(role)
         conf["sasl.password"] = _password(role)
     return conf

@@ -18,12 +18,13 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
-from paystream.env import env_str
+from paystream.env import read_one
+from paystream.process_settings import ProcessSettings
 
 
 def configure_logging(service: str, level: str | None = None) -> None:
     """JSON lines on stdout: timestamp, level, service, event, and bound context."""
-    lvl = getattr(logging, (level or env_str("PAYSTREAM_LOG_LEVEL", "INFO")).upper())
+    lvl = getattr(logging, (level or read_one(ProcessSettings, "log_level")).upper())
     logging.basicConfig(stream=sys.stdout, level=lvl, format="%(message)s")
     structlog.configure(
         processors=[

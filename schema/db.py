@@ -1,13 +1,13 @@
 """Where the shared services are, and a Postgres connection factory.
 
-Addresses come from environment variables with the local stack's loopback defaults
-(the same variables `paystream stack up` uses), so every process finds the same stack.
+Addresses come from environment variables (DatabaseSettings) with the local stack's
+loopback defaults (the same variables `paystream stack up` uses), so every process finds
+the same stack.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +16,10 @@ from urllib.parse import quote
 
 import psycopg2
 import psycopg2.extensions
+from pydantic import Field
 
-from paystream import credentials, kafka_nodes
-from paystream.env import env_int, env_str
+from paystream import credentials
+from paystream.env import Documented, EnvSettings, OptIn
 
 # The one spelling of a database handle for every signature in paystream.
 Connection = psycopg2.extensions.connection
@@ -71,9 +72,10 @@ ROLE_SETTINGS: dict[DbRole, dict[str, str]] = {
 # Roles that always reach Postgres itself, never a pooler: the owner runs the migrations
 # under a session advisory lock (schema/migrate.py), the CDC role replicates.
 SERVER_ONLY_ROLES: frozenset[DbRole] = frozenset({"owner", "cdc"})
-# An explicit DSN per role, for a Postgres run elsewhere (names spelled in full: the
-# docs test finds them). Kafka Connect's role has none: Connect reads its credentials
-# from PAYSTREAM_PG_USER / PAYSTREAM_PG_PASSWORD (connectors/config).
+# An explicit DSN per role, for a Postgres run elsewhere (DatabaseSettings reads them;
+# this map names them for the environments the stack writes). Kafka Connect's role has
+# none: Connect reads its credentials from PAYSTREAM_PG_USER / PAYSTREAM_PG_PASSWORD
+# (connectors/config).
 ROLE_URL_VARIABLES: dict[DbRole, str] = {
     "owner": "PAYSTREAM_OWNER_DATABASE_URL",
     "ingest": "PAYSTREAM_INGEST_DATABASE_URL",
@@ -107,6 +109,88 @@ def pgpass_text(passwords: Mapping[str, str]) -> str:
                    for user, pw in sorted(passwords.items()))
 
 
+class DatabaseSettings(EnvSettings):
+    """Where Postgres is, read by every paystream process that connects to it (and by
+    Kafka Connect, for the connector's database settings). Each process logs in as its
+    own role (least privilege), granted exactly what its SQL does
+    ([`schema/migrations/0007_roles.sql`](../schema/migrations/0007_roles.sql)). On the
+    local stack a process builds its DSN from the address (`PAYSTREAM_PG_HOST`,
+    `PAYSTREAM_PG_PORT`, `PAYSTREAM_PG_DB`) and its role name, with no password in it:
+    the password is in the libpq passfile `pgpass` in the secrets folder (0600), named by
+    the DSN's `passfile=`. `paystream stack up` generates every password once (secrets
+    `db-owner`, `db-ingest`, `db-ledger`, `db-mirror`, `db-finality`, `db-ops`, `db-cdc`,
+    `db-api`, `db-notifier`; never a default) and sets them on each run. For a Postgres run
+    elsewhere, give each process its role's DSN (least privilege) with the
+    `PAYSTREAM_<ROLE>_DATABASE_URL` variables below; a DSN may carry its password, but no
+    paystream output prints one (messages show `user@host:port/db`).
+
+    Kafka Connect's Debezium connector logs in as `paystream_cdc` (REPLICATION; SELECT on
+    the outbox; writes only its heartbeat row), from `PAYSTREAM_PG_USER` /
+    `PAYSTREAM_PG_PASSWORD` in Connect's environment. The stack creates the replication
+    slot as the cluster's superuser (the owner may not replicate); elsewhere, create the
+    slot (migration 0002) with a replicating role before the owner runs the migrations,
+    and create the login roles (migration 0007 creates a missing one NOLOGIN)."""
+
+    doc_section = "Postgres"
+    doc_extra = (
+        Documented("PAYSTREAM_PG_USER", "text", "set by the stack: `paystream_cdc`",
+                   "read by Kafka Connect only (the Debezium connector's login); no "
+                   "paystream process reads it"),
+        Documented("PAYSTREAM_PG_PASSWORD", "text",
+                   "set by the stack: the generated `db-cdc` secret",
+                   "read by Kafka Connect only, the connector's password; no paystream "
+                   "process reads a password from the environment"),
+    )
+
+    pg_host: str = Field("127.0.0.1", alias="PAYSTREAM_PG_HOST", description=(
+        "Postgres host (also the Debezium connector's, through Connect's environment)"))
+    pg_port: int = Field(5433, alias="PAYSTREAM_PG_PORT", ge=1, description=(
+        "Postgres port; `paystream stack up` runs the cluster on it (loopback)"))
+    pg_db: str = Field("paystream", alias="PAYSTREAM_PG_DB", description="the database")
+    via_pgbouncer: OptIn = Field(False, alias="PAYSTREAM_DB_VIA_PGBOUNCER", description=(
+        "`1`: the ingest, the merchant API, the consumers, the finality watcher and the "
+        "operator commands connect through the stack's PgBouncer instead of Postgres; the "
+        "owner (migrations) and Debezium always reach Postgres"))
+    pgbouncer_port: int = Field(6432, alias="PAYSTREAM_PGBOUNCER_PORT", ge=1, description=(
+        "the stack's PgBouncer port, on 127.0.0.1; the test stack uses 6434"))
+    database_url: str | None = Field(None, alias="PAYSTREAM_DATABASE_URL", repr=False,
+                                     description=(
+        "one DSN for every process (no role separation: a deployment that has a single "
+        "application role); each role's own variable below wins over it"))
+    owner_url: str | None = Field(None, alias="PAYSTREAM_OWNER_DATABASE_URL", repr=False,
+                                  description=(
+        "role `paystream`: owns the database and the tables; no long-running process. "
+        "Read by `paystream stack up` / `stack setup` (migrations), `paystream migrate`"))
+    ingest_url: str | None = Field(None, alias="PAYSTREAM_INGEST_DATABASE_URL", repr=False,
+                                   description="role `paystream_ingest`: `paystream ingest`")
+    ledger_url: str | None = Field(None, alias="PAYSTREAM_LEDGER_DATABASE_URL", repr=False,
+                                   description="role `paystream_ledger`: `paystream consume "
+                                               "ledger`")
+    mirror_url: str | None = Field(None, alias="PAYSTREAM_MIRROR_DATABASE_URL", repr=False,
+                                   description="role `paystream_mirror`: `paystream consume "
+                                               "dlq-mirror`")
+    finality_url: str | None = Field(None, alias="PAYSTREAM_FINALITY_DATABASE_URL",
+                                     repr=False, description=(
+        "role `paystream_finality`: `paystream consume finality`"))
+    notifier_url: str | None = Field(None, alias="PAYSTREAM_NOTIFIER_DATABASE_URL",
+                                     repr=False, description=(
+        "role `paystream_notifier`: `paystream consume notifier` and `paystream notify "
+        "deliver` (the only role that reads the endpoints' signing keys)"))
+    ops_url: str | None = Field(None, alias="PAYSTREAM_OPS_DATABASE_URL", repr=False,
+                                description=(
+        "role `paystream_ops`: the operator commands: `health`, `reconcile`, "
+        "`housekeeping`, `shortfalls`, `dlq`, `consume resume`, `users`, `addresses`, "
+        "`balances`, `apikeys`, `holds`"))
+    api_url: str | None = Field(None, alias="PAYSTREAM_API_DATABASE_URL", repr=False,
+                                description="role `paystream_api`: `paystream api`, the "
+                                            "merchant API")
+
+    def role_url(self, role: DbRole) -> str | None:
+        """`role`'s explicit DSN, else the one for every role, else None."""
+        own: str | None = getattr(self, f"{role}_url", None)
+        return own or self.database_url
+
+
 @dataclass(frozen=True)
 class PostgresAddress:
     """The local stack's Postgres, from the PAYSTREAM_PG_* variables: what `paystream
@@ -123,18 +207,17 @@ class PostgresAddress:
     def from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
         """Where paystream processes connect: the stack's PgBouncer when
         PAYSTREAM_DB_VIA_PGBOUNCER=1 (stack/pgbouncer.py), else Postgres itself."""
-        if env_str("PAYSTREAM_DB_VIA_PGBOUNCER", "0", env) == "1":
-            return cls(host="127.0.0.1", port=pgbouncer_port(env),
-                       db=env_str("PAYSTREAM_PG_DB", "paystream", env))
-        return cls.direct_from_env(env)
+        settings = DatabaseSettings.from_env(env)
+        if settings.via_pgbouncer:
+            return cls(host="127.0.0.1", port=settings.pgbouncer_port, db=settings.pg_db)
+        return cls(host=settings.pg_host, port=settings.pg_port, db=settings.pg_db)
 
     @classmethod
     def direct_from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
         """Postgres itself, never a pooler: the stack, the migrations (a session
         advisory lock) and Debezium (a replication connection) need the server."""
-        return cls(host=env_str("PAYSTREAM_PG_HOST", "127.0.0.1", env),
-                   port=env_int("PAYSTREAM_PG_PORT", 5433, env),
-                   db=env_str("PAYSTREAM_PG_DB", "paystream", env))
+        settings = DatabaseSettings.from_env(env)
+        return cls(host=settings.pg_host, port=settings.pg_port, db=settings.pg_db)
 
     def dsn(self, role: DbRole, passfile: Path | None = None) -> str:
         """`role`'s DSN, its password in the passfile (never in the DSN)."""
@@ -151,11 +234,9 @@ def database_url(role: DbRole, env: Mapping[str, str] | None = None, *,
     in the stack's passfile. `env`: where to look for the two explicit variables
     (default: the process environment); `address`: the stack's, if not the PAYSTREAM_PG_*
     one."""
-    source = os.environ if env is None else env
-    for name in (ROLE_URL_VARIABLES.get(role), "PAYSTREAM_DATABASE_URL"):
-        explicit = source.get(name) if name else None
-        if explicit:
-            return explicit
+    explicit = DatabaseSettings.from_env(env).role_url(role)
+    if explicit:
+        return explicit
     if address is None:
         address = (PostgresAddress.direct_from_env() if role in SERVER_ONLY_ROLES
                    else PostgresAddress.from_env())
@@ -173,13 +254,8 @@ def where(dsn: str) -> str:
 
 
 def pgbouncer_port(env: Mapping[str, str] | None = None) -> int:
-    """The stack's PgBouncer port (PAYSTREAM_PGBOUNCER_PORT); the one reader of it."""
-    return env_int("PAYSTREAM_PGBOUNCER_PORT", 6432, env)
-
-
-def kafka_bootstrap() -> str:
-    """PAYSTREAM_KAFKA_BOOTSTRAP, else every node of the local cluster (kafka_nodes)."""
-    return env_str("PAYSTREAM_KAFKA_BOOTSTRAP", None) or kafka_nodes.bootstrap()
+    """The stack's PgBouncer port (PAYSTREAM_PGBOUNCER_PORT)."""
+    return DatabaseSettings.from_env(env).pgbouncer_port
 
 
 def connect(dsn: str, *, connect_timeout: int = 5,

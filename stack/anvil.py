@@ -8,16 +8,10 @@ Finality on anvil: the `finalized` tag is `latest - 2 * slots_in_an_epoch` and `
 is `latest - slots_in_an_epoch` (1.7.1, measured). Mainnet's 32 slots would make tests
 mine 64 blocks per finality; the default here is 2, so a block is final 4 blocks later.
 
-Settings are this component's own environment variables (the stack's StackSettings
-gives the state folder):
-  PAYSTREAM_ANVIL_PORT            8545
-  PAYSTREAM_ANVIL_CHAIN_ID        31337
-  PAYSTREAM_ANVIL_BLOCK_TIME      unset/0: a block per transaction (automine);
-                                  N: interval mining every N seconds
-  PAYSTREAM_ANVIL_SLOTS_IN_EPOCH  2
-  PAYSTREAM_ANVIL_MNEMONIC        anvil's well-known test mnemonic
-  PAYSTREAM_ANVIL_PERSIST         1: keep the chain in <state_dir>/anvil/state.json across
-                                  down + up (the ledger keeps tx hashes); 0: fresh chain
+Its variables are declared in paystream/local_chain.py (the finality watcher's default
+node is this one); the stack's StackSettings gives the state folder. With persistence on,
+the chain is kept in <state_dir>/anvil/state.json across down + up (the ledger keeps tx
+hashes).
 """
 
 from __future__ import annotations
@@ -32,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from paystream.env import env_float, env_int, env_str
+from paystream.local_chain import DEFAULT_MNEMONIC, AnvilSettings
 from paystream.stack import ports
 from paystream.stack.process import StackError, read_pid, run, start_detached, stop_pid, wait_until
 from paystream.stack.settings import StackSettings
@@ -40,11 +34,7 @@ from paystream.stack.settings import StackSettings
 COMPONENT = "anvil"
 VERSION = "1.7.1"
 PACKAGE = "@foundry-rs/anvil"
-# The public test mnemonic every Foundry/Hardhat user knows: its keys guard nothing.
-DEFAULT_MNEMONIC = "test test test test test test test test test test test junk"
-DEFAULT_PORT = 8545
-DEFAULT_CHAIN_ID = 31337
-DEFAULT_SLOTS_IN_EPOCH = 2
+_DECLARED = AnvilSettings.model_fields
 # One npm install, bounded (a cached install takes seconds, a cold one ~30 s), and tries.
 NPM_TRY_TIMEOUT_S = 180.0
 NPM_TRIES = 3
@@ -58,26 +48,21 @@ class AnvilConfig:
     """One anvil instance. `name` keys its pid and log files, so a test instance on
     another port never touches the stack's."""
 
-    port: int = DEFAULT_PORT
-    chain_id: int = DEFAULT_CHAIN_ID
-    block_time: float = 0.0  # 0: automine, one block per transaction
-    slots_in_an_epoch: int = DEFAULT_SLOTS_IN_EPOCH
+    port: int = _DECLARED["port"].default
+    chain_id: int = _DECLARED["chain_id"].default
+    block_time: float = _DECLARED["block_time"].default  # 0: automine
+    slots_in_an_epoch: int = _DECLARED["slots_in_an_epoch"].default
     mnemonic: str = DEFAULT_MNEMONIC
-    persist: bool = True
+    persist: bool = _DECLARED["persist"].default
     name: str = "anvil"
     gas_limit: int | None = None  # None: anvil's default (30M); benchmarks raise it
 
     @classmethod
     def from_env(cls) -> AnvilConfig:
-        return cls(
-            port=env_int("PAYSTREAM_ANVIL_PORT", DEFAULT_PORT),
-            chain_id=env_int("PAYSTREAM_ANVIL_CHAIN_ID", DEFAULT_CHAIN_ID),
-            block_time=env_float("PAYSTREAM_ANVIL_BLOCK_TIME", 0.0),
-            slots_in_an_epoch=env_int("PAYSTREAM_ANVIL_SLOTS_IN_EPOCH",
-                                      DEFAULT_SLOTS_IN_EPOCH),
-            mnemonic=env_str("PAYSTREAM_ANVIL_MNEMONIC", DEFAULT_MNEMONIC),
-            persist=env_str("PAYSTREAM_ANVIL_PERSIST", "1") != "0",
-        )
+        s = AnvilSettings.from_env()
+        return cls(port=s.port, chain_id=s.chain_id, block_time=s.block_time,
+                   slots_in_an_epoch=s.slots_in_an_epoch, mnemonic=s.mnemonic,
+                   persist=s.persist)
 
     @property
     def rpc_url(self) -> str:

@@ -50,15 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # confluent-kafka loaded.
 
 def _up(args: argparse.Namespace) -> int:
-    import os
-
     from paystream.stack import stack
-    if args.brokers is not None:
-        # Through the variable, so every reader in this process (the bootstrap servers,
-        # the settings) and the processes it starts agree on the cluster's shape.
-        os.environ["PAYSTREAM_KAFKA_BROKERS"] = str(args.brokers)
-    return stack.up(StackSettings.from_env(), with_prometheus=args.prometheus,
-                    with_pgbouncer=args.pgbouncer)
+    # The count reaches every step through the settings; the processes the stack starts
+    # are given the bootstrap servers of all its nodes, and later commands find the count
+    # recorded next to the formatted storage.
+    return stack.up(StackSettings.from_env(brokers=args.brokers),
+                    with_prometheus=args.prometheus, with_pgbouncer=args.pgbouncer)
 
 
 def _down(args: argparse.Namespace) -> int:

@@ -407,7 +407,7 @@ def healthy(s: StackSettings) -> bool:
     (PAYSTREAM_KAFKA_BOOTSTRAP, as docker-compose's setup job has them) are not probed
     on local ports: every node registered is all that is asked of them."""
     members = registered(s)
-    if s.kafka_bootstrap != kafka_nodes.bootstrap():
+    if s.kafka_bootstrap != ",".join(node.address for node in s.kafka_nodes):
         return members is not None and {n.node_id for n in s.kafka_nodes} <= members
     return all(serving(s, n, members) for n in s.kafka_nodes)
 

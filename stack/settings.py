@@ -6,48 +6,72 @@ test run's) can live side by side on one machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Self
 
-from paystream import credentials, kafka_nodes
-from paystream.connectors import endpoint
-from paystream.env import env_int, env_str
-from paystream.kafka_nodes import KafkaNode
+from pydantic import Field
+
+from paystream import credentials
+from paystream.connectors.endpoint import ConnectSettings
+from paystream.env import EnvSettings
+from paystream.kafka_nodes import KafkaNode, KafkaSettings
 from paystream.schema import db
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass(frozen=True)
-class StackSettings:
+def _kafka_heap(fields: dict[str, Any]) -> str:
+    # Per node: three brokers and Connect must fit beside the rest on a 2-core, shared
+    # machine (docs/operations.md#a-replicated-cluster).
+    return "512m" if len(fields.get("kafka_nodes", ())) == 1 else "384m"
+
+
+class StackSettings(EnvSettings):
+    """Read by `paystream stack …` ([operations](operations.md#the-local-stack)): the
+    JVM heaps and the topics' partitions. The stack's addresses and folders come from
+    the declarations they share with every process (state folder, Postgres, Kafka,
+    Connect)."""
+
+    doc_section = "Local stack"
+
+    # Not variables of their own: from StateSettings, DatabaseSettings, KafkaSettings and
+    # ConnectSettings (from_env).
     state_dir: Path
     pg_host: str
     pg_port: int
     pg_db: str
     kafka_nodes: tuple[KafkaNode, ...]
+    kafka_bootstrap: str
     connect_port: int
-    kafka_heap: str
-    connect_heap: str
-    partitions: int
     connector_name: str
+    connect_url: str
+    kafka_heap: str = Field(default_factory=_kafka_heap, alias="PAYSTREAM_KAFKA_HEAP",
+                            json_schema_extra={"shown": "`512m` (one node), `384m` (each "
+                                                        "node of a cluster)"},
+                            description="each Kafka node's JVM heap")
+    connect_heap: str = Field("768m", alias="PAYSTREAM_CONNECT_HEAP",
+                              description="Connect's JVM heap")
+    partitions: int = Field(12, alias="PAYSTREAM_TOPIC_PARTITIONS", ge=1,
+                            description="partitions of the paystream topics; set it before "
+                                        "the first `up`")
 
     @classmethod
-    def from_env(cls) -> StackSettings:
-        pg = db.PostgresAddress.direct_from_env()
-        return cls(
-            state_dir=credentials.state_dir(),
-            pg_host=pg.host,
-            pg_port=pg.port,
-            pg_db=pg.db,
-            kafka_nodes=(nodes := kafka_nodes.nodes()),
-            connect_port=endpoint.connect_port(),
-            # Per node: three brokers and Connect must fit beside the rest on a 2-core,
-            # shared machine (docs/operations.md#a-replicated-cluster).
-            kafka_heap=env_str("PAYSTREAM_KAFKA_HEAP", "512m" if len(nodes) == 1 else "384m"),
-            connect_heap=env_str("PAYSTREAM_CONNECT_HEAP", "768m"),
-            partitions=env_int("PAYSTREAM_TOPIC_PARTITIONS", 12),
-            connector_name=endpoint.connector_name(),
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, object] | None = None, *,
+                 brokers: int | None = None) -> Self:
+        """`brokers`: `stack up --brokers`, over PAYSTREAM_KAFKA_BROKERS."""
+        pg = db.PostgresAddress.direct_from_env(env)
+        kafka = KafkaSettings.from_env(env, {"brokers": brokers} if brokers else None)
+        nodes = kafka.nodes()
+        connect = ConnectSettings.from_env(env)
+        return super().from_env(env, {
+            "state_dir": credentials.state_dir(),
+            "pg_host": pg.host, "pg_port": pg.port, "pg_db": pg.db,
+            "kafka_nodes": nodes, "kafka_bootstrap": kafka.bootstrap_servers(len(nodes)),
+            "connect_port": connect.port, "connector_name": connect.connector_name,
+            "connect_url": connect.url or f"http://127.0.0.1:{connect.port}",
+            **(overrides or {})})
 
     @property
     def brokers(self) -> int:
@@ -83,16 +107,6 @@ class StackSettings:
     @property
     def run_dir(self) -> Path:
         return self.state_dir / "run"
-
-    # Addresses: the local processes, unless overridden (docker-compose's setup service
-    # points these at the other containers).
-    @property
-    def kafka_bootstrap(self) -> str:
-        return db.kafka_bootstrap()
-
-    @property
-    def connect_url(self) -> str:
-        return endpoint.connect_url(self.connect_port)
 
     @property
     def database_url(self) -> str:

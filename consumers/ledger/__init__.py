@@ -12,4 +12,5 @@ imports it.
   reconcile.py     the self-check: balances equal their postings, never negative (also
                    run on the hot path by the handler, over the rows it touched)
   metrics.py       the ledger's own metrics (reversals, shortfalls)
+  settings.py      its variables: the hot-path check's pace, the withdrawal hold's TTL
 """

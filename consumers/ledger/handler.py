@@ -97,8 +97,8 @@ from paystream.consumers.ledger.plan import (
     read_event,
 )
 from paystream.consumers.ledger.reconcile import HotPathReconciler
+from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.consumers.records import Record
-from paystream.env import env_float
 from paystream.notify import intents
 from paystream.schema import (
     accounts,
@@ -148,9 +148,7 @@ class LedgerHandler:
     def __init__(self, reconciler: HotPathReconciler | None = None) -> None:
         self.reconciler = reconciler if reconciler is not None else HotPathReconciler.from_env()
         self.shortfalls = ShortfallGauge(self.reconciler.interval_s)
-        # How long a withdrawal_requested holds its money before the expiry scheduler
-        # voids it (ops/operator_events.py), unless the gateway settles or fails it first.
-        self.hold_ttl_s = env_float("PAYSTREAM_HOLD_TTL_S", 86_400.0)
+        self.hold_ttl_s = LedgerSettings.from_env().hold_ttl_s
 
     def after_batch(self, connection: Callable[[], Connection]) -> None:
         """Between batches: re-check recently touched balances against their journal,

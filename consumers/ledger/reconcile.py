@@ -49,7 +49,7 @@ from paystream.consumers.ledger.conservation import (
     find_transfer_problems,
     unbalanced_assets,
 )
-from paystream.env import env_float, env_int
+from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.schema.accounts import BALANCE_COLUMNS, AccountKind
 from paystream.schema.balances import BalanceKey
 from paystream.schema.db import Connection, Cursor, one_row, snapshot
@@ -268,9 +268,9 @@ class HotPathReconciler:
 
     @classmethod
     def from_env(cls) -> HotPathReconciler:
-        """PAYSTREAM_RECONCILE_INTERVAL_S (30) and PAYSTREAM_RECONCILE_MAX_PAIRS (5000)."""
-        return cls(interval_s=env_float("PAYSTREAM_RECONCILE_INTERVAL_S", 30.0),
-                   max_pairs=env_int("PAYSTREAM_RECONCILE_MAX_PAIRS", 5000))
+        settings = LedgerSettings.from_env()
+        return cls(interval_s=settings.reconcile_interval_s,
+                   max_pairs=settings.reconcile_max_pairs)
 
     def maybe_check(self, conn: Connection | Callable[[], Connection]) -> list[Mismatch]:
         """Check the touched (and known-bad) pairs if the interval has passed.

@@ -21,9 +21,9 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from paystream import kafka_security
 from paystream.chaos.processes import sigkill
-from paystream.kafka_nodes import KafkaNode
+from paystream.kafka_nodes import KafkaNode, kafka_bootstrap
 from paystream.launch import paystream_argv
-from paystream.schema.db import connect, database_url, kafka_bootstrap
+from paystream.schema.db import connect, database_url
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
 from paystream.stack import kafka, quorum

@@ -9,8 +9,8 @@ import subprocess
 from decimal import Decimal
 
 from paystream.consumers import dlq
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.launch import paystream_argv
-from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.stack.kafka import kcat_config_file, kcat_env
 from paystream.stack.settings import StackSettings

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from paystream import kafka_security
-from paystream.schema.db import kafka_bootstrap
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_TOPIC
 from tests.support.ids import unique
 from tests.support.ingest import (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import multiprocessing
 import shutil
@@ -99,7 +98,7 @@ def test_twenty_concurrent_conflicting_requests_accept_one(server: RunningServer
 @pytest.fixture
 def private_postgres(tmp_path: Path) -> Iterator[StackSettings]:
     """A Postgres cluster of its own on a free port, so stopping it disturbs no one."""
-    stack = dataclasses.replace(StackSettings.from_env(), state_dir=tmp_path / "stack",
+    stack = StackSettings.from_env().replaced(state_dir=tmp_path / "stack",
                                 pg_port=free_port())
     try:
         postgres.ensure_cluster(stack)

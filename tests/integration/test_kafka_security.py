@@ -20,7 +20,7 @@ from paystream.consumers.client import dlq_producer_config
 from paystream.consumers.dlq import DeadLetter, DeadLetterProducer
 from paystream.consumers.records import Origin, Record
 from paystream.consumers.settings import ConsumerSettings
-from paystream.schema.db import kafka_bootstrap
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
 from paystream.stack.kafka import kcat_config_file, kcat_env

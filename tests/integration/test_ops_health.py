@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
 from paystream import credentials
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.launch import free_port, paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
-from paystream.schema.db import kafka_bootstrap
 from tests.support.consumers import admin_security
 from tests.support.ids import unique
 

@@ -9,9 +9,10 @@ import shutil
 import subprocess
 from decimal import Decimal
 
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.launch import paystream_argv
 from paystream.schema.db import connect as db_connect
-from paystream.schema.db import database_url, kafka_bootstrap
+from paystream.schema.db import database_url
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
 from paystream.stack import connect, postgres

@@ -24,8 +24,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from paystream import kafka_security
 from paystream.consumers.ledger.plan import decide, signed_amount
 from paystream.consumers.records import Origin, Record
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.launch import paystream_argv
-from paystream.schema.db import kafka_bootstrap
 from paystream.schema.events import EventType, PaymentEvent, parse_wire, wire_hash
 from tests.support.waiting import wait_until
 

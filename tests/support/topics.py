@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from paystream import kafka_security
-from paystream.schema.db import kafka_bootstrap
+from paystream.kafka_nodes import kafka_bootstrap
 from tests.support.ids import unique
 
 

@@ -5,6 +5,8 @@ source (a name built per network is an f-string whose literal part is the whole 
 `f"ETH_RPC_URL_{network}"`). The source side is found with `ast`, not by importing
 anything:
   - every string literal that is a whole name starting PAYSTREAM_, ALCHEMY_ or PAYMENTS_;
+  - every name, whatever its prefix, declared as a settings field's `alias=`
+    (paystream/env.py: the declarations the page is generated from);
   - every name, whatever its prefix, passed first to a call whose callee mentions `env`
     (`os.environ.get`, `os.getenv`, `env.get`, an `_env(...)` helper) or used as a key
     of `os.environ[...]`;
@@ -78,6 +80,8 @@ def names_in_source() -> dict[str, set[str]]:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
             for node in ast.walk(tree):
                 add(_literal_name(node, any_prefix=False), path)
+                if isinstance(node, ast.keyword) and node.arg == "alias":
+                    add(_literal_name(node.value, any_prefix=True), path)
                 if (isinstance(node, ast.Call) and node.args
                         and "env" in ast.unparse(node.func).lower()):
                     add(_literal_name(node.args[0], any_prefix=True), path)

@@ -12,7 +12,6 @@ import pytest
 from paystream import kafka_nodes
 from paystream.chaos.nodes import longest_gap
 from paystream.env import SettingsError
-from paystream.schema import db
 from paystream.stack import kafka, quorum
 from paystream.stack.settings import StackSettings
 
@@ -35,7 +34,7 @@ def test_three_nodes_take_ports_a_step_apart_and_every_client_bootstraps_from_al
     nodes = kafka_nodes.nodes()
     assert [(n.node_id, n.client_port, n.controller_port) for n in nodes] == [
         (1, 9092, 9093), (2, 9102, 9103), (3, 9112, 9113)]
-    assert db.kafka_bootstrap() == "127.0.0.1:9092,127.0.0.1:9102,127.0.0.1:9112"
+    assert kafka_nodes.kafka_bootstrap() == "127.0.0.1:9092,127.0.0.1:9102,127.0.0.1:9112"
     s = StackSettings.from_env()
     assert (s.brokers, s.kafka_heap) == (3, "384m")
     assert kafka.server_properties_text(
@@ -50,7 +49,7 @@ def test_one_node_is_the_stack_it_always_was(state: Path) -> None:
     [node] = s.kafka_nodes
     assert (node.node_id, s.kafka_port, s.controller_port, s.kafka_heap) == (1, 9092, 9093,
                                                                               "512m")
-    assert db.kafka_bootstrap() == "127.0.0.1:9092"
+    assert kafka_nodes.kafka_bootstrap() == "127.0.0.1:9092"
     assert kafka.pid_file(s).name == "kafka.pid" and kafka.data_dir(s, node) == s.kafka_data
     text = kafka.server_properties_text(
         node_id=1, kafka_port=9092, controller_port=9093, voters=[(1, "127.0.0.1:9093")],

@@ -3,7 +3,6 @@ ones are kept."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from paystream.stack.settings import StackSettings
 
 
 def _settings(tmp_path: Path, port: int) -> StackSettings:
-    return dataclasses.replace(StackSettings.from_env(), state_dir=tmp_path, pg_port=port)
+    return StackSettings.from_env().replaced(state_dir=tmp_path, pg_port=port)
 
 
 def _dead_pid() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ PORT_VARS = ("PAYSTREAM_INGEST_ADMIN_PORT", "PAYSTREAM_LEDGER_METRICS_PORT",
 
 @pytest.fixture
 def settings(tmp_path: Path) -> StackSettings:
-    return replace(StackSettings.from_env(), state_dir=tmp_path)
+    return StackSettings.from_env().replaced(state_dir=tmp_path)
 
 
 def _targets(cfg: dict) -> dict[str, list[str]]:

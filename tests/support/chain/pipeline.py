@@ -30,9 +30,10 @@ import httpx
 import psycopg2
 
 from paystream.chaos import alchemy
+from paystream.kafka_nodes import kafka_bootstrap
 from paystream.launch import free_port, paystream_argv
 from paystream.ops import users as admin
-from paystream.schema.db import connect, database_url, kafka_bootstrap, where
+from paystream.schema.db import connect, database_url, where
 from paystream.schema.events import PAYMENTS_TOPIC
 from paystream.stack import anvil, kafka
 from paystream.stack.settings import StackSettings
