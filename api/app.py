@@ -34,7 +34,7 @@ from paystream.api.database import Database
 from paystream.api.metrics import ApiMetrics
 from paystream.api.settings import ApiSettings
 from paystream.edge import handlers
-from paystream.edge.app import EdgeApp, fastapi_app
+from paystream.edge.app import EdgeApp, add_routes, fastapi_app
 from paystream.edge.observe import not_found
 from paystream.edge.probes import probes
 from paystream.edge.serve import frozen
@@ -50,7 +50,7 @@ class ApiApp(EdgeApp):
     """The public port serves /v1 and /healthz, the admin port the rest."""
 
     def __init__(self, api: FastAPI, metrics: ApiMetrics, admin_port: int) -> None:
-        super().__init__(api, admin_port, metrics.observe_answer, service="api",
+        super().__init__(api, admin_port, metrics.answers.observe, service="api",
                          endpoint=_route, endpoint_log_field="route")
 
     def route(self, scope: Scope, on_admin: bool) -> ASGIApp:
@@ -71,9 +71,7 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     app.state.database = db
     app.state.metrics = metrics
     app.state.authenticator = Authenticator(settings.rate_per_second, settings.rate_burst)
-    for routes in ROUTERS:
-        app.include_router(routes.router)
-    app.include_router(probes(
+    add_routes(app, *(routes.router for routes in ROUTERS), probes(
         lambda: db.read(lambda cur: cur.execute("SELECT 1"), one_statement=True),
         metrics.registry, health_model=models.Health, ready_model=models.Health,
         ready_responses=models.ERRORS))

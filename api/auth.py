@@ -13,7 +13,7 @@ api/reads.py). The bearer token itself is read when the route first needs the da
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
@@ -27,9 +27,6 @@ from paystream.schema.db import Cursor
 
 BEARER = "bearer "
 T = TypeVar("T")
-Credentials = Annotated[HTTPAuthorizationCredentials | None,
-                        Depends(HTTPBearer(auto_error=False,
-                                           description="an API key (paystream apikeys)"))]
 
 
 class Authenticator:
@@ -114,13 +111,22 @@ class Access:
         return await self._db.write(lambda cur: work(cur, auth.check(cur, key, scope)))
 
 
-def _access(scope: keys.Scope) -> Callable[..., Awaitable[Access]]:
-    async def access(request: Request, credentials: Credentials) -> Access:
+class KeyAccess(HTTPBearer):
+    """The dependency: the request's Access for `scope`. It is the route's bearer
+    security scheme itself (one dependency per request, as FastAPI's HTTPBearer alone
+    was: a dependency wrapping it cost every request a further ~15 us of CPU)."""
+
+    def __init__(self, scope: keys.Scope) -> None:
+        super().__init__(auto_error=False, scheme_name="HTTPBearer",
+                         description="an API key (paystream apikeys)")
+        self._scope = scope
+
+    async def __call__(self, request: Request) -> Access:  # type: ignore[override]
+        credentials = await super().__call__(request)
         state = request.app.state  # set by api/app.py create_app
-        return Access(credentials, scope, state.authenticator, state.database)
-    return access
+        return Access(credentials, self._scope, state.authenticator, state.database)
 
 
 # What a /v1 route declares to get its database: with a read or a write key.
-Reading = Annotated[Access, Depends(_access(keys.Scope.READ))]
-Writing = Annotated[Access, Depends(_access(keys.Scope.WRITE))]
+Reading = Annotated[Access, Depends(KeyAccess(keys.Scope.READ))]
+Writing = Annotated[Access, Depends(KeyAccess(keys.Scope.WRITE))]

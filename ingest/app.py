@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Scope
 
 from paystream.edge import handlers
-from paystream.edge.app import EdgeApp, fastapi_app
+from paystream.edge.app import EdgeApp, add_routes, fastapi_app
 from paystream.edge.errors import RefusalError
 from paystream.edge.observe import not_found
 from paystream.edge.probes import probes
@@ -47,8 +47,8 @@ class IngestApp(EdgeApp):
 
     def __init__(self, api: FastAPI, webhooks: Webhooks, metrics: IngestMetrics,
                  admin_port: int) -> None:
-        # `api.state` holds the settings, store, writer and metrics.
-        super().__init__(api, admin_port, metrics.observe_answer, service="ingest",
+        # The FastAPI app's state holds the settings, store, writer and metrics.
+        super().__init__(api, admin_port, metrics.answers.observe, service="ingest",
                          endpoint=_endpoint, delivery_id_header="webhook-id")
         self._webhooks = webhooks
 
@@ -88,8 +88,7 @@ def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> 
     app.state.store = store
     app.state.writer = writer
     app.state.metrics = metrics
-    app.include_router(routes_webhooks.router(webhooks))
-    app.include_router(probes(
+    add_routes(app, routes_webhooks.router(webhooks), probes(
         lambda: writer.write(lambda cur: cur.execute("SELECT 1")), metrics.registry,
         health_model=api_schema.HealthAnswer, ready_model=None,
         ready_responses=api_schema.READY_RESPONSES,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from paystream.edge.metrics import AnswerMetrics
+
 # Tuned to the answer budget: milliseconds matter, 5 s is the provider's timeout.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -18,15 +20,10 @@ class IngestMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         # HTTP answers by route template (not raw path: bounded cardinality) and status.
-        self.requests = Counter(
-            "paystream_ingest_requests", "HTTP requests answered",
-            ["endpoint", "status"], registry=self.registry)
-        # Time from the first byte of the request to the answer, per route and class of
-        # answer (2xx, 4xx, 5xx: a fast refusal must not hide a slow acceptance; the
-        # class, not the code, keeps the series few).
-        self.latency = Histogram(
-            "paystream_ingest_request_duration_seconds", "Time to answer a request",
-            ["endpoint", "status_class"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.answers = AnswerMetrics(
+            self.registry, requests="paystream_ingest_requests",
+            latency="paystream_ingest_request_duration_seconds", label="endpoint",
+            buckets=LATENCY_BUCKETS)
         # Payment events by outcome: accepted (new, sent to the outbox), duplicate
         # (identical redelivery), conflict (same id, other content: 409), ignored
         # (a transfer recorded as a notice, never credited).
@@ -52,20 +49,9 @@ class IngestMetrics:
             "paystream_ingest_refusals", "Requests refused, by reason code",
             ["provider", "code"], registry=self.registry)
 
-        # Labelled children by (endpoint, status): labels() costs a lock and a few
-        # allocations per call, paid on every request otherwise. Both are bounded sets.
-        self._answered: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+        # Labelled children by (provider, outcome): labels() costs a lock and a few
+        # allocations per call, paid on every event otherwise. A bounded set.
         self._events_by: dict[tuple[str, str], Counter] = {}
-
-    def observe_answer(self, endpoint: str, status: int, seconds: float) -> None:
-        """One HTTP answer (the request counter and the latency histogram)."""
-        children = self._answered.get((endpoint, status))
-        if children is None:
-            children = (self.requests.labels(endpoint, str(status)),
-                        self.latency.labels(endpoint, f"{status // 100}xx"))
-            self._answered[(endpoint, status)] = children
-        children[0].inc()
-        children[1].observe(seconds)
 
     def count_event(self, provider: str, outcome: str) -> None:
         """One payment event of `provider` with `outcome` (the `events` counter)."""
