@@ -1,2 +1,22 @@
 """The merchant API (docs/api.md): balances, event status and history out; users, deposit
-addresses and withdrawal requests in; authenticated by API keys. docs/api.md."""
+addresses and withdrawal requests in; authenticated by API keys.
+
+  app.py                  the ASGI app: /v1 and /healthz on the public port, the rest
+                          on the admin port (paystream/edge/ kit); create_app
+  routes_balances.py      GET a user's balances, now or at a moment
+  routes_events.py        GET an event's status, outcome and ledger entries
+  routes_transactions.py  GET a user's transfers, by cursor
+  routes_users.py         POST users, POST and GET their deposit addresses
+  routes_withdrawals.py   POST a withdrawal request, GET its state
+  auth.py                 the key check: the `Reading` / `Writing` dependency whose
+                          every transaction opens with it; rate limit per key
+  keys.py                 API keys: made, listed, revoked, found by their hash
+  database.py             the two kinds of transaction a request runs in
+  reads.py                what the routes read, in the request's snapshot
+  withdrawals.py          a withdrawal request's rules and its write, once per
+                          Idempotency-Key
+  models.py               request and answer bodies, path parameters, refusals (OpenAPI)
+  metrics.py              every API metric, declared once
+  settings.py             the API's settings
+  cli.py                  `paystream api` and `paystream apikeys`
+"""

@@ -36,6 +36,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from paystream.edge.errors import error_body
 from paystream.ingest.request_body import BODY_LATE_SCOPE_KEY
 from paystream.ingest.settings import IngestSettings
 
@@ -204,8 +205,7 @@ _PHRASES = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
 
 def _raw_answer(status: int, code: str, reason: str, trace_id: str,
                 extra: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
-    body = orjson.dumps({"status": "error", "code": code, "reason": reason,
-                         "trace_id": trace_id})
+    body = orjson.dumps(error_body(code, reason, trace_id))
     head = [b"HTTP/1.1 %d %s" % (status, _PHRASES[status]),
             b"content-type: application/json",
             b"content-length: %d" % len(body), b"connection: close",
@@ -218,9 +218,9 @@ def _over_capacity(retry_after_s: int) -> Any:
     """The ASGI app of a connection past the cap: 503, Retry-After, close."""
     async def answer(scope: Any, receive: Any, send: Any) -> None:
         trace_id = uuid.uuid4().hex
-        body = orjson.dumps({"status": "error", "code": "too_many_connections",
-                             "reason": "the ingest has too many open connections; retry "
-                                       "later", "trace_id": trace_id})
+        body = orjson.dumps(error_body(
+            "too_many_connections", "the ingest has too many open connections; retry later",
+            trace_id))
         log.warning("request refused: too many connections", trace_id=trace_id)
         await send({"type": "http.response.start", "status": 503, "headers": [
             (b"content-type", b"application/json"),
