@@ -21,7 +21,7 @@ as it judges a webhook's: the scanner only records them.
 
 from __future__ import annotations
 
-import signal
+import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -47,6 +47,7 @@ from paystream.finality.scanner import (
     ours,
     token_transfer,
 )
+from paystream.finality.service import run_threads
 from paystream.finality.watcher import rpc_for
 from paystream.schema.events import PaymentEvent
 
@@ -259,27 +260,11 @@ def scanner_for(settings: ScanSettings, store: ScanStore | None = None) -> Chain
 
 def run(networks: Sequence[ScanSettings], stop: threading.Event | None = None) -> int:
     """A scanner thread per network until SIGTERM/SIGINT (or `stop`)."""
-    stop = stop or threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("scanner_stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-    threads = []
+    loops = []
     for settings in networks:
         log.info("scanner_started", network=settings.network, rpc_url=settings.chain.rpc_url,
                  poll_seconds=settings.poll_seconds, range_blocks=settings.range_blocks,
                  credit_depth=settings.chain.credit_depth)
-        thread = threading.Thread(target=scanner_for(settings).run,
-                                  args=(settings.poll_seconds, stop),
-                                  name=f"scanner-{settings.network}", daemon=True)
-        thread.start()
-        threads.append(thread)
-    while not stop.is_set():
-        stop.wait(1.0)
-    for thread in threads:
-        thread.join(timeout=30)
-    return 0
+        loops.append((f"scanner-{settings.network}",
+                      functools.partial(scanner_for(settings).run, settings.poll_seconds)))
+    return run_threads(loops, "scanner_stopping", stop)

@@ -9,9 +9,10 @@ exporter has 9403).
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -33,16 +34,7 @@ def watcher_for(settings: NetworkSettings, store: ChainDepositStore | None = Non
 
 
 def run(networks: Sequence[NetworkSettings], stop: threading.Event | None = None) -> int:
-    stop = stop or threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("finality_stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-    threads = []
+    loops: list[tuple[str, Loop]] = []
     for settings in networks:
         watcher = watcher_for(settings)
         log.info("finality_watcher_started", network=settings.network,
@@ -50,10 +42,31 @@ def run(networks: Sequence[NetworkSettings], stop: threading.Event | None = None
                  confirmations=settings.confirmations,
                  reorg_grace_blocks=settings.reorg_grace_blocks,
                  credit_depth=settings.credit_depth)
-        thread = threading.Thread(target=watcher.run, args=(settings.tick_seconds, stop),
-                                  name=f"finality-{settings.network}", daemon=True)
+        loops.append((f"finality-{settings.network}",
+                      functools.partial(watcher.run, settings.tick_seconds)))
+    return run_threads(loops, "finality_stopping", stop)
+
+
+Loop = Callable[[threading.Event], None]
+
+
+def run_threads(loops: Sequence[tuple[str, Loop]], stopping: str,
+                stop: threading.Event | None = None) -> int:
+    """Each (thread name, loop) on a thread of its own until SIGTERM/SIGINT (logged as
+    `stopping`) or `stop`; every loop returns once `stop` is set."""
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info(stopping, signal=signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    threads = [threading.Thread(target=loop, args=(stop,), name=name, daemon=True)
+               for name, loop in loops]
+    for thread in threads:
         thread.start()
-        threads.append(thread)
     while not stop.is_set():
         stop.wait(1.0)
     for thread in threads:
