@@ -21,13 +21,10 @@ from typing import Any, Self
 from paystream.ingest.errors import ConflictingDuplicateError, IngestError
 from paystream.ingest.notices import Notice, NoticeKind, notice_id
 from paystream.ingest.refusals import Refusal
-from paystream.schema.chain import scanned_same_transfer
+from paystream.schema.chain import BLOCK_FIELDS, scanned_same_transfer
 from paystream.schema.db import Cursor
 from paystream.schema.events import PaymentEvent
 from paystream.schema.outbox import WriteOutcome, write_event
-
-# Block coordinates may change when a reorg re-mines a transfer; nothing else may.
-BLOCK_FIELDS = ("block_number", "block_hash", "removed")
 
 
 @dataclass
@@ -142,7 +139,8 @@ def _reorg_notice(cur: Cursor, event: PaymentEvent) -> Notice | None:
     if row is None:
         return None
     stored, new = row[0], event.to_wire()
-    if _without_block(stored) != _without_block(new):
+    if (_without_block(stored) != _without_block(new)
+            and not scanned_same_transfer(stored, new, any_block=True)):
         return None
     detail = {"previous_chain": stored.get("chain"), "chain": new.get("chain")}
     return Notice(notice_id=notice_id(event.provider, NoticeKind.REORG,

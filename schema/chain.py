@@ -26,6 +26,9 @@ SCANNER_PROVIDER = "scanner"
 # "erc20", carries a block hash only on token logs, knows decimals from its metadata):
 # never part of what makes two reports the same transfer.
 DESCRIPTIVE_FIELDS = frozenset({"category", "decimals", "sender", "block_hash"})
+# Where a transfer is: a reorg may re-mine it elsewhere under the same event id, so
+# these may change between two reports of one transfer; nothing else may.
+BLOCK_FIELDS = frozenset({"block_number", "block_hash", "removed"})
 
 
 def deposit_event_id(network: str, tx_hash: str, *, log_index: int | None = None,
@@ -50,12 +53,17 @@ def deposit_asset(network: str, token_contract: str | None) -> str:
     return f"{network}:{token_contract or 'native'}"
 
 
-def scanned_same_transfer(stored: Mapping[str, Any], reported: Mapping[str, Any]) -> bool:
+def scanned_same_transfer(stored: Mapping[str, Any], reported: Mapping[str, Any], *,
+                          any_block: bool = False) -> bool:
     """Whether `stored` (a payment event's wire form) is the chain scanner's record of the
     very transfer `reported` (a provider's deposit event with the same event id) reports:
     the same user, asset, amount and on-chain facts in the same block, told apart only by
     the provider and its own wording (DESCRIPTIVE_FIELDS). The ingest then answers the
     provider's report as a duplicate: one transfer, one event, one credit.
+
+    `any_block`: the same transfer, in whatever block (a reorg re-mined it): the ingest
+    keeps the scanner's event and records a reorg notice, as between two reports of one
+    provider.
     """
     if stored.get("provider") != SCANNER_PROVIDER:
         return False
@@ -63,18 +71,19 @@ def scanned_same_transfer(stored: Mapping[str, Any], reported: Mapping[str, Any]
     if not isinstance(stored_chain, Mapping) or not isinstance(reported_chain, Mapping):
         return False
     hashes = (stored_chain.get("block_hash"), reported_chain.get("block_hash"))
-    if None not in hashes and hashes[0] != hashes[1]:
+    if not any_block and None not in hashes and hashes[0] != hashes[1]:
         return False
+    ignored = DESCRIPTIVE_FIELDS | (BLOCK_FIELDS if any_block else frozenset())
     return (_facts(stored) == _facts(reported)
-            and _chain_facts(stored_chain) == _chain_facts(reported_chain))
+            and _chain_facts(stored_chain, ignored) == _chain_facts(reported_chain, ignored))
 
 
 def _facts(wire: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in wire.items() if k not in ("provider", "chain")}
 
 
-def _chain_facts(chain: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in chain.items() if k not in DESCRIPTIVE_FIELDS}
+def _chain_facts(chain: Mapping[str, Any], ignored: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in chain.items() if k not in ignored}
 
 
 class DepositKind(StrEnum):

@@ -128,6 +128,22 @@ def test_a_webhook_after_the_scan_is_a_duplicate(pipe: Pipeline, chain: Chain,
     assert set(_providers(pipe, user).values()) == {"scanner"}
 
 
+def test_a_webhook_placing_a_scanned_transfer_in_another_block_is_a_reorg_notice(
+        pipe: Pipeline, chain: Chain) -> None:
+    user, address = pipe.new_user()
+    tx = chain.send_native(address, 10**17)
+    block = int(chain.receipt(tx)["blockNumber"], 16)
+    chain.finalize(block)
+    wait_for("the scanner's deposit", lambda: len(_providers(pipe, user)) == 1)
+    moved = [dict(a, blockNum=hex(block + 1)) for a in activities(chain, [tx], {address})]
+    answer = pipe.post(moved)  # 200, not a conflict: the provider's word on a reorg
+    assert answer["events"] == [], answer
+    notices = pipe.query("SELECT reason FROM ingest_notices WHERE event_id = %s AND"
+                         " kind = 'reorg'", (next(iter(_providers(pipe, user))),))
+    assert notices == [("block_changed",)]
+    assert set(_providers(pipe, user).values()) == {"scanner"}
+
+
 def test_a_webhook_before_the_scan_stays_the_one_event(pipe: Pipeline, chain: Chain,
                                                        token: Token) -> None:
     user, address = pipe.new_user()

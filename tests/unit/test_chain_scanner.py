@@ -119,10 +119,13 @@ def test_another_transfer_under_the_same_id_is_no_duplicate() -> None:
     same = _alchemy_event(alchemy.token_activities(
         {"logs": [log]}, watched={ADDRESS}, tokens={TOKEN: ("PUSD", 6)})[0])
     assert not scanned_same_transfer(same.to_wire(), scanned.to_wire())
-    # A different block hash is a different block: not the same report.
+    # A different block hash is a different block: not the same report...
     other_block = {**scanned.to_wire(),
                    "chain": {**(scanned.chain or {}), "block_hash": "0x" + "ee" * 32}}
     assert not scanned_same_transfer(other_block, same.to_wire())
+    # ... but the same transfer re-mined: the ingest records a reorg notice for it.
+    assert scanned_same_transfer(other_block, same.to_wire(), any_block=True)
+    assert not scanned_same_transfer(other_block, webhook.to_wire(), any_block=True)
 
 
 # --- decoding ---------------------------------------------------------------------------
