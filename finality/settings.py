@@ -85,7 +85,7 @@ class FinalitySettings(EnvSettings):
                                description="seconds per RPC call; must stay below 10 ticks")
     breaker: Breaker = Field(
         BreakerPolicy(5, 30.0, 10.0), alias="PAYSTREAM_FINALITY_BREAKER",
-        json_schema_extra={"shown": "`5/30/10`"},
+        json_schema_extra={"shown": "`5/30/10`", "type": "N/window/cooldown"},
         description="circuit breaker: failures / window seconds / cool-down seconds")
     batch_limit: int = Field(10_000, alias="PAYSTREAM_FINALITY_BATCH_LIMIT", ge=1,
                              description="pending deposits judged per tick")

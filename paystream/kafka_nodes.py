@@ -73,6 +73,9 @@ class KafkaSettings(EnvSettings):
         10, alias="PAYSTREAM_KAFKA_PORT_STEP", ge=1,
         description="node n listens on the two ports above + (n − 1) × this (9092/9093, "
                     "9102/9103, 9112/9113); client and controller ports must not collide")
+    partitions: int = Field(12, alias="PAYSTREAM_TOPIC_PARTITIONS", ge=1,
+                            description="partitions of the paystream topics; set it before "
+                                        "the first `up`")
 
     def broker_count(self) -> int:
         """PAYSTREAM_KAFKA_BROKERS (or --brokers), else what the state dir's stack was

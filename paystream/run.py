@@ -21,8 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import Field
+
+from paystream.api.settings import ApiSettings
 from paystream.credentials import write_private
-from paystream.env import env_int
+from paystream.env import EnvSettings, read_one
 from paystream.launch import paystream_argv
 from paystream.stack.settings import StackSettings
 from paystream.stack.targets import metrics_targets, port_of
@@ -35,6 +38,15 @@ RESTART_DELAY_S = 2.0
 # (consumers/stops.py), so restarts cannot loop it into the same batch.
 QUICK_EXIT_S = 60.0
 RESTART_DELAY_MAX_S = 60.0
+
+
+class RunSettings(EnvSettings):
+    """Read by `paystream run`, which starts the ingest on this port."""
+
+    doc_section = "Ingest"
+
+    ingest_port: int = Field(8000, alias="PORT", ge=1, description=(
+        "the ingest port `paystream run` uses (the default of `--ingest-port`)"))
 
 
 @dataclass
@@ -130,7 +142,10 @@ def dev_secrets(state_dir: Path) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     settings = StackSettings.from_env()
     env = {**os.environ, **settings.service_env(), **dev_secrets(settings.state_dir)}
-    todo = services(args.ingest_port, args.api_port)
+    ingest_port = (read_one(RunSettings, "ingest_port") if args.ingest_port is None
+                   else args.ingest_port)
+    api_port = read_one(ApiSettings, "port") if args.api_port is None else args.api_port
+    todo = services(ingest_port, api_port)
     if not todo:
         print("no paystream services are installed yet; the stack is up:")
         return subprocess.call(paystream_argv("stack", "status"), env=env)
@@ -176,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run ingest and the consumers on the local stack")
-    p.add_argument("--ingest-port", type=int, default=env_int("PORT", 8000))
-    p.add_argument("--api-port", type=int, default=env_int("PAYSTREAM_API_PORT", 8100))
+    # Defaults from PORT and PAYSTREAM_API_PORT, read when the command runs.
+    p.add_argument("--ingest-port", type=int, default=None)
+    p.add_argument("--api-port", type=int, default=None)
     p.set_defaults(func=run)

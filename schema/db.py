@@ -120,9 +120,9 @@ class DatabaseSettings(EnvSettings):
     the DSN's `passfile=`. `paystream stack up` generates every password once (secrets
     `db-owner`, `db-ingest`, `db-ledger`, `db-mirror`, `db-finality`, `db-ops`, `db-cdc`,
     `db-api`, `db-notifier`; never a default) and sets them on each run. For a Postgres run
-    elsewhere, give each process its role's DSN (least privilege) with the
-    `PAYSTREAM_<ROLE>_DATABASE_URL` variables below; a DSN may carry its password, but no
-    paystream output prints one (messages show `user@host:port/db`).
+    elsewhere, give each process its role's DSN (least privilege) with the role's own
+    variable below; a DSN may carry its password, but no paystream output prints one
+    (messages show `user@host:port/db`).
 
     Kafka Connect's Debezium connector logs in as `paystream_cdc` (REPLICATION; SELECT on
     the outbox; writes only its heartbeat row), from `PAYSTREAM_PG_USER` /

@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 from paystream import credentials, kafka_nodes, kafka_security
 from paystream.connectors import endpoint
-from paystream.env import env_int
+from paystream.kafka_nodes import KafkaSettings
 from paystream.schema import db
 from paystream.stack import connect, kafka, postgres
 
@@ -259,7 +259,7 @@ def service_files(brokers: int | None = None) -> dict[str, dict[str, str]]:
             files[endpoint.REST_SECRET] = _secret(endpoint.REST_SECRET) + "\n"
         out[service.name] = files
     admin_password = _secret(kafka_security.secret_name(kafka_security.ADMIN))
-    partitions = env_int("PAYSTREAM_TOPIC_PARTITIONS", 12)
+    partitions = KafkaSettings.from_env().partitions
     for node_id, name in enumerate(kafka_services(brokers), 1):
         out[name] = {
             "server.properties": broker_properties(

@@ -14,10 +14,9 @@ It runs as the `postgres` OS user (PgBouncer refuses root), its configuration, u
 list (the roles' passwords, 0600), pid and log under <state_dir>/pgbouncer/, owned by
 that user. Bound to 127.0.0.1.
 
-Settings are this component's own variables:
-  PAYSTREAM_PGBOUNCER          1: `stack up` starts it (as --pgbouncer does)
-  PAYSTREAM_PGBOUNCER_PORT     6432 (schema.db.pgbouncer_port, the one reader)
-  PAYSTREAM_PGBOUNCER_POOL_SIZE  20 server connections per role
+Its variables are PgBouncerConfig's fields; its port (PAYSTREAM_PGBOUNCER_PORT) is
+declared with the other database addresses (schema.db.DatabaseSettings), since every
+process that goes through it reads it.
 """
 
 from __future__ import annotations
@@ -26,13 +25,14 @@ import os
 import pwd
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import psycopg2
+from pydantic import Field
 
 from paystream import credentials
-from paystream.env import env_int, env_str
+from paystream.env import EnvSettings, OptIn
 from paystream.schema import db
 from paystream.stack import ports
 from paystream.stack.packages import install_package
@@ -49,20 +49,26 @@ POOLED_ROLES: tuple[db.DbRole, ...] = tuple(
 STATS_ROLE: db.DbRole = "ops"
 
 
-@dataclass(frozen=True)
-class PgBouncerConfig:
-    enabled: bool = False
+class PgBouncerConfig(EnvSettings):
+    """Read by `paystream stack …`, which runs PgBouncer when asked, and by every
+    paystream process that connects to Postgres ([operations](operations.md#pgbouncer));
+    its port and `PAYSTREAM_DB_VIA_PGBOUNCER` are under Postgres above."""
+
+    doc_section = "PgBouncer"
+
+    enabled: OptIn = Field(False, alias="PAYSTREAM_PGBOUNCER", description=(
+        "`1`: `paystream stack up` starts PgBouncer (as `--pgbouncer` does); `make test` "
+        "sets it"))
+    # Not a variable of its own: DatabaseSettings' PAYSTREAM_PGBOUNCER_PORT (from_env).
     port: int = 6432
-    pool_size: int = 20
+    # The cluster's max_connections is 200 (stack/postgres.py).
+    pool_size: int = Field(20, alias="PAYSTREAM_PGBOUNCER_POOL_SIZE", ge=1, le=180,
+                           description="server connections per role (Postgres allows 200)")
 
     @classmethod
-    def from_env(cls) -> PgBouncerConfig:
-        size = env_int("PAYSTREAM_PGBOUNCER_POOL_SIZE", 20)
-        if not 1 <= size <= 180:  # the cluster's max_connections is 200 (stack/postgres.py)
-            raise StackError(COMPONENT, "PAYSTREAM_PGBOUNCER_POOL_SIZE must be between 1 "
-                             f"and 180, got {size}")
-        return cls(enabled=env_str("PAYSTREAM_PGBOUNCER", "0") == "1",
-                   port=db.pgbouncer_port(), pool_size=size)
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, object] | None = None) -> Self:
+        return super().from_env(env, {"port": db.pgbouncer_port(env), **(overrides or {})})
 
 
 def home(s: StackSettings) -> Path:

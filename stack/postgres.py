@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import psycopg2
+from pydantic import Field
 
 from paystream import credentials
-from paystream.env import env_str
+from paystream.env import EnvSettings
 from paystream.schema import db
 from paystream.stack import huge_pages, ports
 from paystream.stack.packages import postgres_bin_dir
@@ -337,11 +338,26 @@ def read_role_passwords() -> dict[db.DbRole, str]:
     return {role: credentials.read_secret(db.secret_name(role)) for role in db.ROLE_NAMES}
 
 
+class SuperuserSettings(EnvSettings):
+    """Read by `paystream stack setup` only (docker-compose's setup job); given to no
+    other process."""
+
+    doc_section = "Postgres"
+
+    url: str | None = Field(
+        None, alias="PAYSTREAM_SUPERUSER_DATABASE_URL", repr=False,
+        json_schema_extra={"shown": "unset: the step is skipped"},
+        description="a superuser's DSN (docker-compose: `postgres`, its password "
+                    "`POSTGRES_PASSWORD` from your `.env`): `stack setup` creates the roles "
+                    "(passwords from the secrets dir, as SCRAM verifiers), the database "
+                    "owned by `paystream` and the replication slot over it, with the same "
+                    "statements `stack up` runs through psql")
+
+
 def superuser_url() -> str | None:
-    """PAYSTREAM_SUPERUSER_DATABASE_URL: a superuser's DSN for `stack setup` (docker-
-    compose's setup job) to create the roles, the database and the slot with; read by
-    `stack setup` only, and given to no other process."""
-    return env_str("PAYSTREAM_SUPERUSER_DATABASE_URL", None)
+    """A superuser's DSN for `stack setup` to create the roles, the database and the
+    slot with, if one is given."""
+    return SuperuserSettings.from_env().url
 
 
 def superuser_reachable(superuser_dsn: str) -> bool:

@@ -8,10 +8,7 @@ files dropped into <state_dir>/prometheus/rules.d/ are loaded too, after a reloa
 (`reload`, SIGHUP); the alert tests put a time-compressed copy of the shipped rules
 there (tests/support/prometheus.py), and never touch ops/prometheus/alerts.yml.
 
-Settings are this component's own variables:
-  PAYSTREAM_PROMETHEUS                    1: `stack up` starts it (as --prometheus does)
-  PAYSTREAM_PROMETHEUS_PORT               9090
-  PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S  15 (also the rules' evaluation interval)
+Its variables are PrometheusConfig's fields.
 """
 
 from __future__ import annotations
@@ -20,13 +17,13 @@ import json
 import os
 import shutil
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import Field
 
-from paystream.env import env_float, env_int, env_str
+from paystream.env import EnvSettings, OptIn
 from paystream.stack import ports
 from paystream.stack.process import (
     StackError,
@@ -46,21 +43,23 @@ SHIPPED_RULES = Path(__file__).resolve().parents[1] / "ops" / "prometheus" / "al
 RETENTION = "3d"
 
 
-@dataclass(frozen=True)
-class PrometheusConfig:
-    enabled: bool = False
-    port: int = 9090
-    scrape_interval_s: float = 15.0
+class PrometheusConfig(EnvSettings):
+    """Read by `paystream stack …`, which runs Prometheus when asked, and by `paystream
+    run`, which starts each process on the port Prometheus scrapes
+    ([operations](operations.md#prometheus)). The ingest's and the merchant API's admin
+    ports (`PAYSTREAM_INGEST_ADMIN_PORT`, `PAYSTREAM_API_ADMIN_PORT`, below) are their
+    scrape targets."""
 
-    @classmethod
-    def from_env(cls) -> PrometheusConfig:
-        interval = env_float("PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S", 15.0)
-        if not 0.5 <= interval <= 300:
-            raise StackError(COMPONENT, "PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S must be "
-                             f"between 0.5 and 300, got {interval:g}")
-        return cls(enabled=env_str("PAYSTREAM_PROMETHEUS", "0") == "1",
-                   port=env_int("PAYSTREAM_PROMETHEUS_PORT", 9090),
-                   scrape_interval_s=interval)
+    doc_section = "Prometheus and the metrics ports"
+
+    enabled: OptIn = Field(False, alias="PAYSTREAM_PROMETHEUS", description=(
+        "`1`: `paystream stack up` starts Prometheus (as `--prometheus` does); `make run` "
+        "and `make test` set it"))
+    port: int = Field(9090, alias="PAYSTREAM_PROMETHEUS_PORT", ge=1,
+                      description="its HTTP port (UI and API), on 127.0.0.1")
+    scrape_interval_s: float = Field(
+        15.0, alias="PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S", ge=0.5, le=300,
+        description="scrape and rule evaluation interval; the test stack uses 1")
 
     @property
     def url(self) -> str:

@@ -29,9 +29,8 @@ def _kafka_heap(fields: dict[str, Any]) -> str:
 
 class StackSettings(EnvSettings):
     """Read by `paystream stack …` ([operations](operations.md#the-local-stack)): the
-    JVM heaps and the topics' partitions. The stack's addresses and folders come from
-    the declarations they share with every process (state folder, Postgres, Kafka,
-    Connect)."""
+    JVM heaps. The stack's addresses, folders and topics come from the declarations they
+    share with every process (state folder, Postgres, Kafka, Connect)."""
 
     doc_section = "Local stack"
 
@@ -43,6 +42,7 @@ class StackSettings(EnvSettings):
     pg_db: str
     kafka_nodes: tuple[KafkaNode, ...]
     kafka_bootstrap: str
+    partitions: int
     connect_port: int
     connector_name: str
     connect_url: str
@@ -52,9 +52,6 @@ class StackSettings(EnvSettings):
                             description="each Kafka node's JVM heap")
     connect_heap: str = Field("768m", alias="PAYSTREAM_CONNECT_HEAP",
                               description="Connect's JVM heap")
-    partitions: int = Field(12, alias="PAYSTREAM_TOPIC_PARTITIONS", ge=1,
-                            description="partitions of the paystream topics; set it before "
-                                        "the first `up`")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,
@@ -69,6 +66,7 @@ class StackSettings(EnvSettings):
             "state_dir": credentials.state_dir(),
             "pg_host": pg.host, "pg_port": pg.port, "pg_db": pg.db,
             "kafka_nodes": nodes, "kafka_bootstrap": kafka.bootstrap_servers(len(nodes)),
+            "partitions": kafka.partitions,
             "connect_port": connect.port, "connector_name": connect.connector_name,
             "connect_url": connect.url or f"http://127.0.0.1:{connect.port}",
             **(overrides or {})})

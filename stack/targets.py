@@ -7,7 +7,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paystream.env import env_int, env_str
+from pydantic import Field
+
+from paystream.api.settings import ApiSettings
+from paystream.env import EnvSettings, read_one
+from paystream.ingest.settings import IngestSettings
+
+
+class MetricsPortSettings(EnvSettings):
+    """Where `paystream run` starts each process's `/metrics` and the stack's Prometheus
+    scrapes it."""
+
+    doc_section = "Prometheus and the metrics ports"
+
+    ledger: int = Field(9401, alias="PAYSTREAM_LEDGER_METRICS_PORT", ge=1,
+                        description="the ledger consumer's `/metrics` under `paystream run`")
+    dlq_mirror: int = Field(9402, alias="PAYSTREAM_DLQ_MIRROR_METRICS_PORT", ge=1,
+                            description="the DLQ mirror's")
+    health: int = Field(9403, alias="PAYSTREAM_HEALTH_METRICS_PORT", ge=1,
+                        description="the health exporter's")
+    finality: int = Field(9404, alias="PAYSTREAM_FINALITY_METRICS_PORT", ge=1,
+                          description="the finality watcher's")
+    notifier: int = Field(9405, alias="PAYSTREAM_NOTIFIER_METRICS_PORT", ge=1,
+                          description="the notifier's (its consumer and its sender)")
+    scanner: int = Field(9406, alias="PAYSTREAM_SCANNER_METRICS_PORT", ge=1,
+                         description="the chain scanner's")
 
 
 @dataclass(frozen=True)
@@ -25,17 +49,17 @@ def metrics_targets() -> tuple[Target, ...]:
     """The ingest's admin listener, the consumer groups (ledger, DLQ mirror, notifier),
     the health exporter, the finality watcher, the merchant API's admin listener and the
     chain scanner."""
+    ports = MetricsPortSettings.from_env()
     return (
-        Target("ingest", env_int("PAYSTREAM_INGEST_ADMIN_PORT", 8001),
-               env_str("PAYSTREAM_INGEST_ADMIN_HOST", "127.0.0.1")),
-        Target("ledger", env_int("PAYSTREAM_LEDGER_METRICS_PORT", 9401)),
-        Target("dlq-mirror", env_int("PAYSTREAM_DLQ_MIRROR_METRICS_PORT", 9402)),
-        Target("health", env_int("PAYSTREAM_HEALTH_METRICS_PORT", 9403)),
-        Target("finality", env_int("PAYSTREAM_FINALITY_METRICS_PORT", 9404)),
-        Target("api", env_int("PAYSTREAM_API_ADMIN_PORT", 8101),
-               env_str("PAYSTREAM_API_ADMIN_HOST", "127.0.0.1")),
-        Target("notifier", env_int("PAYSTREAM_NOTIFIER_METRICS_PORT", 9405)),
-        Target("scanner", env_int("PAYSTREAM_SCANNER_METRICS_PORT", 9406)),
+        Target("ingest", read_one(IngestSettings, "admin_port"),
+               read_one(IngestSettings, "admin_host")),
+        Target("ledger", ports.ledger),
+        Target("dlq-mirror", ports.dlq_mirror),
+        Target("health", ports.health),
+        Target("finality", ports.finality),
+        Target("api", read_one(ApiSettings, "admin_port"), read_one(ApiSettings, "admin_host")),
+        Target("notifier", ports.notifier),
+        Target("scanner", ports.scanner),
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from paystream import run
+from paystream.env import SettingsError
 from paystream.stack import prometheus
 from paystream.stack.settings import StackSettings
 from paystream.stack.targets import metrics_targets
@@ -79,5 +80,6 @@ def test_promtool_accepts_the_generated_configuration(settings: StackSettings) -
 
 def test_a_scrape_interval_out_of_range_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S", "0.1")
-    with pytest.raises(prometheus.StackError, match="SCRAPE_INTERVAL"):
+    with pytest.raises(SettingsError,
+                       match=r"SCRAPE_INTERVAL_S must be at least 0\.5, got '0\.1'"):
         prometheus.PrometheusConfig.from_env()
