@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from paystream.consumers.settings import ConfigError, ConsumerSettings
+from paystream.env import default_text, variable_name
+from paystream.finality.settings import FinalitySettings
 from paystream.operator_cli import EXIT_CANNOT_RUN
 from paystream.schema.events import NOTIFICATIONS_TOPIC, PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
@@ -71,7 +73,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          help="extra librdkafka property (auto-commit settings are refused)")
     consume.add_argument("--network", action="append",
                          help="finality and scanner: network to watch (repeatable; default "
-                              "PAYSTREAM_FINALITY_NETWORKS, else ETH_MAINNET)")
+                              f"{variable_name(FinalitySettings, 'networks')}, else "
+                              f"{default_text(FinalitySettings, 'networks')})")
     consume.set_defaults(func=_consume)
 
 
