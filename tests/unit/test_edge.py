@@ -6,6 +6,7 @@ a request that reached Postgres would answer 503."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -151,7 +152,10 @@ def test_the_admin_port_may_not_be_the_public_port() -> None:
               admin_port_variable="PAYSTREAM_API_ADMIN_PORT")
 
 
-def test_access_reads_the_key_only_when_the_route_needs_it() -> None:
+def test_access_without_a_bearer_token_refuses_before_touching_the_database() -> None:
+    # No authenticator and no database: a 401 must come before either is used.
     access = Access(None, None, None, None)  # type: ignore[arg-type]
     with pytest.raises(UnauthorizedError, match="API key is required"):
         access.key()
+    with pytest.raises(UnauthorizedError, match="API key is required"):
+        asyncio.run(access.read(lambda cur: None))
