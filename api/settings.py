@@ -3,26 +3,24 @@ environment (`paystream api` exits 2 with the reason on a bad value)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Self
+from typing import ClassVar, Self
 
 from pydantic import Field, model_validator
 
-from paystream.env import EnvSettings, SettingsError, Words
-from paystream.schema.db import database_url
+from paystream.env import SettingsError, Words
+from paystream.schema.db import DbRole, RoleSettings
 from paystream.schema.events import ASSET_PATTERN
 
 # Every list the API answers is bounded by this (limit <= 500, docs/api.md).
 MAX_LIMIT = 500
 
 
-class ApiSettings(EnvSettings):
+class ApiSettings(RoleSettings):
     """Read by `paystream api` ([api](api.md)). Limits are per worker process."""
 
     doc_section = "Merchant API"
+    db_role: ClassVar[DbRole] = "api"
 
-    # Not a variable of its own: built from the role's DSN variables (schema/db.py).
-    database_url: str = ""
     port: int = Field(8100, alias="PAYSTREAM_API_PORT", ge=1, description=(
         "the public port (`/v1/*`, `/healthz`): the default of `paystream api --port` and "
         "`paystream run --api-port`"))
@@ -75,9 +73,3 @@ class ApiSettings(EnvSettings):
                 raise SettingsError(f"PAYSTREAM_API_WITHDRAWAL_ASSETS: {asset!r} is not an"
                                     " asset code")
         return self
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, object] | None = None) -> Self:
-        return super().from_env(env, {"database_url": database_url("api", env),
-                                      **(overrides or {})})

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
-from typing import Annotated, Self
+from typing import Annotated, ClassVar, Self
 
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import NoDecode
 
 # SettingsError: a configuration the ingest must not run with (`paystream ingest` exits 2).
-from paystream.env import EnvSettings, SettingsError, Words, words
-from paystream.schema.db import database_url
+from paystream.env import SettingsError, Words, words
+from paystream.schema.db import DbRole, RoleSettings
 from paystream.schema.events import ASSET_PATTERN
 
 MIN_SECRET_BYTES = 32
@@ -47,13 +46,14 @@ Keys = Annotated[tuple[bytes, ...], NoDecode, BeforeValidator(_keys)]
 StandardSecrets = Annotated[tuple[bytes, ...], NoDecode, BeforeValidator(_secrets)]
 
 
-class IngestSettings(EnvSettings):
+class IngestSettings(RoleSettings):
     """Read by `paystream ingest` ([ingest](ingest.md)). Limits are per worker process.
     Webhook secrets the ingest refuses (missing, too short, not base64) stop it at start
     with exit code 2 and the reason. `make run` generates development secrets once into
     `.stack/dev-secrets.env` unless they are set in the environment."""
 
     doc_section = "Ingest"
+    db_role: ClassVar[DbRole] = "ingest"
 
     # HMAC keys, several during a rotation (any one of them may have signed a request).
     alchemy_signing_keys: Keys = Field(
@@ -76,8 +76,6 @@ class IngestSettings(EnvSettings):
         ("USD",), alias="PAYMENTS_ASSETS",
         description="the only assets the gateway may credit, comma-separated; any other is "
                     "a 400 `unsupported_asset`; a chain asset (`NETWORK:…`) refuses to start")
-    # Not a variable of its own: built from the role's DSN variables (schema/db.py).
-    database_url: str = ""
     max_body_bytes: int = Field(1024 * 1024, alias="PAYSTREAM_INGEST_MAX_BODY_BYTES",
                                 ge=1024, description="body size limit (413 above it)")
     # Token bucket per (provider, source address): sustained rate and burst size.
@@ -181,9 +179,3 @@ class IngestSettings(EnvSettings):
             raise SettingsError(f"PAYMENTS_DEFAULT_ASSET {self.payments_default_asset!r} is "
                                 f"not in PAYMENTS_ASSETS {','.join(self.payments_assets)}")
         return self
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, object] | None = None) -> Self:
-        return super().from_env(env, {"database_url": database_url("ingest", env),
-                                      **(overrides or {})})

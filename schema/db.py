@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 from urllib.parse import quote
 
 import psycopg2
@@ -189,6 +189,20 @@ class DatabaseSettings(EnvSettings):
         """`role`'s explicit DSN, else the one for every role, else None."""
         own: str | None = getattr(self, f"{role}_url", None)
         return own or self.database_url
+
+
+class RoleSettings(EnvSettings):
+    """The settings of a process that connects as one role (`db_role`): `database_url` is
+    that role's DSN, built by from_env from DatabaseSettings (not a variable itself)."""
+
+    db_role: ClassVar[DbRole]
+    database_url: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, object] | None = None) -> Self:
+        return super().from_env(env, {"database_url": database_url(cls.db_role, env),
+                                      **(overrides or {})})
 
 
 @dataclass(frozen=True)
