@@ -175,6 +175,57 @@ def test_two_scanners_of_one_network_credit_once(pipe: Pipeline, chain: Chain,
     assert second.returncode == 0
 
 
+def test_a_scanner_killed_mid_pass_neither_skips_nor_repeats_a_deposit(
+        pipe: Pipeline, chain: Chain, token: Token) -> None:
+    user, address = pipe.new_user()
+    chain.set_automine(False)  # the twelve in one block, not final before the hold below
+    try:
+        txs = [token.transfer(address, 1_000_000 + i) for i in range(12)]
+        chain.mine(1)
+    finally:
+        chain.set_automine(True)
+    logs = [log for tx in txs for log in chain.receipt(tx)["logs"]]
+    assert len(logs) == 12
+    # Another transaction holds the 7th deposit's event id, uncommitted: the scanner's
+    # pass writes the first six, then waits on that row. Killed there, its pass is lost.
+    held = logs[6]
+    event_id = (f"{pipe.network}:{held['transactionHash']}:log:"
+                f"{int(held['logIndex'], 16)}")
+    blocker = connect(database_url("owner"))
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+                        " asset, amount, content_hash, trace_id, payload) VALUES (%s, 'test',"
+                        " 'deposit', %s, 'X', 1, 'x', 'x', '{}')", (event_id, user))
+        chain.finalize(int(held["blockNumber"], 16))
+
+        def scanner_waiting() -> bool:
+            return bool(pipe.query(
+                "SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (blocker.get_backend_pid(),)))
+        wait_for("the scanner waiting on the held deposit", scanner_waiting, timeout=30)
+        assert len(_providers(pipe, user)) == 0  # nothing of the pass is visible
+        pipe.processes["scanner"].kill()
+        pipe.processes["scanner"].wait(timeout=10)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    pipe.start("scanner", ["consume", "scanner", "--network", pipe.network,
+                           "--metrics-port", "0"], _scanner_env(chain))
+    # Counted from the chain: every Transfer log to the address, credited once each.
+    _credited_once_each(pipe, user, len(logs))
+    expected = sum(int(log["data"], 16) for log in logs)
+    assert pipe.balances(user) == {f"{pipe.network}:{token.address}": (
+        Decimal(expected) / 10**6, 0)}
+    assert set(_providers(pipe, user).values()) == {"scanner"}
+
+
+def _credited_once_each(pipe: Pipeline, user: str, count: int) -> None:
+    pipe.wait_states(user, lambda s: len(s) == count and set(s.values()) == {"final"})
+    wait_for("every credit", lambda: _credits(pipe, user) == count)
+    assert _dead_letters(pipe, list(pipe.states(user))) == 0
+
+
 def test_a_pass_finds_the_cursor_locked_by_another_scanner(pipe: Pipeline) -> None:
     holder, other = ScanStore(), ScanStore()
     try:
