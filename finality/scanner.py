@@ -159,14 +159,21 @@ def decimals_answer(result: str | None) -> int | None:
     return value if value <= 255 else None
 
 
+# Answered ranges in a row before a halved range is doubled again: a node that refuses
+# a size keeps refusing it, and each refusal costs a call and counts against the breaker.
+GROW_AFTER = 16
+
+
 @dataclass
 class RangeSizer:
     """How many blocks one eth_getLogs call covers: at most `limit`, halved when the node
-    refuses a range (too many results, or a range cap), doubled back after a range it
-    answered. One call's answer stays bounded by what the node accepts."""
+    refuses a range (too many results, or a range cap), doubled back after GROW_AFTER
+    ranges it answered in a row. One call's answer stays bounded by what the node
+    accepts."""
 
     limit: int
     size: int = 0
+    answered_in_a_row: int = 0
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -181,13 +188,17 @@ class RangeSizer:
 
     def refused(self) -> bool:
         """The node refused the last range: halve it. False when it was one block."""
+        self.answered_in_a_row = 0
         if self.size == 1:
             return False
         self.size = max(1, self.size // 2)
         return True
 
     def answered(self) -> None:
-        self.size = min(self.limit, self.size * 2)
+        self.answered_in_a_row += 1
+        if self.size < self.limit and self.answered_in_a_row >= GROW_AFTER:
+            self.size = min(self.limit, self.size * 2)
+            self.answered_in_a_row = 0
 
 
 def ranges(start: int, end: int, size: int) -> Iterator[tuple[int, int]]:

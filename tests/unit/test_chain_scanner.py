@@ -11,6 +11,7 @@ import pytest
 from paystream.chaos import alchemy
 from paystream.finality.evidence import TRANSFER_TOPIC, MalformedResultError
 from paystream.finality.scanner import (
+    GROW_AFTER,
     FoundTransfer,
     RangeSizer,
     decimals_answer,
@@ -177,14 +178,19 @@ def test_ranges_cover_the_span_in_bounded_steps() -> None:
     assert list(ranges(3, 3, 100)) == [(3, 3)]
 
 
-def test_a_refused_range_is_halved_then_grows_back_to_the_limit() -> None:
+def test_a_refused_range_is_halved_then_grows_back_to_the_limit_slowly() -> None:
     sizer = RangeSizer(100)
     assert sizer.next_range(0, 1000) == (0, 99)
     assert sizer.refused() and sizer.next_range(0, 1000) == (0, 49)
+    for _ in range(GROW_AFTER - 1):
+        sizer.answered()
+    assert sizer.size == 50  # not yet: the node just refused 100
+    sizer.answered()
+    assert sizer.size == 100
     for _ in range(10):
         sizer.refused()
     assert sizer.size == 1 and not sizer.refused()
-    for _ in range(10):
+    for _ in range(10 * GROW_AFTER):
         sizer.answered()
     assert sizer.size == 100
     with pytest.raises(ValueError):
