@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _scan(args: argparse.Namespace) -> int:
+    import psycopg2
+
     from paystream.finality import scan_service, scan_settings
     from paystream.finality.rpc import RpcError
 
@@ -48,6 +50,10 @@ def _scan(args: argparse.Namespace) -> int:
         written = scanner.scan_range(args.first, last)
     except RpcError as exc:
         print(f"paystream chain scan: the node could not be read: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except psycopg2.OperationalError as exc:
+        print(f"paystream chain scan: the database could not be used: {str(exc).strip()}",
+              file=sys.stderr)
         return EXIT_CANNOT_RUN
     finally:
         scanner.store.close()
