@@ -45,7 +45,7 @@ class ConnectSettings(EnvSettings):
     manager, the task restarter and the health check
     ([operations](operations.md#who-may-do-what-on-kafka-and-connect))."""
 
-    doc_section = "Kafka Connect"
+    doc_section = "Where the services are"
 
     url: str | None = Field(None, alias="PAYSTREAM_CONNECT_URL",
                             json_schema_extra={"shown": "`http://127.0.0.1:` + "

@@ -35,7 +35,7 @@ from paystream.notify.settings import NotifySettings, ReminderSettings
 from paystream.ops.health_settings import HealthSettings
 from paystream.process_settings import ProcessSettings
 from paystream.run import RunSettings
-from paystream.schema.db import DatabaseSettings
+from paystream.schema.db import DatabaseRoleSettings, DatabaseSettings
 from paystream.stack.pgbouncer import PgBouncerConfig
 from paystream.stack.postgres import SuperuserSettings
 from paystream.stack.prometheus import PrometheusConfig
@@ -46,10 +46,11 @@ from paystream.stack.targets import MetricsPortSettings
 # component. Consecutive classes of one doc_section share its heading.
 SETTINGS: tuple[type[EnvSettings], ...] = (
     DatabaseSettings,
-    SuperuserSettings,
     KafkaSettings,
     KafkaSecuritySettings,
     ConnectSettings,
+    DatabaseRoleSettings,
+    SuperuserSettings,
     StateSettings,
     StackSettings,
     AnvilSettings,

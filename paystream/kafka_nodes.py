@@ -49,7 +49,7 @@ class KafkaSettings(EnvSettings):
     """Where Kafka is: every paystream process's bootstrap servers, and the local
     cluster's shape (`paystream stack …`, [operations](operations.md#the-local-stack))."""
 
-    doc_section = "Kafka"
+    doc_section = "Where the services are"
 
     bootstrap: str | None = Field(
         None, alias="PAYSTREAM_KAFKA_BOOTSTRAP",

@@ -75,7 +75,7 @@ class KafkaSecuritySettings(EnvSettings):
     secrets dir. These variables override that for a process that runs one component
     against a Kafka run elsewhere; a password is only ever read from a file."""
 
-    doc_section = "Kafka"
+    doc_section = "Where the services are"
 
     protocol: str = Field(
         DEFAULT_PROTOCOL, alias="PAYSTREAM_KAFKA_SECURITY_PROTOCOL",

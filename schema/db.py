@@ -110,28 +110,10 @@ def pgpass_text(passwords: Mapping[str, str]) -> str:
 
 
 class DatabaseSettings(EnvSettings):
-    """Where Postgres is, read by every paystream process that connects to it (and by
-    Kafka Connect, for the connector's database settings). Each process logs in as its
-    own role (least privilege), granted exactly what its SQL does
-    ([`schema/migrations/0007_roles.sql`](../schema/migrations/0007_roles.sql)). On the
-    local stack a process builds its DSN from the address (`PAYSTREAM_PG_HOST`,
-    `PAYSTREAM_PG_PORT`, `PAYSTREAM_PG_DB`) and its role name, with no password in it:
-    the password is in the libpq passfile `pgpass` in the secrets folder (0600), named by
-    the DSN's `passfile=`. `paystream stack up` generates every password once (secrets
-    `db-owner`, `db-ingest`, `db-ledger`, `db-mirror`, `db-finality`, `db-ops`, `db-cdc`,
-    `db-api`, `db-notifier`; never a default) and sets them on each run. For a Postgres run
-    elsewhere, give each process its role's DSN (least privilege) with the role's own
-    variable below; a DSN may carry its password, but no paystream output prints one
-    (messages show `user@host:port/db`).
+    """Where Postgres is: read by every paystream process that connects to it (and by
+    Kafka Connect, for the connector's database settings)."""
 
-    Kafka Connect's Debezium connector logs in as `paystream_cdc` (REPLICATION; SELECT on
-    the outbox; writes only its heartbeat row), from `PAYSTREAM_PG_USER` /
-    `PAYSTREAM_PG_PASSWORD` in Connect's environment. The stack creates the replication
-    slot as the cluster's superuser (the owner may not replicate); elsewhere, create the
-    slot (migration 0002) with a replicating role before the owner runs the migrations,
-    and create the login roles (migration 0007 creates a missing one NOLOGIN)."""
-
-    doc_section = "Postgres"
+    doc_section = "Where the services are"
     doc_extra = (
         Documented("PAYSTREAM_PG_USER", "text", "set by the stack: `paystream_cdc`",
                    "read by Kafka Connect only (the Debezium connector's login); no "
@@ -153,6 +135,30 @@ class DatabaseSettings(EnvSettings):
         "owner (migrations) and Debezium always reach Postgres"))
     pgbouncer_port: int = Field(6432, alias="PAYSTREAM_PGBOUNCER_PORT", ge=1, description=(
         "the stack's PgBouncer port, on 127.0.0.1; the test stack uses 6434"))
+
+
+class DatabaseRoleSettings(EnvSettings):
+    """Each process logs in as its own role (least privilege), granted exactly what its
+    SQL does ([`schema/migrations/0007_roles.sql`](../schema/migrations/0007_roles.sql)).
+    On the local stack a process builds its DSN from the address (`PAYSTREAM_PG_HOST`,
+    `PAYSTREAM_PG_PORT`, `PAYSTREAM_PG_DB`) and its role name, with no password in it: the
+    password is in the libpq passfile `pgpass` in the secrets folder (0600), named by the
+    DSN's `passfile=`. `paystream stack up` generates every password once (secrets
+    `db-owner`, `db-ingest`, `db-ledger`, `db-mirror`, `db-finality`, `db-ops`, `db-cdc`,
+    `db-api`, `db-notifier`; never a default) and sets them on each run. For a Postgres run
+    elsewhere, give each process its role's DSN (least privilege) with the role's own
+    variable below; a DSN may carry its password, but no paystream output prints one
+    (messages show `user@host:port/db`).
+
+    Kafka Connect's Debezium connector logs in as `paystream_cdc` (REPLICATION; SELECT on
+    the outbox; writes only its heartbeat row), from `PAYSTREAM_PG_USER` /
+    `PAYSTREAM_PG_PASSWORD` in Connect's environment. The stack creates the replication
+    slot as the cluster's superuser (the owner may not replicate); elsewhere, create the
+    slot (migration 0002) with a replicating role before the owner runs the migrations,
+    and create the login roles (migration 0007 creates a missing one NOLOGIN)."""
+
+    doc_section = "Database roles"
+
     database_url: str | None = Field(None, alias="PAYSTREAM_DATABASE_URL", repr=False,
                                      description=(
         "one DSN for every process (no role separation: a deployment that has a single "
@@ -248,7 +254,7 @@ def database_url(role: DbRole, env: Mapping[str, str] | None = None, *,
     in the stack's passfile. `env`: where to look for the two explicit variables
     (default: the process environment); `address`: the stack's, if not the PAYSTREAM_PG_*
     one."""
-    explicit = DatabaseSettings.from_env(env).role_url(role)
+    explicit = DatabaseRoleSettings.from_env(env).role_url(role)
     if explicit:
         return explicit
     if address is None:

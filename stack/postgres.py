@@ -342,7 +342,7 @@ class SuperuserSettings(EnvSettings):
     """Read by `paystream stack setup` only (docker-compose's setup job); given to no
     other process."""
 
-    doc_section = "Postgres"
+    doc_section = "Database roles"
 
     url: str | None = Field(
         None, alias="PAYSTREAM_SUPERUSER_DATABASE_URL", repr=False,
