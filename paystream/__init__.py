@@ -1,1 +1,28 @@
-"""paystream: the `paystream` command that ties the packages together."""
+"""paystream: the `paystream` command that ties the packages together, and the small
+modules every part shares (the rooms themselves are the folders mapped in pyproject.toml:
+schema/, ingest/, api/, consumers/, finality/, notify/, ops/, connectors/, stack/).
+
+The command:
+  cli.py                `paystream`: each package registers its own subcommands
+  run.py                `paystream run`: every process of the pipeline, supervised
+  consume.py            `paystream consume GROUP`: a consumer group, the finality watcher
+                        or the chain scanner
+  launch.py             starting `paystream` itself as a child process
+  operator_cli.py       what operator commands share: exit codes, tables, a database
+
+Shared by every part:
+  env.py                settings declared once (pydantic-settings), one SettingsError
+  config_doc.py         docs/configuration.md generated from those declarations
+  process_settings.py   a process's log level and metrics address
+  logs.py               structlog JSON logging
+  trace.py              the trace id of a request
+  rate_limit.py         token buckets (429 with Retry-After)
+  standard_webhooks.py  the Standard Webhooks scheme: the ingest verifies, notify signs
+  hmac_keys.py          HMAC-SHA256 with the key schedule done once per key
+  kafka_nodes.py        where Kafka is: bootstrap servers, the local cluster's nodes
+  kafka_security.py     how a Kafka client authenticates
+  credentials.py        the credentials the local stack generates
+  local_chain.py        the local chain (anvil) the stack runs
+  edge/                 the HTTP edge kit the ingest and the merchant API are built on
+  chaos/                `paystream chaos`: the invariants proven while parts crash
+"""
