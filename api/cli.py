@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from paystream.env import env_int
 from paystream.operator_cli import EXIT_OK, EXIT_PROBLEM, format_table, transaction
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("api", help="serve the merchant API (uvicorn)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=env_int("PAYSTREAM_API_PORT", 8100),
+    # Default: PAYSTREAM_API_PORT (ApiSettings.port), read when the command runs.
+    serve.add_argument("--port", type=int, default=None,
                        help="/docs, /metrics and /readyz are on the admin port instead "
                             "(PAYSTREAM_API_ADMIN_HOST, PAYSTREAM_API_ADMIN_PORT)")
     serve.add_argument("--workers", type=int, default=1,
@@ -37,11 +37,13 @@ def _serve(args: argparse.Namespace) -> int:
     from paystream.api.app import FACTORY
     from paystream.api.settings import ApiSettings
     from paystream.edge.serve import serve, uvicorn_config
+    from paystream.env import variable_name
 
-    settings = ApiSettings.from_env()
-    serve(uvicorn_config(FACTORY, args.host, args.port, args.workers),
+    settings = ApiSettings.from_env(
+        overrides=None if args.port is None else {"port": args.port})
+    serve(uvicorn_config(FACTORY, args.host, settings.port, args.workers),
           admin_host=settings.admin_host, admin_port=settings.admin_port,
-          admin_port_variable="PAYSTREAM_API_ADMIN_PORT")
+          admin_port_variable=variable_name(ApiSettings, "admin_port"))
     return EXIT_OK
 
 

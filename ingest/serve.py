@@ -13,6 +13,7 @@ from __future__ import annotations
 import uvicorn
 
 from paystream.edge import serve as edge
+from paystream.env import variable_name
 from paystream.ingest.app import FACTORY
 from paystream.ingest.settings import IngestSettings
 
@@ -33,4 +34,4 @@ def serve(settings: IngestSettings, host: str, port: int, workers: int) -> None:
     """Run the ingest until it is told to stop (SIGINT, SIGTERM)."""
     edge.serve(uvicorn_config(settings, host, port, workers),
                admin_host=settings.admin_host, admin_port=settings.admin_port,
-               admin_port_variable="PAYSTREAM_INGEST_ADMIN_PORT")
+               admin_port_variable=variable_name(IngestSettings, "admin_port"))
