@@ -52,7 +52,7 @@ STATS_ROLE: db.DbRole = "ops"
 class PgBouncerConfig(EnvSettings):
     """Read by `paystream stack …`, which runs PgBouncer when asked, and by every
     paystream process that connects to Postgres ([operations](operations.md#pgbouncer));
-    its port and `PAYSTREAM_DB_VIA_PGBOUNCER` are under Postgres above."""
+    its port and `PAYSTREAM_DB_VIA_PGBOUNCER` are with the services' addresses above."""
 
     doc_section = "PgBouncer"
 
