@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Self
 
+import pydantic_settings
 from pydantic import BeforeValidator, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails, PydanticUndefinedType
 from pydantic_settings import (
@@ -162,7 +163,7 @@ def read_variables(cls: type[BaseSettings], env: Mapping[str, str]) -> dict[str,
     source.env_vars = present
     try:
         return dict(source())
-    except Exception as exc:  # pydantic-settings' own decoding error, should one slip by
+    except pydantic_settings.SettingsError as exc:  # its decoding error, should one slip by
         raise SettingsError(str(exc)) from None
 
 
