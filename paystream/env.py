@@ -4,7 +4,10 @@ A component declares its variables once, as the fields of a frozen `EnvSettings`
 each field's alias is the variable's name spelled out in full ("PAYSTREAM_API_PORT"),
 never composed from a prefix, so grep finds every variable; its default, its bounds
 (ge/gt/le) and its description sit beside it, and docs/configuration.md is generated
-from these declarations (paystream/config_doc.py).
+from these declarations (paystream/config_doc.py). A default the page cannot print as a
+value (computed, or a file in the secrets dir) says what it is with
+`json_schema_extra={"shown": "..."}`; a field without an alias is not a variable (a value
+from_env builds from other settings, or a flag's).
 
 The rules, the same for every variable: unset or empty means "use the default" (so
 `FOO= paystream ...` does not turn a port into 0), and a value that does not parse or is
