@@ -1,5 +1,6 @@
 """Users and their deposit addresses: POST /v1/users, POST and GET
-/v1/users/{user_id}/deposit-addresses (the rules are schema/users.py's)."""
+/v1/users/{user_id}/deposit-addresses (the rules are schema/users.py's; a
+`scan_from_block` asks the chain scanner for the address's past: schema/scan_backfills.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from paystream.api import models
 from paystream.api.auth import Reading, Writing
 from paystream.api.settings import MAX_LIMIT
 from paystream.edge.errors import ConflictError, InvalidRequestError, NotFoundError
-from paystream.schema import users
+from paystream.schema import scan_backfills, users
 from paystream.schema.db import Cursor
 
 router = APIRouter()
@@ -38,8 +39,13 @@ async def post_user(body: models.NewUser, access: Writing) -> JSONResponse:
              summary="assign a deposit address to a user")
 async def post_address(user_id: models.UserId, body: models.NewAddress,
                        access: Writing) -> JSONResponse:
-    created = await access.write(lambda cur, _: _user_rule(
-        lambda: users.add_address(cur, body.network, body.address, user_id)))
+    def work(cur: Cursor) -> bool:
+        added = users.add_address(cur, body.network, body.address, user_id)
+        if body.scan_from_block is not None:
+            scan_backfills.request(cur, body.network, body.address, body.scan_from_block)
+        return added
+
+    created = await access.write(lambda cur, _: _user_rule(lambda: work(cur)))
     network, address = users.normal_address(body.network, body.address)
     return JSONResponse({"network": network, "address": address, "user_id": user_id,
                          "created": created}, status_code=201 if created else 200)

@@ -189,14 +189,19 @@ class ChainRpc:
             raise RpcUnavailableError("eth_getLogs", f"not a list: {result!r:.200}")
         return result
 
-    def call(self, to: str, data: str) -> str | None:
-        """eth_call at the latest block; None when the node refuses it (no such contract,
-        a revert): the caller decides what that means."""
+    def balance(self, address: str, block: int) -> int:
+        """eth_getBalance of `address` at `block`, in wei."""
+        return quantity(self._require("eth_getBalance", [address, hex(block)]),
+                        "eth_getBalance")
+
+    def call(self, to: str, data: str, block: int | str = "latest") -> str | None:
+        """eth_call at `block` (the latest unless told); None when the node refuses it
+        (no such contract, a revert): the caller decides what that means."""
         self.breaker.before_call()
         self._on_call("eth_call")
         try:
             response = self.w3.provider.make_request(
-                RPCEndpoint("eth_call"), [{"to": to, "data": data}, "latest"])
+                RPCEndpoint("eth_call"), [{"to": to, "data": data}, _block_id(block)])
         except (requests.RequestException, OSError, ValueError) as exc:
             self._failed("eth_call")
             raise RpcUnavailableError("eth_call", _describe(exc)) from exc

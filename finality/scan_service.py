@@ -17,6 +17,10 @@ Every RPC call goes through the watcher's client for the network (finality.watch
 rpc_for: timeouts, breaker, call metrics). A failing pass (RPC or DB) changes nothing
 and is retried at the next poll. The finality watcher then judges the recorded deposits
 as it judges a webhook's: the scanner only records them.
+
+After each pass, one range of the oldest open backfill (ChainScanner.backfill_once: an
+address registered with --scan-from / scan_from_block) is read the same way, for that
+address only, through the same write path and event ids.
 """
 
 from __future__ import annotations
@@ -122,6 +126,33 @@ class ChainScanner:
             total.known += written.known
             start = found.last.number + 1
         return total
+
+    def backfill_once(self) -> int:
+        """One range of the oldest open backfill (an address's past, schema.scan_backfills):
+        that address's deposits written and the backfill's progress moved in one
+        transaction, under the cursor's lock, so no pass moves the cursor meanwhile. Its
+        end is the cursor at its first range: the passes past it already see the address.
+        The number of blocks read (0: none open, or no cursor yet)."""
+        with self.store.pass_for(self.network) as scan:
+            cursor = scan.cursor()
+            backfill = scan.open_backfill() if cursor is not None else None
+            if cursor is None or backfill is None:
+                return 0
+            up_to = cursor.number if backfill.up_to_block is None else backfill.up_to_block
+            span = self.sizer.next_range(backfill.next_block, up_to)
+            if span is None:
+                scan.backfill_moved(backfill, backfill.next_block, up_to)
+                return 0
+            found = self.read(*span)
+            mine = Range(found.first, found.last,
+                         [t for t in found.transfers if t.recipient == backfill.address])
+            written = self.record(scan, mine)
+            scan.backfill_moved(backfill, found.last.number + 1, up_to)
+        self._count(found, written)
+        if found.last.number >= up_to:
+            log.info("scanner_backfill_done", network=self.network, address=backfill.address,
+                     backfill_id=backfill.backfill_id, up_to_block=up_to)
+        return found.last.number - found.first + 1
 
     def target(self) -> int:
         """The block the scanner reads up to: what the watcher may credit at."""
@@ -232,6 +263,7 @@ class ChainScanner:
             scanned = 0
             try:
                 scanned = self.scan_once()
+                scanned += self.backfill_once()
             except ScannerBusyError:
                 metrics.BUSY.labels(network=self.network).inc()
             except (RpcError, CircuitOpenError) as exc:

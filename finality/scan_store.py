@@ -7,7 +7,9 @@ pass), the deposits of the blocks read written (schema.outbox.write_event, as th
 writes a webhook's), the cursor moved past those blocks, then COMMIT. A crash anywhere
 before the commit leaves the cursor where it was and no deposit of those blocks written;
 after it, both are there. A rescan (`paystream chain scan`) writes deposits only, in a
-transaction per range, and never moves the cursor.
+transaction per range, and never moves the cursor. A backfill (one address's past,
+requested through schema.scan_backfills) writes that address's deposits of a range and
+its own progress in one transaction, under the cursor's lock.
 
 A deposit whose event id is already recorded is left as it is: the same scan again
 (DUPLICATE), or the provider's webhook first (CONFLICT: the provider's content differs
@@ -40,6 +42,17 @@ class Written:
 
     accepted: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """A request to scan one address's past: blocks next_block..up_to_block are left
+    (up_to_block None: not started, it becomes the cursor then)."""
+
+    backfill_id: int
+    address: str
+    next_block: int
+    up_to_block: int | None
 
 
 class ScanPass:
@@ -77,6 +90,23 @@ class ScanPass:
 
     def write(self, events: Sequence[PaymentEvent], trace_id: str) -> Written:
         return write(self.cur, events, trace_id)
+
+    def open_backfill(self) -> Backfill | None:
+        """The oldest backfill of the network not done yet (schema.scan_backfills)."""
+        self.cur.execute("SELECT backfill_id, address, next_block, up_to_block"
+                         " FROM chain_scan_backfills WHERE network = %s AND done_at IS NULL"
+                         " ORDER BY backfill_id LIMIT 1 FOR UPDATE", (self.network,))
+        row = self.cur.fetchone()
+        return None if row is None else Backfill(int(row[0]), row[1], int(row[2]),
+                                                 None if row[3] is None else int(row[3]))
+
+    def backfill_moved(self, backfill: Backfill, next_block: int, up_to_block: int) -> None:
+        """Record a backfill's progress (done once past `up_to_block`)."""
+        self.cur.execute("UPDATE chain_scan_backfills SET next_block = %s, up_to_block = %s,"
+                         " done_at = CASE WHEN %s > %s THEN now() END"
+                         " WHERE backfill_id = %s",
+                         (next_block, up_to_block, next_block, up_to_block,
+                          backfill.backfill_id))
 
 
 def owners(cur: Cursor, network: str, addresses: Sequence[str]) -> dict[str, str]:

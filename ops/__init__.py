@@ -11,6 +11,9 @@ refusals`).
   health_exporter.py   `health --serve-metrics`: the checks as metrics, and the full
                        reconciliation on a schedule
   reconcile.py         `paystream reconcile`'s report of the ledger's self-check
+  chain_reconcile.py   `reconcile --chain`: each deposit address's balance on chain
+                       against the custody the books posted for it; its metrics
+  chain_reconcile_cli.py  running it once, or on a schedule (`--loop`)
   housekeeping.py      purging final outcomes and delivered notifications past a TTL
   shortfalls.py        reversed credits a balance could not cover, and their resolution
   operator_events.py   adjustments, reverts and hold expiries as events into the outbox

@@ -38,6 +38,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          help="check every balance against its journal in one snapshot")
     rec.add_argument("--user", action="append", metavar="USER_ID",
                      help="only this user's balances (repeatable)")
+    rec.add_argument("--chain", action="store_true",
+                     help="instead: each deposit address's on-chain balance against the "
+                          "custody the books posted for it (exit 1 on a shortfall or a "
+                          "surplus, naming the addresses)")
+    rec.add_argument("--network", action="append", metavar="NETWORK",
+                     help="with --chain: only this network (repeatable; default the "
+                          "finality watcher's networks)")
+    rec.add_argument("--block", type=int, metavar="BLOCK",
+                     help="with --chain: at this block (default: the finalized block, or "
+                          "head - credit depth)")
+    rec.add_argument("--loop", action="store_true",
+                     help="with --chain: run every --every seconds until SIGTERM, the result "
+                          "as metrics on --metrics-port")
+    rec.add_argument("--every", type=float, default=3600.0, metavar="SECONDS",
+                     help="with --loop: seconds between runs (default 3600)")
+    rec.add_argument("--metrics-port", type=int, default=9407, metavar="PORT",
+                     help="with --loop: Prometheus port (0 disables; default 9407)")
+    rec.add_argument("--bind", default=None,
+                     help="with --loop: address for --metrics-port (default loopback)")
     rec.set_defaults(func=_reconcile)
 
     health = sub.add_parser("health", help="stuck events, slot WAL, lag, DLQ, connector")
@@ -179,6 +198,11 @@ def _migrate(args: argparse.Namespace) -> int:
 def _reconcile(args: argparse.Namespace) -> int:
     from paystream.consumers.ledger.reconcile import reconcile
     from paystream.ops.reconcile import format_report
+
+    if args.chain:
+        from paystream.ops import chain_reconcile_cli
+
+        return chain_reconcile_cli.run(args)
 
     with database("paystream-reconcile", autocommit=True) as conn:
         report = reconcile(conn, users=args.user)

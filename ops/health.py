@@ -14,6 +14,8 @@ move it (so a dead consumer or a stopped Connect worker is still seen):
 | consumer_stops   | consumer_stops (consumers/stops.py)     | a group stopped by its DLQ limit |
 | chain_deposits   | chain_deposits open / settling rows     | waiting far past finality, or a  |
 |                  |                                         | settlement the ledger never took |
+| chain_scan       | chain_scan_cursors vs the node's        | the scanner's cursor far behind  |
+|                  | finalized (or credit-depth) block       | (chain_scan_lag_blocks)          |
 | connector        | Kafka Connect REST status               | not RUNNING                      |
 
 `paystream health` prints them as a table and exits 1 if one is unhealthy;
@@ -44,6 +46,8 @@ from prometheus_client.registry import Collector
 from paystream import kafka_security, operator_cli
 from paystream.connectors.status import read_status
 from paystream.consumers import stops
+from paystream.finality.breaker import CircuitOpenError
+from paystream.finality.rpc import RpcError
 from paystream.ops.health_settings import MIB, HealthSettings
 from paystream.schema.db import (
     Connection,
@@ -97,6 +101,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "paystream_notify_oldest_overdue_delivery_age_seconds": (
         "How long the oldest due webhook delivery has waited", ()),
     "paystream_notify_disabled_endpoints": ("Webhook endpoints disabled", ()),
+    # Blocks between the block the chain scanner scans up to (the node's finalized, or
+    # head - credit depth) and its cursor, per network it has a cursor for: deposits in
+    # those blocks that no webhook brought are not recorded yet.
+    "paystream_chain_scan_lag_blocks": ("Blocks the chain scanner is behind", ("network",)),
     # 1 when the connector and all its tasks are RUNNING.
     "paystream_connector_running": ("Debezium connector running", ("connector",)),
     # Each check's verdict: 0 ok, 1 warn, 2 unhealthy.
@@ -106,7 +114,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
                "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",
-               "notifications", "connector")
+               "chain_scan", "notifications", "connector")
 # chain_deposits states: waiting for the finalized block (not credited); decided by the
 # watcher, its event waiting for the ledger (schema/migrations 0004, 0005).
 WAITING_STATES = ("pending", "suspect")
@@ -164,7 +172,7 @@ class HealthChecker:
         results: list[CheckResult] = []
         db_checks = wanted & {"database", "stuck_events", "oldest_unapplied",
                               "replication_slot", "consumer_stops", "dead_letters",
-                              "chain_deposits", "notifications"}
+                              "chain_deposits", "chain_scan", "notifications"}
         if db_checks:
             results += self._database_checks(db_checks)
         if "consumer_lag" in wanted:
@@ -214,6 +222,8 @@ class HealthChecker:
                     out.append(self._dead_letter_check(cur))
                 if "chain_deposits" in wanted:
                     out += self._chain_deposit_checks(cur)
+                if "chain_scan" in wanted:
+                    out += self._scan_lag_checks(cur)
                 if "notifications" in wanted:
                     out.append(self._notification_check(cur))
         except psycopg2.Error as exc:
@@ -331,6 +341,45 @@ class HealthChecker:
                         Health.UNHEALTHY if stuck else Health.OK,
                         (Sample("paystream_stuck_chain_settlements", stuck),)),
         ]
+
+    def _scan_lag_checks(self, cur: Cursor) -> list[CheckResult]:
+        """Per network the finality settings name and the scanner has a cursor for: the
+        block it scans up to (asked of the node, through the watcher's client) minus
+        its cursor. A node that does not answer is a warning: the finality breaker's
+        alert says more."""
+        from paystream.finality import scan_service, scan_settings
+
+        s = self.settings
+        threshold = f"warn {s.scan_lag_warn:g}, unhealthy {s.scan_lag_unhealthy:g} blocks"
+        cur.execute("SELECT network, block_number FROM chain_scan_cursors")
+        cursors = {network: int(block) for network, block in cur.fetchall()}
+        try:
+            networks = scan_settings.from_env()
+        except ValueError as exc:  # SettingsError: the check cannot tell, the rest can
+            return [CheckResult("chain_scan", "scanner", "chain scanner lag",
+                                f"settings: {str(exc)[:80]}", threshold, Health.WARN)]
+        out = []
+        for network in networks:
+            if network.network not in cursors:
+                continue
+            check = f"chain scanner lag on {network.network}"
+            try:
+                target = scan_service.scanner_for(network).target()
+            except (RpcError, CircuitOpenError) as exc:
+                out.append(CheckResult("chain_scan", "scanner", check,
+                                       f"node unreachable: {str(exc)[:80]}", threshold,
+                                       Health.WARN))
+                continue
+            lag = max(0, target - cursors[network.network])
+            out.append(CheckResult(
+                "chain_scan", "scanner", check, f"{lag} blocks (cursor "
+                f"{cursors[network.network]}, target {target})", threshold,
+                _grade(lag, s.scan_lag_warn, s.scan_lag_unhealthy),
+                (Sample("paystream_chain_scan_lag_blocks", lag,
+                        (("network", network.network),)),)))
+        return out or [CheckResult("chain_scan", "scanner", "chain scanner lag",
+                                   "no scanner cursor on the configured networks", threshold,
+                                   Health.OK)]
 
     def _notification_check(self, cur: Cursor) -> CheckResult:
         """Webhook deliveries due and not sent (no sender running, or all saturated),

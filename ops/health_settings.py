@@ -50,6 +50,13 @@ class HealthSettings(EnvSettings):
     deposit_wait_unhealthy_s: float = Field(
         7200.0, alias="PAYSTREAM_HEALTH_DEPOSIT_WAIT_UNHEALTHY_S", gt=0,
         description="the same: unhealthy")
+    scan_lag_warn: float = Field(
+        100.0, alias="PAYSTREAM_HEALTH_SCAN_LAG_WARN", ge=0,
+        description="blocks the chain scanner's cursor is behind the block it scans up to "
+                    "(`chain_scan_lag_blocks`): warn")
+    scan_lag_unhealthy: float = Field(
+        1000.0, alias="PAYSTREAM_HEALTH_SCAN_LAG_UNHEALTHY", ge=0,
+        description="the same: unhealthy")
     # Flags only (`paystream health --group/--timeout`) and where to look.
     slot_name: str = "paystream_outbox"
     groups: tuple[tuple[str, str], ...] = DEFAULT_GROUPS

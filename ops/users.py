@@ -9,7 +9,7 @@ from datetime import datetime
 
 from paystream.operator_cli import format_table
 from paystream.schema import balances as books
-from paystream.schema import users
+from paystream.schema import scan_backfills, users
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceRow as BalanceRow  # re-exported
 from paystream.schema.db import Connection
@@ -24,10 +24,16 @@ def add_user(conn: Connection, user_id: str) -> bool:
         return users.add_user(cur, user_id)
 
 
-def add_address(conn: Connection, network: str, address: str, user_id: str) -> bool:
-    """Assign a deposit address to a user; return False if it already was theirs."""
+def add_address(conn: Connection, network: str, address: str, user_id: str,
+                scan_from: int | None = None) -> bool:
+    """Assign a deposit address to a user; return False if it already was theirs. With
+    `scan_from`, the chain scanner is asked, in the same transaction, to read the
+    address's deposits from that block (schema.scan_backfills)."""
     with conn, conn.cursor() as cur:
-        return users.add_address(cur, network, address, user_id)
+        added = users.add_address(cur, network, address, user_id)
+        if scan_from is not None:
+            scan_backfills.request(cur, network, address, scan_from)
+        return added
 
 
 def balances(conn: Connection, user_id: str | None = None,

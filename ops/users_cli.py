@@ -28,6 +28,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_address.add_argument("--network", required=True, help="e.g. ETH_MAINNET")
     add_address.add_argument("--address", required=True)
     add_address.add_argument("--user", required=True)
+    add_address.add_argument("--scan-from", type=int, metavar="BLOCK",
+                             help="also have the chain scanner read this address's deposits "
+                                  "from BLOCK up to where it is (for an address paid before "
+                                  "it was registered; idempotent)")
     add_address.set_defaults(func=_add_address)
 
     balances = sub.add_parser(
@@ -60,9 +64,11 @@ def _add_user(args: argparse.Namespace) -> int:
 def _add_address(args: argparse.Namespace) -> int:
     from paystream.ops import users
 
+    scan = "" if args.scan_from is None else f"; scan from block {args.scan_from} requested"
     return _run(lambda conn: f"{args.network.upper()} {args.address.lower()} -> "
                 f"{args.user}: " + ("added" if users.add_address(
-                    conn, args.network, args.address, args.user) else "already assigned"))
+                    conn, args.network, args.address, args.user, args.scan_from)
+                    else "already assigned") + scan)
 
 
 def _balances(args: argparse.Namespace) -> int:
