@@ -8,7 +8,7 @@ compared with the custody the books posted for it up to that block:
             reorged nor reversed (the deposits the custody account holds, as
             consumers/ledger/conservation.py counts it), per asset;
   on chain  eth_getBalance at that block (the native coin), and `balanceOf(address)` by
-            eth_call at that block for every token the books hold for the address.
+            eth_call at that block for every token the network's deposits were in.
 
 Less on chain than on the books is a SHORTFALL (money the books say we hold is gone);
 more is an unexplained SURPLUS (a transfer never credited, or a balance from before the
@@ -133,18 +133,20 @@ def reconcile(cur: Cursor, rpc: ChainRpc, block: int) -> ChainReport:
     network = rpc.network
     report = ChainReport(network, block)
     held = books(cur, network, block)
-    native = deposit_asset(network, None)
+    # Every token the network's deposits were ever in, read at every address: a token
+    # transfer never credited to an address that holds none on the books is a surplus.
+    tokens = {e.asset: BookEntry(e.asset, e.token_contract, e.decimals, 0)
+              for entries in held.values() for e in entries if e.token_contract}
+    native = BookEntry(deposit_asset(network, None), None, NATIVE_DECIMALS, 0)
     for address in addresses(cur, network):
         report.addresses += 1
-        entries = {e.asset: e for e in held.get(address, ())}
-        coin = entries.pop(native, BookEntry(native, None, NATIVE_DECIMALS, 0))
-        report.holdings.append(Holding(network, address, native, NATIVE_DECIMALS, coin.raw,
-                                       rpc.balance(address, block)))
-        for entry in entries.values():
-            assert entry.token_contract is not None, "a non-native asset is a token's"
-            report.holdings.append(Holding(
-                network, address, entry.asset, entry.decimals, entry.raw,
-                token_balance(rpc, entry.token_contract, address, block)))
+        mine = {e.asset: e for e in held.get(address, ())}
+        for entry in (native, *sorted(tokens.values(), key=lambda e: e.asset)):
+            books_raw = mine.get(entry.asset, entry).raw
+            on_chain = (rpc.balance(address, block) if entry.token_contract is None
+                        else token_balance(rpc, entry.token_contract, address, block))
+            report.holdings.append(Holding(network, address, entry.asset, entry.decimals,
+                                           books_raw, on_chain))
     return report
 
 

@@ -15,6 +15,9 @@ import pytest
 
 from paystream.consumers.connection import Database
 from paystream.schema.db import Connection, connect, database_url, where
+from tests.support.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
+from tests.support.chain.pipeline import Pipeline, wait_for
+from tests.support.chain.scanning import cursor, start_scanner
 from tests.support.consumers import ProcessPool
 from tests.support.topics import TopicReader
 
@@ -78,3 +81,31 @@ def ledger_db() -> Iterator[Database]:
         pytest.fail(f"Postgres is not reachable ({exc}); run `paystream stack up`")
     yield database
     database.close()
+
+
+# -- the chain scanner's tests (test_chain_scanner.py, test_chain_reconcile.py): a module
+# of them shares one anvil, one ERC-20 on it, and one pipeline with a scanner running.
+# A module that defines its own `chain` / `token` / `pipe` uses those instead.
+SCANNER_ANVIL_PORT = 18653
+
+
+@pytest.fixture(scope="module")
+def chain() -> Iterator[Chain]:
+    try:
+        with running_anvil(SCANNER_ANVIL_PORT, name="anvil-scanner-test") as node:
+            yield node
+    except AnvilUnavailableError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def token(chain: Chain) -> Token:
+    return chain.deploy_token("PUSD", decimals=6)
+
+
+@pytest.fixture(scope="module")
+def pipe(chain: Chain, token: Token) -> Iterator[Pipeline]:
+    with Pipeline(chain) as p:
+        start_scanner(p, chain)
+        wait_for("the scanner's cursor", lambda: cursor(p) is not None, timeout=30)
+        yield p
