@@ -13,11 +13,13 @@ import time
 import psycopg2
 import structlog
 
+from paystream.env import read_one
 from paystream.finality import scan_service, scan_settings
 from paystream.finality.breaker import CircuitOpenError
 from paystream.finality.rpc import RpcError
 from paystream.operator_cli import EXIT_CANNOT_RUN, EXIT_OK, EXIT_PROBLEM, CannotRunError, database
 from paystream.ops import chain_reconcile
+from paystream.process_settings import ProcessSettings
 
 log = structlog.get_logger("paystream.chain_reconcile")
 
@@ -60,7 +62,8 @@ def _loop(networks: list[scan_settings.ScanSettings], args: argparse.Namespace) 
 
     configure_logging("chain-reconcile")
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.bind or "127.0.0.1")
+        start_http_server(args.metrics_port,
+                          addr=args.bind or read_one(ProcessSettings, "metrics_host"))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

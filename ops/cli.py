@@ -56,7 +56,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rec.add_argument("--metrics-port", type=int, default=9407, metavar="PORT",
                      help="with --loop: Prometheus port (0 disables; default 9407)")
     rec.add_argument("--bind", default=None,
-                     help="with --loop: address for --metrics-port (default loopback)")
+                     help="with --loop: address for --metrics-port (loopback unless told "
+                          "otherwise)")
     rec.set_defaults(func=_reconcile)
 
     health = sub.add_parser("health", help="stuck events, slot WAL, lag, DLQ, connector")

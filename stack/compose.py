@@ -96,6 +96,8 @@ SERVICES = (
     Service("ledger", "ledger", kafka_security.role_for_group("ledger")),
     Service("dlq-mirror", "mirror", kafka_security.role_for_group("dlq-mirror")),
     Service("finality", "finality"),
+    # The chain scanner reads the chain as the finality role (migrations 0023, 0024).
+    Service("scanner", "finality"),
     Service("notifier", "notifier", kafka_security.role_for_group("notifier")),
     Service("connector-watchdog", None, connect_rest=True),
     Service("hold-expiry", "ops"),
