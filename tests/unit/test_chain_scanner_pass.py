@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,11 +14,12 @@ import pytest
 from paystream.finality.evidence import TRANSFER_TOPIC, BlockRef
 from paystream.finality.rpc import RpcRejectedError, RpcUnavailableError
 from paystream.finality.scan_service import ChainScanner
-from paystream.finality.scan_store import Written
+from paystream.finality.scan_store import Backfill, Written
 from paystream.schema.events import PaymentEvent
 
 NETWORK = "ETH_TEST"
 ADDRESS = "0x" + "33" * 20
+OTHER = "0x" + "44" * 20  # another registered address: a backfill of ADDRESS skips it
 SENDER = "0x" + "22" * 20
 
 
@@ -34,6 +36,7 @@ class FakeChain:
         self.max_log_range = max_log_range
         self.fork = 0
         self.transfers: dict[int, int] = {}  # block -> wei paid to ADDRESS
+        self.recipients: dict[int, str] = {}  # block -> another recipient than ADDRESS
         self.log_calls: list[tuple[int, int]] = []
 
     def finalized_block(self) -> BlockRef:
@@ -54,9 +57,9 @@ class FakeChain:
 
     def full_blocks(self, numbers: Sequence[int]) -> list[Any]:
         return [{"number": hex(n), "hash": _hash(n, self.fork), "transactions": [
-            {"hash": "0x" + format(n, "064x"), "from": SENDER, "to": ADDRESS,
-             "value": hex(self.transfers[n])}] if n in self.transfers else []}
-            for n in numbers]
+            {"hash": "0x" + format(n, "064x"), "from": SENDER,
+             "to": self.recipients.get(n, ADDRESS), "value": hex(self.transfers[n])}]
+            if n in self.transfers else []} for n in numbers]
 
     def receipt(self, tx_hash: str) -> Any:
         number = int(tx_hash, 16)
@@ -82,7 +85,16 @@ class FakePass:
         self.store.cursor = block
 
     def owners(self, addresses: Sequence[str]) -> dict[str, str]:
-        return {a: "u1" for a in addresses if a == ADDRESS}
+        return {a: "u1" for a in addresses if a in (ADDRESS, OTHER)}
+
+    def open_backfill(self) -> Backfill | None:
+        return next((b for b in self.store.backfills if b.next_block <= (
+            b.up_to_block if b.up_to_block is not None else 1 << 62)), None)
+
+    def backfill_moved(self, backfill: Backfill, next_block: int, up_to_block: int) -> None:
+        self.store.backfills = [replace(b, next_block=next_block, up_to_block=up_to_block)
+                                if b.backfill_id == backfill.backfill_id else b
+                                for b in self.store.backfills]
 
     def write(self, events: Sequence[PaymentEvent], trace_id: str) -> Written:
         new = [e.event_id for e in events if e.event_id not in self.store.events]
@@ -94,14 +106,15 @@ class FakeStore:
     def __init__(self) -> None:
         self.cursor: BlockRef | None = None
         self.events: set[str] = set()
+        self.backfills: list[Backfill] = []
 
     @contextmanager
     def pass_for(self, network: str) -> Iterator[FakePass]:
-        saved = (self.cursor, set(self.events))
+        saved = (self.cursor, set(self.events), list(self.backfills))
         try:
             yield FakePass(self)
         except BaseException:
-            self.cursor, self.events = saved  # a rollback
+            self.cursor, self.events, self.backfills = saved  # a rollback
             raise
 
 
@@ -155,3 +168,40 @@ def test_a_failed_read_leaves_the_cursor_and_writes_nothing() -> None:
     with pytest.raises(RpcUnavailableError):
         _scanner(chain, store).scan_once()
     assert store.cursor == BlockRef(10, _hash(10)) and store.events == set()
+
+
+def test_a_backfill_reads_one_address_up_to_the_cursor_then_is_done() -> None:
+    chain, store = FakeChain(40), FakeStore()
+    store.cursor = BlockRef(30, _hash(30))
+    chain.transfers.update({3: 5, 9: 6, 12: 7, 35: 8})
+    chain.recipients[9] = OTHER  # paid to another address: not this backfill's
+    store.backfills = [Backfill(1, ADDRESS, 2, None)]
+    scanner = _scanner(chain, store, range_blocks=8)
+    assert scanner.backfill_once() == 8  # 2..9, its end fixed at the cursor: 30
+    assert store.backfills == [Backfill(1, ADDRESS, 10, 30)]
+    assert store.events == {f"{NETWORK}:0x{format(3, '064x')}:external"}
+    while scanner.backfill_once():
+        pass
+    assert store.backfills == [Backfill(1, ADDRESS, 31, 30)]  # done
+    assert store.events == {f"{NETWORK}:0x{format(n, '064x')}:external" for n in (3, 12)}
+    assert store.cursor == BlockRef(30, _hash(30))  # the passes' business, untouched
+    # Asked again: the same transfers, already recorded, nothing new.
+    store.backfills = [Backfill(2, ADDRESS, 0, None)]
+    before = set(store.events)
+    while scanner.backfill_once():
+        pass
+    assert store.events == before
+
+
+def test_a_backfill_range_that_fails_moves_nothing() -> None:
+    chain, store = FakeChain(40), FakeStore()
+    store.cursor = BlockRef(30, _hash(30))
+    store.backfills = [Backfill(1, ADDRESS, 0, None)]
+
+    def broken(numbers: Sequence[int]) -> list[Any]:
+        raise RpcUnavailableError("batch:eth_getBlockByNumber", "timed out")
+
+    chain.full_blocks = broken  # type: ignore[method-assign]
+    with pytest.raises(RpcUnavailableError):
+        _scanner(chain, store).backfill_once()
+    assert store.backfills == [Backfill(1, ADDRESS, 0, None)]
