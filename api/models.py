@@ -94,7 +94,7 @@ class NewAddress(Strict):
     network: str = Field(min_length=1, max_length=64, examples=["ETH_MAINNET"])
     address: str = Field(min_length=1, max_length=130)
     scan_from_block: int | None = Field(
-        None, ge=0, le=2**63 - 1,
+        None, ge=0, le=2**63 - 1, strict=True,
         description="have the chain scanner read this address's deposits from this block"
                     " (an address paid before it was registered); idempotent")
 

@@ -163,6 +163,27 @@ def test_docs_and_metrics_are_on_the_admin_port_and_v1_on_the_public_one(
 
 # --- users and deposit addresses ----------------------------------------------------------
 
+def test_an_address_with_scan_from_block_asks_the_chain_scanner_for_its_past(
+        api: ApiServer, key: str, db: Connection) -> None:
+    user = unique("api-u")
+    assert httpx.post(f"{api.url}/v1/users", json={"user_id": user},
+                      headers=bearer(key)).status_code == 201
+    path, address = f"{api.url}/v1/users/{user}/deposit-addresses", random_address()
+    for bad in (-1, "12", 1.5):
+        refused = httpx.post(path, json={"network": "ETH_MAINNET", "address": address,
+                                         "scan_from_block": bad}, headers=bearer(key))
+        assert refused.status_code in (400, 422), refused.text
+    added = httpx.post(path, json={"network": "eth_mainnet", "address": address,
+                                   "scan_from_block": 1234}, headers=bearer(key))
+    assert added.status_code == 201, added.text
+    assert added.json() == {"network": "ETH_MAINNET", "address": address.lower(),
+                            "user_id": user, "created": True}
+    with db.cursor() as cur:
+        cur.execute("SELECT network, from_block, next_block, up_to_block, done_at"
+                    " FROM chain_scan_backfills WHERE address = %s", (address.lower(),))
+        assert cur.fetchall() == [("ETH_MAINNET", 1234, 1234, None, None)]
+
+
 def test_users_and_addresses_are_created_once_and_an_address_credits_one_user(
         api: ApiServer, key: str, db: Connection) -> None:
     user, other = unique("api-u"), unique("api-u")
