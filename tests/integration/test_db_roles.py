@@ -31,7 +31,8 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
           "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
-          "refused_deliveries", "consumer_stops", "chain_scan_cursors")
+          "refused_deliveries", "consumer_stops", "chain_scan_cursors",
+          "chain_scan_backfills")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -90,6 +91,9 @@ EXPECTED: dict[DbRole, Grants] = {
         "deposit_addresses": {"SELECT": ALL},
         "chain_scan_cursors": {"SELECT": ALL, "INSERT": ALL,
                                "UPDATE": {"block_number", "block_hash", "updated_at"}},
+        # ... and works the backfills the operator and the API request (0024).
+        "chain_scan_backfills": {"SELECT": ALL,
+                                 "UPDATE": {"up_to_block", "next_block", "done_at"}},
     },
     "notifier": {
         "consumer_stops": {"SELECT": ALL, "INSERT": ALL},
@@ -139,6 +143,8 @@ EXPECTED: dict[DbRole, Grants] = {
         "holds": {"SELECT": ALL, "UPDATE": {"state"}},
         # `paystream apikeys create / list / revoke`.
         "api_keys": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"revoked_at"}},
+        # `addresses add --scan-from` (0024).
+        "chain_scan_backfills": {"SELECT": ALL, "INSERT": ALL},
     },
     # The merchant API (migration 0010): reads what it reports, creates users and
     # addresses, requests withdrawals through the outbox with its own two tables.
@@ -148,6 +154,7 @@ EXPECTED: dict[DbRole, Grants] = {
             "user_entries", "api_keys")},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
+        "chain_scan_backfills": {"SELECT": ALL, "INSERT": ALL},  # scan_from_block (0024)
         "payment_events": {"SELECT": ALL, "INSERT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         "api_withdrawals": {"SELECT": ALL, "INSERT": ALL},
@@ -159,11 +166,14 @@ EXPECTED: dict[DbRole, Grants] = {
     },
 }
 SEQUENCES = ("transfers_transfer_id_seq", "accounts_account_id_seq",
-             "dead_letter_queue_id_seq", "account_shortfalls_id_seq")
+             "dead_letter_queue_id_seq", "account_shortfalls_id_seq",
+             "chain_scan_backfills_backfill_id_seq")
 EXPECTED_SEQUENCES: dict[DbRole, set[str]] = {
     # accounts' ids are an identity column: inserting needs no right on its sequence.
     "ledger": {"transfers_transfer_id_seq", "account_shortfalls_id_seq"},
     "mirror": {"dead_letter_queue_id_seq"},
+    "ops": {"chain_scan_backfills_backfill_id_seq"},
+    "api": {"chain_scan_backfills_backfill_id_seq"},
 }
 
 
