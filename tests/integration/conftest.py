@@ -83,9 +83,10 @@ def ledger_db() -> Iterator[Database]:
     database.close()
 
 
-# -- the chain scanner's tests (test_chain_scanner.py, test_chain_reconcile.py): a module
-# of them shares one anvil, one ERC-20 on it, and one pipeline with a scanner running.
-# A module that defines its own `chain` / `token` / `pipe` uses those instead.
+# -- the chain tests: a module of them shares one anvil, one ERC-20 on it (`token`: on the
+# module's own `chain` where it defines one, as test_finality_chain.py does), and one
+# pipeline with a scanner running (test_chain_scanner.py, test_chain_reconcile.py).
+# A module that defines its own `chain` / `pipe` uses those instead.
 SCANNER_ANVIL_PORT = 18653
 
 

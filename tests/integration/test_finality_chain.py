@@ -39,11 +39,6 @@ def chain() -> Iterator[Chain]:
         pytest.fail(str(exc))
 
 
-@pytest.fixture(scope="module")
-def token(chain: Chain) -> Token:
-    return chain.deploy_token("PUSD", decimals=6)
-
-
 def rpc_for(chain: Chain) -> ChainRpc:
     # finalized_ttl=0: tests mine between calls and want the fresh finalized block.
     return ChainRpc(NETWORK, chain.url, timeout=5, finalized_ttl=0)

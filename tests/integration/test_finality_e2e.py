@@ -37,11 +37,6 @@ def chain() -> Iterator[Chain]:
 
 
 @pytest.fixture(scope="module")
-def token(chain: Chain) -> Token:
-    return chain.deploy_token("PUSD", decimals=6)
-
-
-@pytest.fixture(scope="module")
 def pipe(chain: Chain) -> Iterator[Pipeline]:
     with Pipeline(chain, grace_blocks=GRACE) as p:
         yield p
