@@ -46,8 +46,10 @@ from prometheus_client.registry import Collector
 from paystream import kafka_security, operator_cli
 from paystream.connectors.status import read_status
 from paystream.consumers import stops
+from paystream.finality import scan_service, scan_settings
 from paystream.finality.breaker import CircuitOpenError
 from paystream.finality.rpc import RpcError
+from paystream.finality.scan_service import ChainScanner
 from paystream.ops.health_settings import MIB, HealthSettings
 from paystream.schema.db import (
     Connection,
@@ -166,6 +168,7 @@ class HealthChecker:
     def __init__(self, settings: HealthSettings) -> None:
         self.settings = settings
         self._admin: AdminClient | None = None
+        self._scanners: dict[str, ChainScanner] = {}  # the lag check's node clients
 
     def run(self, only: Sequence[str] | None = None) -> list[CheckResult]:
         wanted = set(only or CHECK_NAMES)
@@ -347,8 +350,6 @@ class HealthChecker:
         block it scans up to (asked of the node, through the watcher's client) minus
         its cursor. A node that does not answer is a warning: the finality breaker's
         alert says more."""
-        from paystream.finality import scan_service, scan_settings
-
         s = self.settings
         threshold = f"warn {s.scan_lag_warn:g}, unhealthy {s.scan_lag_unhealthy:g} blocks"
         cur.execute("SELECT network, block_number FROM chain_scan_cursors")
@@ -363,8 +364,10 @@ class HealthChecker:
             if network.network not in cursors:
                 continue
             check = f"chain scanner lag on {network.network}"
+            if network.network not in self._scanners:  # one client per network: its breaker
+                self._scanners[network.network] = scan_service.scanner_for(network)
             try:
-                target = scan_service.scanner_for(network).target()
+                target = self._scanners[network.network].target()
             except (RpcError, CircuitOpenError) as exc:
                 out.append(CheckResult("chain_scan", "scanner", check,
                                        f"node unreachable: {str(exc)[:80]}", threshold,
