@@ -11,6 +11,7 @@ scale 20, a `for: 2m` is 6 s.
 2. the ledger group stopped while events arrive -> PaystreamConsumerStalled
 3. a dead-letter flood -> PaystreamDeadLetterFlood
 4. a group stopped by its DLQ limit -> PaystreamConsumerGroupStopped
+5. a chain scanner's cursor far behind its node -> PaystreamChainScanLagging
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from paystream.schema.outbox import emit
 from paystream.stack import connect as stack_connect
 from paystream.stack.prometheus import SHIPPED_RULES
 from paystream.stack.settings import StackSettings
+from tests.support.chain.node import running_anvil
 from tests.support.consumers import admin, create_topic, drained, end_offsets
 from tests.support.ids import unique
 from tests.support.observed import Observed, Trickle
@@ -197,6 +199,35 @@ def test_a_stopped_group_fires_consumer_group_stopped_at_once(observed: Observed
                                group=group)
     _report("PaystreamConsumerGroupStopped resolved after the resume", resolved)
     assert observed.procs["ledger"].poll() is None, observed.log_tail("ledger")
+
+
+def test_a_lagging_chain_scanner_fires_scan_lagging(observed: Observed) -> None:
+    """A scanner cursor 150 blocks behind its node (an anvil of this test's own, a network
+    only this test names): the health exporter's lag fires the alert; the cursor gone,
+    it resolves."""
+    live, network = observed.live, unique("ANVIL_ALERT").upper().replace("-", "_")
+    with running_anvil(18667, name="anvil-alert-test") as chain:
+        chain.mine(150 + chain.finality_depth)
+        observed.stop("health")
+        observed.start_health({"PAYSTREAM_FINALITY_NETWORKS": f"ETH_MAINNET,{network}",
+                               f"ETH_RPC_URL_{network}": chain.url})
+        conn = connect(database_url("owner"))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO chain_scan_cursors (network, block_number,"
+                            " block_hash) VALUES (%s, 0, %s)", (network, chain.block(0)["hash"]))
+            # its `for: 10m`, compressed, then the slack
+            fired = live.wait_alert("firing", "PaystreamChainScanLagging",
+                                    600 / FACTOR + SLACK_S, network=network)
+            _report("PaystreamChainScanLagging fired after the lag", fired)
+        finally:
+            with conn.cursor() as cur:
+                cur.execute("DELETE FROM chain_scan_cursors WHERE network = %s", (network,))
+            conn.close()
+        resolved = live.wait_alert("inactive", "PaystreamChainScanLagging", SLACK_S,
+                                   network=network)
+        _report("PaystreamChainScanLagging resolved once the cursor went", resolved)
 
 
 def test_the_accelerated_rules_are_the_shipped_ones(observed: Observed) -> None:

@@ -90,10 +90,10 @@ class Observed:
                    {"PAYSTREAM_RECONCILE_INTERVAL_S": "1"})
         self.live.wait_scraped("ledger")
 
-    def start_health(self) -> None:
+    def start_health(self, env: dict[str, str] | None = None) -> None:
         groups = [a for t in self.ledger_topics for a in ("--group", f"{self.group}={t}")]
         self.start("health", ["health", "--serve-metrics", str(self.live.target_port("health")),
-                              "--bind", "127.0.0.1", *groups], as_kafka_admin())
+                              "--bind", "127.0.0.1", *groups], {**as_kafka_admin(), **(env or {})})
         self.live.wait_scraped("health")
 
     def start_finality(self) -> None:
