@@ -25,6 +25,10 @@ log = structlog.get_logger("paystream.chain_reconcile")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.user:
+        print("paystream reconcile --chain: --user does not apply (the check is per "
+              "address)", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     try:
         networks = scan_settings.from_env(args.network)
     except ValueError as exc:

@@ -204,6 +204,11 @@ def _reconcile(args: argparse.Namespace) -> int:
         from paystream.ops import chain_reconcile_cli
 
         return chain_reconcile_cli.run(args)
+    chain_only = [flag for flag, given in (("--network", args.network), ("--block", args.block),
+                                           ("--loop", args.loop)) if given]
+    if chain_only:
+        print(f"paystream reconcile: {', '.join(chain_only)} needs --chain", file=sys.stderr)
+        return EXIT_CANNOT_RUN
 
     with database("paystream-reconcile", autocommit=True) as conn:
         report = reconcile(conn, users=args.user)

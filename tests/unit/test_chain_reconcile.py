@@ -76,3 +76,12 @@ def test_a_holding_compares_base_units() -> None:
     held = Holding(NETWORK, A, "x", 6, books=1_000_001, on_chain=1_000_000)
     assert held.problem == "shortfall" and str(held.amount(held.books)) == "1.000001"
     assert Holding(NETWORK, A, "x", 6, 5, 5).problem is None
+
+
+def test_the_chain_flags_need_chain_and_user_does_not_apply(capsys: Any) -> None:
+    from paystream.cli import main
+
+    assert main(["reconcile", "--loop", "--network", "ETH_TEST"]) == 2
+    assert "--network, --loop needs --chain" in capsys.readouterr().err
+    assert main(["reconcile", "--chain", "--user", "u1"]) == 2
+    assert "--user does not apply" in capsys.readouterr().err
