@@ -80,7 +80,7 @@ class Service:
 
 def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
     # The metrics ports are the ones the stack's Prometheus scrapes (stack/targets.py).
-    admin, ledger, mirror, health, finality, api_admin, notifier, scanner = (
+    admin, ledger, mirror, health, finality, api_admin, notifier, scanner, chain_check = (
         t.address for t in metrics_targets())
     candidates = [
         Service("ingest", "paystream.ingest.cli", ["ingest", "--port", str(ingest_port)],
@@ -112,6 +112,10 @@ def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
         Service("health", "paystream.ops.cli",
                 ["health", "--serve-metrics", str(port_of("health")), "--bind", "127.0.0.1"],
                 f"metrics http://{health}/metrics (stuck events, slot WAL, lag)"),
+        Service("chain-reconcile", "paystream.ops.cli",
+                ["reconcile", "--chain", "--loop", "--metrics-port",
+                 str(port_of("chain-reconcile"))],
+                f"metrics http://{chain_check}/metrics (custody against the chain, hourly)"),
     ]
     return [s for s in candidates if importlib.util.find_spec(s.module) is not None]
 

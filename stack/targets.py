@@ -32,6 +32,8 @@ class MetricsPortSettings(EnvSettings):
                           description="the notifier's (its consumer and its sender)")
     scanner: int = Field(9406, alias="PAYSTREAM_SCANNER_METRICS_PORT", ge=1,
                          description="the chain scanner's")
+    chain_reconcile: int = Field(9407, alias="PAYSTREAM_CHAIN_RECONCILE_METRICS_PORT", ge=1,
+                                 description="the scheduled `reconcile --chain --loop`'s")
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,8 @@ class Target:
 
 def metrics_targets() -> tuple[Target, ...]:
     """The ingest's admin listener, the consumer groups (ledger, DLQ mirror, notifier),
-    the health exporter, the finality watcher, the merchant API's admin listener and the
-    chain scanner."""
+    the health exporter, the finality watcher, the merchant API's admin listener, the
+    chain scanner and the scheduled chain reconciliation."""
     ports = MetricsPortSettings.from_env()
     return (
         Target("ingest", read_one(IngestSettings, "admin_port"),
@@ -60,6 +62,7 @@ def metrics_targets() -> tuple[Target, ...]:
         Target("api", read_one(ApiSettings, "admin_port"), read_one(ApiSettings, "admin_host")),
         Target("notifier", ports.notifier),
         Target("scanner", ports.scanner),
+        Target("chain-reconcile", ports.chain_reconcile),
     )
 
 

@@ -19,7 +19,8 @@ from paystream.stack.targets import metrics_targets
 PORT_VARS = ("PAYSTREAM_INGEST_ADMIN_PORT", "PAYSTREAM_LEDGER_METRICS_PORT",
              "PAYSTREAM_DLQ_MIRROR_METRICS_PORT", "PAYSTREAM_HEALTH_METRICS_PORT",
              "PAYSTREAM_FINALITY_METRICS_PORT", "PAYSTREAM_API_ADMIN_PORT",
-             "PAYSTREAM_NOTIFIER_METRICS_PORT", "PAYSTREAM_SCANNER_METRICS_PORT")
+             "PAYSTREAM_NOTIFIER_METRICS_PORT", "PAYSTREAM_SCANNER_METRICS_PORT",
+             "PAYSTREAM_CHAIN_RECONCILE_METRICS_PORT")
 
 
 @pytest.fixture
@@ -42,11 +43,12 @@ def test_every_process_of_paystream_run_is_scraped_on_its_port(
     assert targets == {"ingest": ["127.0.0.1:19000"], "ledger": ["127.0.0.1:19001"],
                        "dlq-mirror": ["127.0.0.1:19002"], "health": ["127.0.0.1:19003"],
                        "finality": ["127.0.0.1:19004"], "api": ["127.0.0.1:19005"],
-                       "notifier": ["127.0.0.1:19006"], "scanner": ["127.0.0.1:19007"]}
+                       "notifier": ["127.0.0.1:19006"], "scanner": ["127.0.0.1:19007"],
+                       "chain-reconcile": ["127.0.0.1:19008"]}
     # ... and `paystream run` starts each of them on that port.
     started = {svc.name: svc.args for svc in run.services(8000)}
     for job, port in (("ledger", 19_001), ("dlq-mirror", 19_002), ("finality", 19_004),
-                      ("notifier", 19_006), ("scanner", 19_007)):
+                      ("notifier", 19_006), ("scanner", 19_007), ("chain-reconcile", 19_008)):
         args = started[job]
         assert args[args.index("--metrics-port") + 1] == str(port), args
     assert started["health"][started["health"].index("--serve-metrics") + 1] == "19003"
