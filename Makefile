@@ -50,7 +50,8 @@ VIEW_DIRS := $(shell $(PYTHON) -c 'import tomllib; d = tomllib.load(open("pyproj
 typecheck-view:
 	@rm -rf .typecheck && mkdir -p .typecheck/paystream
 	@for d in $(VIEW_DIRS); do ln -s ../../$$d .typecheck/paystream/$$d; done
-	@for f in paystream/*.py paystream/chaos; do ln -s ../../$$f .typecheck/paystream/; done
+	@for f in paystream/*.py $$(ls -d paystream/*/ | grep -v __pycache__); do \
+	  ln -s ../../$${f%/} .typecheck/paystream/; done
 
 lint: install typecheck-view
 	$(BIN)/ruff check .
@@ -65,7 +66,9 @@ lint: install typecheck-view
 TEST_PROMETHEUS := PAYSTREAM_PROMETHEUS=1 PAYSTREAM_PROMETHEUS_PORT=9096 \
 	PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S=1 PAYSTREAM_INGEST_ADMIN_PORT=8011 \
 	PAYSTREAM_LEDGER_METRICS_PORT=9411 PAYSTREAM_DLQ_MIRROR_METRICS_PORT=9412 \
-	PAYSTREAM_HEALTH_METRICS_PORT=9413 PAYSTREAM_FINALITY_METRICS_PORT=9414
+	PAYSTREAM_HEALTH_METRICS_PORT=9413 PAYSTREAM_FINALITY_METRICS_PORT=9414 \
+	PAYSTREAM_NOTIFIER_METRICS_PORT=9415 PAYSTREAM_SCANNER_METRICS_PORT=9416 \
+	PAYSTREAM_CHAIN_RECONCILE_METRICS_PORT=9417
 TEST_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test PAYSTREAM_PG_PORT=5434 \
 	PAYSTREAM_KAFKA_PORT=9094 PAYSTREAM_CONTROLLER_PORT=9095 PAYSTREAM_CONNECT_PORT=8084 \
 	PAYSTREAM_ANVIL_PORT=8546 PAYSTREAM_PGBOUNCER=1 PAYSTREAM_PGBOUNCER_PORT=6434 \
