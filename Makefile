@@ -107,7 +107,7 @@ BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
-	bench-cluster
+	bench-cluster bench-scanner
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -136,6 +136,9 @@ bench-notify: stack-up  ## webhook deliveries/s vs a one-at-a-time sender; p99 a
 bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finalized -> credited
 	$(BENCH) bench/finality_rpc_bench.py
 	$(BENCH) bench/finality_e2e_bench.py
+
+bench-scanner: stack-up  ## chain scanner catch-up of 10,000 blocks: blocks/s, RPC calls vs per address
+	$(BENCH) bench/scanner_bench.py
 
 # Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
 # --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`

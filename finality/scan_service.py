@@ -9,7 +9,8 @@ A pass (ChainScanner.scan_once), in one transaction of scan_store.ScanStore:
      again `rewind_blocks` below it (rescanning is idempotent);
   4. read the next range (at most `range_blocks`, fewer while the node refuses): its
      blocks with their transactions and its ERC-20 Transfer logs (scanner.py), the
-     receipts of native transfers into our addresses (a failed one moved nothing) and
+     receipts of the blocks paying our addresses native coin (a failed transfer moved
+     nothing: eth_getBlockReceipts, batched) and
      each new token's decimals();
   5. write the deposits into our addresses through the outbox, move the cursor to the
      range's last block and hash, COMMIT.
@@ -28,7 +29,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,12 @@ import structlog
 
 from paystream.finality import scan_metrics as metrics
 from paystream.finality.breaker import CircuitOpenError
-from paystream.finality.evidence import TRANSFER_TOPIC, BlockRef, MalformedResultError
+from paystream.finality.evidence import (
+    TRANSFER_TOPIC,
+    BlockRef,
+    MalformedResultError,
+    Receipt,
+)
 from paystream.finality.rpc import ChainRpc, RpcError, RpcRejectedError, RpcUnavailableError
 from paystream.finality.scan_settings import ScanSettings
 from paystream.finality.scan_store import ScannerBusyError, ScanPass, ScanStore, Written
@@ -205,20 +211,32 @@ class ChainScanner:
         """The deposit events of `found` into our addresses, written in `scan`."""
         events: list[PaymentEvent] = []
         owners = scan.owners([t.recipient for t in found.transfers])
-        for transfer, user_id in ours(found.transfers, owners):
-            decimals = self._decimals_of(transfer)
+        mine = ours(found.transfers, owners)
+        receipts = self._native_receipts([t for t, _ in mine if t.token_contract is None])
+        for transfer, user_id in mine:
+            decimals = self._decimals_of(transfer, receipts)
             event = None if decimals is None else transfer.event(user_id, decimals)
             if event is not None:
                 events.append(event)
         trace_id = f"scan:{self.network}:{found.first}-{found.last.number}"[:128]
         return scan.write(events, trace_id)
 
-    def _decimals_of(self, transfer: FoundTransfer) -> int | None:
+    def _native_receipts(self, natives: Sequence[FoundTransfer]) -> dict[str, Receipt]:
+        """The receipts of native transfers by tx hash, read a block's at once
+        (eth_getBlockReceipts, batched): the cost grows with the blocks paying our
+        addresses, not with the transfers in them."""
+        if not natives:
+            return {}
+        blocks = self.rpc.blocks_evidence(sorted({t.block_number for t in natives}), set())
+        return {tx: r for block in blocks.values() for tx, r in block.receipts.items()}
+
+    def _decimals_of(self, transfer: FoundTransfer, receipts: Mapping[str, Receipt]
+                     ) -> int | None:
         """The transfer's decimals, or None (counted) when it moved nothing we can credit."""
         if transfer.token_contract is None:
-            receipt = self.rpc.receipt(transfer.tx_hash)
+            receipt = receipts.get(transfer.tx_hash)
             if receipt is None or receipt.block_hash != transfer.block_hash:
-                raise RpcUnavailableError("eth_getTransactionReceipt",
+                raise RpcUnavailableError("eth_getBlockReceipts",
                                           f"{transfer.tx_hash} changed block mid-read")
             if receipt.status != 1:
                 self._skip("tx_failed", transfer)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from paystream.finality.evidence import TRANSFER_TOPIC, BlockRef
+from paystream.finality.evidence import TRANSFER_TOPIC, BlockEvidence, BlockRef, Receipt
 from paystream.finality.rpc import RpcRejectedError, RpcUnavailableError
 from paystream.finality.scan_service import ChainScanner
 from paystream.finality.scan_store import Backfill, Written
@@ -61,13 +61,13 @@ class FakeChain:
              "to": self.recipients.get(n, ADDRESS), "value": hex(self.transfers[n])}]
             if n in self.transfers else []} for n in numbers]
 
-    def receipt(self, tx_hash: str) -> Any:
-        number = int(tx_hash, 16)
-
-        class Receipt:
-            block_hash = _hash(number, self.fork)
-            status = 1
-        return Receipt()
+    def blocks_evidence(self, numbers: Sequence[int], with_transactions: set[int]
+                        ) -> dict[int, BlockEvidence]:
+        found = {}
+        for n in numbers:
+            ref, tx = BlockRef(n, _hash(n, self.fork)), "0x" + format(n, "064x")
+            found[n] = BlockEvidence(ref, {tx: Receipt(tx, n, ref.hash, 1, SENDER, ADDRESS, ())})
+        return found
 
 
 class FakePass:
