@@ -5,6 +5,10 @@ transfers to the run's deposit addresses, builds the Alchemy payload from the re
 receipt, signs it as Alchemy does and POSTs it to the run's ingest (retrying 5xx, 429 and
 transport errors, as Alchemy does), and now and then delivers a payload twice.
 
+A share of the deposits (by the seed) gets no webhook: DROPPED ones never, LATE ones only
+after the run's drain, once the chain scanner has credited them (answered duplicate).
+Only the scanner, reading the chain's final blocks, can bring those in.
+
 Its faults are the chain's own:
   reorg         anvil_reorg of the last 1-3 blocks, never a finalized one. The transfers
                 in them are either dropped, or re-mined in the new blocks (same tx hash,
@@ -37,6 +41,7 @@ import httpx
 
 from paystream.chaos import alchemy
 from paystream.chaos.processes import bounce
+from paystream.schema.chain import deposit_event_id
 from paystream.stack import anvil
 from paystream.stack.settings import StackSettings
 
@@ -44,6 +49,14 @@ RETRY_BUDGET_S = 240.0
 BACKOFF_S = (0.25, 0.5, 1.0, 2.0)
 REORG_GRACE_BLOCKS = 4  # the run's finality watcher: PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS
 SENDER_ACCOUNT = 9  # a dev account nothing else on the stack's anvil spends from
+DROPPED_SHARE = 0.25  # deposits whose webhook is never sent
+LATE_SHARE = 0.1      # deposits whose webhook is sent after the scanner credited them
+SENT, DROPPED, LATE = "sent", "dropped", "late"  # ChainDeposit.webhook
+
+
+def landed(receipt: dict[str, Any] | None) -> bool:
+    """Is this receipt (None: not mined now) a transfer that moved the money?"""
+    return receipt is not None and int(receipt["status"], 16) == 1
 
 
 @dataclass
@@ -55,7 +68,12 @@ class ChainDeposit:
     address: str
     wei: int
     block_number: int
-    event_id: str | None = None  # from the ingest's answer
+    # Its on-chain identity (schema.chain.deposit_event_id), as the webhook and the
+    # scanner both name it; `answered_id` is what the ingest answered, if it was asked.
+    event_id: str | None = None
+    answered_id: str | None = None
+    webhook: str = SENT  # SENT, DROPPED (never) or LATE (after the scanner's credit)
+    late_answer: str | None = None  # "<status>:<answer status>" of the late delivery
     status: int | None = None    # the first delivery's final HTTP answer
     deliveries: int = 0
     redelivered_as: list[str] = field(default_factory=list)  # answers to later deliveries
@@ -156,6 +174,9 @@ class ChainDriver:
                 deposit = self._transfer()
                 if deposit is None:
                     continue
+                if deposit.webhook != SENT:
+                    self._run_jobs(client)
+                    continue
                 deposit.status = self._deliver(client, deposit)
                 if deposit.accepted and self.rng.random() < 0.1:
                     # A provider retry of a delivery that did arrive: answered duplicate.
@@ -194,8 +215,17 @@ class ChainDriver:
             except (httpx.HTTPError, RuntimeError) as exc:
                 self.retries[f"rpc:{type(exc).__name__}"] += 1
                 return None
+        draw = self.rng.random()
+        webhook = (DROPPED if draw < DROPPED_SHARE
+                   else LATE if draw < DROPPED_SHARE + LATE_SHARE else SENT)
+        if not self._jobs.empty():
+            # A reorg is due after this deposit: the block it replaces must hold one the
+            # ingest accepted (the credit that must not happen), so this one is sent.
+            webhook = SENT
         deposit = ChainDeposit(tx_hash.lower(), user, self.addresses[user], wei,
-                               int(receipt["blockNumber"], 16))
+                               int(receipt["blockNumber"], 16),
+                               event_id=deposit_event_id(self.network, tx_hash),
+                               webhook=webhook)
         self.deposits.append(deposit)
         return deposit
 
@@ -251,8 +281,17 @@ class ChainDriver:
         status, answer = self._post(client, deposit)
         events = answer.get("events") or []
         if events:
-            deposit.event_id = events[0].get("event_id")
+            deposit.answered_id = events[0].get("event_id")
         return status
+
+    def deliver_late(self) -> None:
+        """Send the LATE deposits' webhooks now (after the drain: the scanner has
+        credited every transfer on the chain); a transfer no longer mined has none."""
+        with httpx.Client(timeout=10) as client:
+            for deposit in self.deposits:
+                if deposit.webhook == LATE and landed(self.receipt(deposit.tx_hash)):
+                    status, answer = self._post(client, deposit)
+                    deposit.late_answer = f"{status}:{answer.get('status')}"
 
     def _redeliver(self, client: httpx.Client, deposit: ChainDeposit) -> None:
         status, answer = self._post(client, deposit)

@@ -24,6 +24,7 @@ from paystream.chaos.chain import (
     RETRY_BUDGET_S,
     ChainDeposit,
     ChainDriver,
+    landed,
 )
 from paystream.chaos.forgery import Forgery, forge
 from paystream.chaos.invariants import (
@@ -31,8 +32,10 @@ from paystream.chaos.invariants import (
     accepted_events,
     applied_times,
     chain_pending_count,
+    chain_report_line,
     check,
     check_chain,
+    due_chain,
     expected_books,
     forged_pending_count,
     pending_count,
@@ -61,6 +64,7 @@ CYCLE = (
     (0.28, "forged-records"),
     (0.31, "notifier-sigkill"),
     (0.34, "connect-restart"),
+    (0.38, "scanner-sigkill"),
     (0.41, "finality-sigkill"),
     (0.45, "unknown-user-flood"),
     (0.48, "broker-restart"),
@@ -70,6 +74,7 @@ CYCLE = (
     (0.69, "chain-reorg"),
     (0.73, "notifier-crash-after-db-commit"),
     (0.76, "ingest-restart"),
+    (0.79, "scanner-sigkill"),
     (0.82, "forged-records"),
     (0.88, "consumer-sigkill"),
     (0.93, "notifier-sigkill"),
@@ -163,14 +168,20 @@ class Chaos:
                                                 self.mirror_group, "--metrics-port", "0"],
                                  env, self.log_dir)
         # The run's own network name: its watcher judges only the run's deposits.
+        chain_env = {**env, "ETH_RPC_URL": anvil.AnvilConfig.from_env().rpc_url,
+                     "PAYSTREAM_FINALITY_TICK_SECONDS": "0.5",
+                     "PAYSTREAM_FINALITY_RPC_TIMEOUT": "1",
+                     "PAYSTREAM_FINALITY_BREAKER": "3/30/2",
+                     "PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS": str(REORG_GRACE_BLOCKS),
+                     "PAYSTREAM_SCANNER_POLL_SECONDS": "0.5"}
         self.finality = px.Managed(
             "finality", ["consume", "finality", "--network", self.network,
-                         "--metrics-port", "0"],
-            {**env, "ETH_RPC_URL": anvil.AnvilConfig.from_env().rpc_url,
-             "PAYSTREAM_FINALITY_TICK_SECONDS": "0.5", "PAYSTREAM_FINALITY_RPC_TIMEOUT": "1",
-             "PAYSTREAM_FINALITY_BREAKER": "3/30/2",
-             "PAYSTREAM_FINALITY_REORG_GRACE_BLOCKS": str(REORG_GRACE_BLOCKS)},
-            self.log_dir)
+                         "--metrics-port", "0"], chain_env, self.log_dir)
+        # The chain scanner of the same network: the only way in for the deposits whose
+        # webhook the run drops on purpose (chain.py).
+        self.scanner = px.Managed(
+            "scanner", ["consume", "scanner", "--network", self.network,
+                        "--metrics-port", "0"], chain_env, self.log_dir)
         # As `paystream run` does: Connect never restarts a FAILED connector task.
         self.watchdog = px.Managed("connector-watchdog",
                                    ["stack", "watchdog", "--interval", "2"], env, self.log_dir)
@@ -227,8 +238,30 @@ class Chaos:
                                             starts, self.published)
         self.ingest.start()
         px.wait_http_ok(f"http://127.0.0.1:{self.admin_port}/readyz", 60)
-        for c in (*self.ledgers, self.mirror, self.finality, self.watchdog, self.notifier):
+        for c in (*self.ledgers, self.mirror, self.finality, self.scanner, self.watchdog,
+                  self.notifier):
             c.start()
+        self._scanner_ready(60)
+
+    def _scanner_ready(self, timeout: float) -> None:
+        """Until the scanner's cursor exists: its first pass starts at the finalized
+        block, so a deposit sent before it would be history (`chain scan`'s job)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            conn = connect(database_url("owner"))
+            try:
+                with conn, conn.cursor() as cur:
+                    cur.execute("SELECT 1 FROM chain_scan_cursors WHERE network = %s",
+                                (self.network,))
+                    if cur.fetchone() is not None:
+                        return
+            finally:
+                conn.close()
+            if not self.scanner.alive():
+                break
+            time.sleep(0.2)
+        raise RuntimeError(f"the chain scanner made no cursor for {self.network} in "
+                           f"{timeout:.0f} s; log {self.log_dir / 'scanner.log'}")
 
     # --- faults ---------------------------------------------------------------------
     def schedule(self) -> list[tuple[float, str]]:
@@ -260,6 +293,7 @@ class Chaos:
             "chain-reorg": lambda: f"reorg: {self.chain.reorg()}",
             "anvil-restart": lambda: self.chain.restart_node(self._pause()),
             "finality-sigkill": lambda: self._sigkill(self.finality),
+            "scanner-sigkill": lambda: self._sigkill(self.scanner),
             "notifier-sigkill": lambda: self._sigkill(self.notifier),
             "notifier-crash-after-claim": lambda: self._armed_crash(
                 self.notifier, notify_hooks.AFTER_CLAIM, self.rng.randint(1, 20)),
@@ -379,8 +413,8 @@ class Chaos:
     def _supervise(self) -> None:
         """A process that died with no fault to explain it is a violation (a crash the
         chaos provoked by accident); it is restarted, as a process manager would."""
-        for c in (self.ingest, *self.ledgers, self.mirror, self.finality, self.watchdog,
-                  self.notifier):
+        for c in (self.ingest, *self.ledgers, self.mirror, self.finality, self.scanner,
+                  self.watchdog, self.notifier):
             if not c.alive():
                 code = c.proc.returncode if c.proc else None
                 self.log(f"{c.name} exited ({code}) with no fault to explain it; restarting")
@@ -396,8 +430,8 @@ class Chaos:
                 self.prepare()
                 return self._run()
             finally:
-                for c in (*self.ledgers, self.mirror, self.finality, self.watchdog,
-                          self.notifier, self.ingest):
+                for c in (*self.ledgers, self.mirror, self.finality, self.scanner,
+                          self.watchdog, self.notifier, self.ingest):
                     c.stop()
                 self._close_notifications()
 
@@ -476,7 +510,11 @@ class Chaos:
         self.chain.settle()
         self.log(f"traffic done: {len(sender.sent)} requests, "
                  f"{len(self.chain.deposits)} chain deposits; draining")
-        drained_at = self._drain(sender)
+        on_chain = {d.tx_hash for d in self.chain.deposits
+                    if landed(self.chain.receipt(d.tx_hash))}
+        drained_at = self._drain(sender, due_chain(self.chain.deposits, on_chain))
+        # The withheld webhooks, now that the scanner credited their transfers.
+        self.chain.deliver_late()
         # What the run's users must be told: from the sender's record and the chain.
         expected = ntf.expected_pairs(accepted_events(sender.sent).values(),
                                       expected_books(sender.sent).outcomes,
@@ -508,7 +546,7 @@ class Chaos:
         }
         return findings, stats
 
-    def _drain(self, sender: Sender) -> float | None:
+    def _drain(self, sender: Sender, chain_due: list[str]) -> float | None:
         deadline = time.monotonic() + self.cfg.drain_timeout_s
         while time.monotonic() < deadline:
             self._supervise()
@@ -516,7 +554,7 @@ class Chaos:
                 conn = connect(database_url("owner"))
                 with conn, conn.cursor() as cur:
                     left = (pending_count(cur, sender.sent)
-                            + chain_pending_count(cur, self.chain.deposits)
+                            + chain_pending_count(cur, chain_due)
                             + forged_pending_count(cur, self.forged))
                 conn.close()
             except Exception as exc:
@@ -572,6 +610,7 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         f"forged records produced to {PAYMENTS_TOPIC}: {len(chaos.forged)}; processes "
         f"that exited with no fault to explain it: {len(chaos.unexplained_exits)}",
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
+        chain_report_line(findings),
         ntf.report_line(chaos.deliveries) if chaos.deliveries else "notifications: not checked",
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
         f"kafka nodes: {chaos.s.brokers}",

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from paystream.chaos.chain import ChainDeposit
+from paystream.chaos.chain import DROPPED, LATE, SENT, ChainDeposit, landed
 from paystream.chaos.forgery import Forgery
 from paystream.chaos.traffic import (
     ASSETS,
@@ -46,6 +46,8 @@ class InvariantReport:
     double_applied: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
+    # The chain deposits counted from what the run sent on chain (check_chain).
+    chain: Counter[str] = field(default_factory=Counter)
 
     @property
     def passed(self) -> bool:
@@ -362,26 +364,31 @@ def _check_balances(cur: Cursor, v: InvariantReport, users: list[str],
 CHAIN_FINAL_STATUSES = ("applied", "reorged")
 
 
-def accepted_chain(deposits: list[ChainDeposit]) -> dict[str, ChainDeposit]:
-    """Event id -> the deposit, for transfers whose delivery the ingest accepted."""
-    return {d.event_id: d for d in deposits if d.accepted and d.event_id}
+def due_chain(deposits: list[ChainDeposit], on_chain: set[str]) -> list[str]:
+    """The event ids the pipeline must settle: each deposit whose webhook the ingest
+    accepted, and each transfer on the chain (`on_chain`: tx hashes), webhook or not (the
+    scanner reads every final block)."""
+    return [d.event_id for d in deposits
+            if d.event_id and (d.accepted or d.tx_hash in on_chain)]
 
 
-def chain_pending_count(cur: Cursor, deposits: list[ChainDeposit]) -> int:
-    """Accepted chain deposits the ledger has not yet credited or released."""
-    accepted = accepted_chain(deposits)
+def chain_pending_count(cur: Cursor, due: list[str]) -> int:
+    """Chain deposits due (due_chain) the ledger has not yet credited or released."""
     cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
-                " AND status = ANY(%s)", (list(accepted), list(CHAIN_FINAL_STATUSES)))
-    return len(accepted) - _count(cur)
+                " AND status = ANY(%s)", (due, list(CHAIN_FINAL_STATUSES)))
+    return len(due) - _count(cur)
 
 
 def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
                 receipt: Callable[[str], dict[str, Any] | None]) -> None:
-    """Every accepted deposit whose transfer is on the chain now is credited exactly once,
-    under the block it is in; every other one is reorged and never credited; the
-    pending book is empty and matches its journal."""
-    accepted = accepted_chain(deposits)
-    ids = list(accepted)
+    """Every transfer the run sent that is on the chain now is credited exactly once,
+    under the block it is in, whether its webhook was sent, dropped or sent late (the
+    count starts from the chain's receipts, not from our tables); every other one is
+    reorged or never recorded, and never credited; the pending book is empty and
+    matches its journal."""
+    chain_now = {d.tx_hash: r for d in deposits if landed(r := receipt(d.tx_hash))}
+    mine = {d.event_id: d for d in deposits if d.event_id}
+    ids = list(mine)
     cur.execute("SELECT event_id, state, final_block_hash, amount FROM chain_deposits"
                 " WHERE event_id = ANY(%s)", (ids,))
     held = {r[0]: r[1:] for r in cur.fetchall()}
@@ -396,20 +403,28 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
     for source, delta in cur.fetchall():
         credits.setdefault(sources[source], []).append(delta)
     landed_sum: dict[tuple[str, str], Decimal] = {}
-    for event_id, d in accepted.items():
+    for event_id, d in mine.items():
+        on_chain = chain_now.get(d.tx_hash)
+        got = credits.get(event_id, [])
+        if on_chain is not None:
+            _tally_chain(v, d, got)
+        if d.answered_id is not None and d.answered_id != event_id:
+            v.violations.append(f"chain {d.tx_hash}: the ingest named it {d.answered_id}, "
+                                f"the scanner names it {event_id}")
         if event_id not in held:
-            v.lost.append(f"chain {event_id}: answered {d.status}, never held as pending")
+            if on_chain is not None or d.accepted:
+                v.lost.append(f"chain {event_id}: answered {d.status} (webhook {d.webhook})"
+                              f"{', on chain' if on_chain else ''}, never held as pending")
+            elif got:
+                v.violations.append(f"chain {event_id}: never recorded, credits {got}")
             continue
         state, final_hash, amount = held[event_id]
-        on_chain = receipt(d.tx_hash)
-        landed = on_chain is not None and int(on_chain["status"], 16) == 1
-        got = credits.get(event_id, [])
         v.outcomes[f"chain_{state}"] += 1
         if amount != d.amount:
             v.violations.append(f"chain {event_id}: held {amount}, sent {d.amount}")
         if len(got) > 1:
             v.double_applied.append(f"chain {event_id}: credited {len(got)} times")
-        if landed and on_chain is not None:
+        if on_chain is not None:
             key = (d.user_id, event_id.split(":", 1)[0] + ":native")
             landed_sum[key] = landed_sum.get(key, Decimal(0)) + d.amount
             if state != "final" or status.get(event_id) != "applied" or got != [d.amount]:
@@ -421,6 +436,9 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
         elif state != "reorged" or status.get(event_id) != "reorged" or got:
             v.violations.append(f"chain {event_id}: not on chain but {state}/"
                                 f"{status.get(event_id)}, credits {got}")
+        if d.webhook == LATE and on_chain is not None and d.late_answer != "200:duplicate":
+            v.violations.append(f"chain {event_id}: its webhook after the scanner's credit"
+                                f" answered {d.late_answer}, not 200 duplicate")
     for d in deposits:
         bad = [a for a in d.redelivered_as if not a.startswith("2")]
         if d.accepted and bad:
@@ -444,3 +462,26 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
         if pending != 0 or total != 0:
             v.violations.append(f"pending {user}/{asset} = {pending}, journal sum {total} "
                                 "after every deposit was settled")
+
+
+def _tally_chain(v: InvariantReport, d: ChainDeposit, credits: list[Decimal]) -> None:
+    """Count a transfer on the chain for the report: its webhook, and its credits."""
+    v.chain["on_chain"] += 1
+    v.chain[f"webhook_{d.webhook}"] += 1
+    once = credits == [d.amount]
+    v.chain["credited_once"] += once
+    v.chain["twice"] += len(credits) > 1
+    v.chain["missing"] += not credits
+    if d.webhook != SENT:
+        v.chain[f"{d.webhook}_credited_once"] += once
+
+
+def chain_report_line(v: InvariantReport) -> str:
+    """The chain deposits counted from the chain: how many, how many had no webhook (or
+    a late one), and how each was credited."""
+    c = v.chain
+    return (f"chain transfers on chain: {c['on_chain']} (webhook dropped: "
+            f"{c[f'webhook_{DROPPED}']}, sent late: {c[f'webhook_{LATE}']}), credited once: "
+            f"{c['credited_once']}, twice: {c['twice']}, missing: {c['missing']}; "
+            f"credited once with no webhook: {c[f'{DROPPED}_credited_once']}, "
+            f"before their late webhook: {c[f'{LATE}_credited_once']}")

@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from paystream import kafka_security
-from paystream.chaos.chain import ChainDeposit
+from paystream.chaos.chain import ChainDeposit, landed
 from paystream.chaos.receiver import Receiver
 from paystream.chaos.traffic import MONEY, Request
 
@@ -48,7 +48,7 @@ def expected_pairs(accepted: Iterable[Request], outcomes: dict[str, str],
                    deposits: Iterable[ChainDeposit],
                    receipt: Callable[[str], dict[str, Any] | None]) -> set[Pair]:
     """Every (source event, intent type) the run's users must be told of: per accepted
-    money event by its replayed outcome, per accepted chain deposit by what the chain
+    money event by its replayed outcome, per chain deposit recorded by what the chain
     holds now (pending when recorded, then finalized if its transfer landed, else
     reorged)."""
     pairs: set[Pair] = set()
@@ -64,12 +64,13 @@ def expected_pairs(accepted: Iterable[Request], outcomes: dict[str, str],
         if outcome == "shortfall":  # a refund the balance could not cover
             pairs.add((req.event_id, "shortfall.opened"))
     for d in deposits:
-        if not (d.accepted and d.event_id):
+        on_chain = landed(receipt(d.tx_hash))
+        # Recorded if the ingest accepted its webhook, or (any webhook or none) by the
+        # scanner, which reads every final block.
+        if not (d.event_id and (d.accepted or on_chain)):
             continue
-        on_chain = receipt(d.tx_hash)
-        landed = on_chain is not None and int(on_chain["status"], 16) == 1
         pairs.add((d.event_id, "deposit.pending"))
-        pairs.add((f"{d.event_id}:finalized", "deposit.finalized") if landed
+        pairs.add((f"{d.event_id}:finalized", "deposit.finalized") if on_chain
                   else (f"{d.event_id}:reorged", "deposit.reorged"))
     return pairs
 

@@ -1,10 +1,11 @@
 """The chaos suite's short form on the real stack: faults of every kind under load, then
 lost = 0 and double-applied = 0 (docs/guarantees.md#the-chaos-run), chain deposits on the
-stack's anvil included (docs/finality.md): reorgs, a node restart and a watcher kill among
-the faults; hostile-but-valid deliveries and forged topic records in the traffic (only the
-outbox can credit), and a flood of deposits for users nobody created; the notifier
-SIGKILLed at random and at its crash points, every intent delivered to a real receiver
-under its one webhook-id (docs/notifications.md)."""
+stack's anvil included (docs/finality.md): reorgs, a node restart, a watcher kill and
+scanner kills among the faults, a share of their webhooks dropped on purpose (the chain
+scanner alone brings those in); hostile-but-valid deliveries and forged topic records in
+the traffic (only the outbox can credit), and a flood of deposits for users nobody
+created; the notifier SIGKILLed at random and at its crash points, every intent delivered
+to a real receiver under its one webhook-id (docs/notifications.md)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     assert faults["consumer-sigkill"] + faults["consumer-crash-after-db-commit"] >= 3
     assert faults["consumer-crash-after-db-commit"] >= 1
     for kind in ("connect-restart", "broker-restart", "postgres-restart", "ingest-restart",
-                 "anvil-restart", "finality-sigkill"):
+                 "anvil-restart", "finality-sigkill", "scanner-sigkill"):
         assert faults[kind] >= 1, kind
     assert faults["chain-reorg"] >= 2  # one drops its deposits, the next re-mines them
     outcomes = dict(re.findall(r"([a-z_]+)=(\d+)", re.search(r"final outcomes: (.*)",
@@ -51,6 +52,18 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     assert int(outcomes.get("chain_reorged", 0)) > 0, out
     chain = re.search(r"chain deposits: .* (\d+) re-mined and (\d+) dropped", out)
     assert chain and int(chain.group(1)) > 0 and int(chain.group(2)) > 0, out
+    # Counted from the transfers the run sent on chain: each one credited exactly once,
+    # those whose webhook never came (or came after the scanner's credit) included.
+    scanned = re.search(r"chain transfers on chain: (\d+) \(webhook dropped: (\d+), sent late:"
+                        r" (\d+)\), credited once: (\d+), twice: (\d+), missing: (\d+); "
+                        r"credited once with no webhook: (\d+), before their late webhook:"
+                        r" (\d+)", out)
+    assert scanned, out
+    on_chain, dropped, late, once, twice, missing, dropped_once, late_once = map(
+        int, scanned.groups())
+    assert dropped > 0 and late > 0 and on_chain > dropped + late
+    assert once == on_chain and twice == missing == 0
+    assert dropped_once == dropped and late_once == late
     assert re.search(r"redelivery=\d+", out) and re.search(r"poison=\d+", out)
     # The unknown-user flood: more deposits for users nobody created, at once, than the
     # ledger's default DLQ limit (100 a minute) that such a flood once tripped; each one

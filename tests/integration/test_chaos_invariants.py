@@ -6,9 +6,14 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
-from paystream.chaos.chain import ChainDeposit
+from paystream.chaos.chain import DROPPED, LATE, ChainDeposit
 from paystream.chaos.forgery import FORGED_AMOUNT, Forgery
-from paystream.chaos.invariants import InvariantReport, check, check_chain
+from paystream.chaos.invariants import (
+    InvariantReport,
+    chain_report_line,
+    check,
+    check_chain,
+)
 from paystream.chaos.traffic import Kind, Request
 from paystream.schema.idempotency import idempotency_key
 from tests.support.ids import unique
@@ -249,3 +254,48 @@ def test_an_accepted_deposit_the_ledger_never_held_is_lost(db):
         verdict = InvariantReport()
         check_chain(cur, verdict, [d], _on_chain())
     assert len(verdict.lost) == 1 and "never held" in verdict.lost[0]
+
+
+def _unsent(webhook: str) -> ChainDeposit:
+    """A transfer the run sent on chain and whose webhook it held back."""
+    tx = "0x" + uuid.uuid4().hex * 2
+    return ChainDeposit(tx, unique("u"), "0x" + "33" * 20, 10**15, 5,
+                        event_id=f"CHAOS_T:{tx}:external", webhook=webhook)
+
+
+def test_a_transfer_on_chain_with_no_webhook_and_no_scan_is_lost(db):
+    d = _unsent(DROPPED)
+    with db.cursor() as cur:
+        verdict = InvariantReport()
+        check_chain(cur, verdict, [d], _on_chain())
+    assert len(verdict.lost) == 1 and "(webhook dropped), on chain, never held" in verdict.lost[0]
+    assert "on chain: 1 (webhook dropped: 1, sent late: 0), credited once: 0, twice: 0, " \
+        "missing: 1" in chain_report_line(verdict)
+
+
+def test_a_transfer_with_no_webhook_that_a_reorg_removed_need_not_be_recorded(db):
+    with db.cursor() as cur:
+        verdict = InvariantReport()
+        check_chain(cur, verdict, [_unsent(DROPPED)], lambda tx: None)
+    assert verdict.passed, verdict
+    assert "on chain: 0 (" in chain_report_line(verdict)
+
+
+def test_a_late_webhook_not_answered_duplicate_is_a_violation(db):
+    with db.cursor() as cur:
+        d = _chain_deposit(cur, state="final", status="applied", credits=["{}:finalized"])
+        d.status, d.webhook, d.late_answer = None, LATE, "200:accepted"
+        verdict = InvariantReport()
+        check_chain(cur, verdict, [d], _on_chain())
+    assert any("answered 200:accepted, not 200 duplicate" in v for v in verdict.violations)
+    assert "credited once with no webhook: 0, before their late webhook: 1" in \
+        chain_report_line(verdict)
+
+
+def test_an_ingest_naming_a_transfer_otherwise_than_the_scanner_is_a_violation(db):
+    with db.cursor() as cur:
+        d = _chain_deposit(cur, state="final", status="applied", credits=["{}:finalized"])
+        d.answered_id = d.event_id + "x"
+        verdict = InvariantReport()
+        check_chain(cur, verdict, [d], _on_chain())
+    assert any("the ingest named it" in v for v in verdict.violations)
