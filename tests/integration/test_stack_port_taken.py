@@ -5,7 +5,6 @@ may have kept."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ def test_a_start_on_a_taken_port_names_the_holder_and_keeps_no_huge_pages(
     running = StackSettings.from_env()
     holder = postgres.pid(running)
     assert holder is not None, "the test stack's Postgres is not running"
-    other = dataclasses.replace(running, state_dir=tmp_path / "other-stack")
+    other = running.model_copy(update={"state_dir": tmp_path / "other-stack"})
     postgres.ensure_cluster(other)  # a cluster of its own, on the running one's port
     pool_before = huge_pages.pool()[0]
 
