@@ -62,6 +62,16 @@ class IntentType(StrEnum):
     REMINDER_SHORTFALL_OPEN = "reminder.shortfall_open"  # still owed after 1 h, 24 h, 72 h
     REMINDER_DEPOSIT_WAITING = "reminder.deposit_waiting"  # finality long overdue
     REMINDER_HOLD_EXPIRING = "reminder.hold_expiring"  # a hold about to be voided
+    REMINDER_INVOICE_UNPAID = "reminder.invoice_unpaid"  # an invoice's deadline close
+    # Invoices (paystream.invoices): the invoice's id is the source (data.event_id), or
+    # the payment's event id for what one payment does (paid_partial, paid_late).
+    INVOICE_CREATED = "invoice.created"
+    INVOICE_PROCESSING = "invoice.processing"  # a payment seen, not final yet
+    INVOICE_SETTLED = "invoice.settled"
+    INVOICE_EXPIRED = "invoice.expired"
+    INVOICE_INVALID = "invoice.invalid"        # cancelled, or a settling payment reversed
+    INVOICE_PAID_PARTIAL = "invoice.paid_partial"
+    INVOICE_PAID_LATE = "invoice.paid_late"
 
 
 _WITHDRAWALS = frozenset({EventType.WITHDRAWAL, EventType.WITHDRAWAL_FEE,

@@ -14,7 +14,7 @@ NUMERIC(38,18) amount has up to 38 significant digits.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 
 AMOUNT_PATTERN = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 # Text that is already canonical and within NUMERIC(38,18): no exponent, no leading zero,
@@ -26,6 +26,9 @@ MAX_SCALE = 18  # digits after the point that NUMERIC(38,18) keeps
 MAX_INTEGER_DIGITS = 20  # NUMERIC(38,18) holds 20 digits before the point
 UPPER_BOUND = Decimal(10) ** MAX_INTEGER_DIGITS
 MAX_TEXT_LENGTH = 100  # refuse absurd strings before Decimal sees them
+# Arithmetic on amounts (sums, a tolerance's share): exact for any sum of a few
+# NUMERIC(38,18) amounts, where the default context keeps 28 digits and rounds.
+EXACT_CONTEXT = Context(prec=60)
 
 
 class AmountError(ValueError):

@@ -35,9 +35,10 @@ So custody[network, asset] is minus the chain deposits the ledger holds on that 
 
 from __future__ import annotations
 
-from decimal import Context, Decimal, getcontext, localcontext
+from decimal import Decimal, getcontext, localcontext
 
 from paystream.schema.accounts import PLATFORM, AccountKind, AccountRef
+from paystream.schema.amounts import EXACT_CONTEXT
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.holds import Hold
 from paystream.schema.processed_events import REJECTIONS, Outcome
@@ -48,8 +49,7 @@ SECOND_PHASE = frozenset({
     EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
     EventType.HOLD_EXPIRED, EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT,
     EventType.ADJUSTMENT_CREDIT, EventType.ADJUSTMENT_DEBIT})
-# Exact for any sum of a few NUMERIC(38,18) amounts (the default context keeps 28 digits).
-EXACT = Context(prec=60)
+EXACT = EXACT_CONTEXT  # the money's context (schema/amounts.py)
 Posting = tuple[AccountRef, Decimal]
 
 # The plain events, applied: (sign on available, the counter-account's kind). Most of
