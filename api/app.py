@@ -25,6 +25,7 @@ from paystream.api import (
     models,
     routes_balances,
     routes_events,
+    routes_invoices,
     routes_transactions,
     routes_users,
     routes_withdrawals,
@@ -42,8 +43,8 @@ from paystream.edge.serve import frozen
 FACTORY = "paystream.api.app:create_app_from_env"
 PUBLIC_PREFIX = "/v1/"
 PUBLIC_PATHS = frozenset({"/healthz"})
-ROUTERS = (routes_balances, routes_events, routes_transactions, routes_users,
-           routes_withdrawals)
+ROUTERS = (routes_balances, routes_events, routes_invoices, routes_transactions,
+           routes_users, routes_withdrawals)
 
 
 class ApiApp(EdgeApp):
@@ -65,7 +66,8 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     metrics = ApiMetrics()
     app = fastapi_app("api", db.close, title="paystream merchant API", version="1.0.0",
                       description="Balances, event status and history out; users, deposit "
-                                  "addresses and withdrawal requests in (docs/api.md).")
+                                  "addresses, withdrawal requests and invoices in "
+                                  "(docs/api.md).")
     # What the routes' dependencies and rules read (api/auth.py, api/routes_*.py).
     app.state.settings = settings
     app.state.database = db

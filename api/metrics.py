@@ -22,4 +22,13 @@ class ApiMetrics:
         self.withdrawals = Counter("paystream_api_withdrawal_requests",
                                    "Withdrawal requests by outcome", ["outcome"],
                                    registry=self.registry)
-
+        # Invoice creations by outcome: created, replayed (the invoice of an
+        # Idempotency-Key), conflict (the key with another body), no_address (a chain
+        # invoice found no spare or pooled deposit address).
+        self.invoices = Counter("paystream_api_invoice_requests",
+                                "Invoice creations by outcome", ["outcome"],
+                                registry=self.registry)
+        # Invoice cancels by outcome: cancelled, refused (not open, or paid).
+        self.invoice_cancels = Counter("paystream_api_invoice_cancels",
+                                       "Invoice cancels by outcome", ["outcome"],
+                                       registry=self.registry)

@@ -9,10 +9,18 @@ from typing import Annotated, Any
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from paystream.invoices.create import (
+    MAX_EXPIRES_IN_S,
+    METADATA_MAX_BYTES,
+    MIN_EXPIRES_IN_S,
+    ORDER_ID_MAX,
+    TOLERANCE_PATTERN,
+)
 from paystream.schema.events import USER_ID_PATTERN
 
 USER_ID = USER_ID_PATTERN.pattern
 AMOUNT = r"^-?[0-9]+(\.[0-9]+)?$"  # what schema.transfers.signed writes
+TOLERANCE = f"^{TOLERANCE_PATTERN.pattern}$"
 
 
 class Strict(BaseModel):
@@ -148,6 +156,78 @@ class Withdrawal(Strict):
     closed_by: str | None
     closed_at: datetime | None
     trace_id: str
+
+
+class NewInvoice(Strict):
+    user_id: str = Field(max_length=64)
+    asset: str = Field(max_length=200, examples=["ETH_MAINNET:native", "USD"],
+                       description="a chain asset (<NETWORK>:native or <NETWORK>:<token"
+                                   " contract>: a dedicated deposit address is assigned)"
+                                   " or a gateway asset (the gateway's deposits name the"
+                                   " invoice_id)")
+    amount: str = Field(max_length=100, examples=["25.50"])
+    expires_in_s: int = Field(ge=MIN_EXPIRES_IN_S, le=MAX_EXPIRES_IN_S, strict=True,
+                              description="seconds from now to the deadline")
+    order_id: str | None = Field(None, min_length=1, max_length=ORDER_ID_MAX,
+                                 description="the merchant's reference, printable")
+    metadata: dict[str, Any] | None = Field(
+        None, description=f"a JSON object of at most {METADATA_MAX_BYTES} bytes (compact"
+                          " UTF-8), returned as given")
+    payment_tolerance_pct: str | None = Field(
+        None, pattern=TOLERANCE, examples=["2.5"],
+        description="under- or overpayment within this percentage of the amount still"
+                    " settles: a string, 0 to 99.99, at most 2 decimals; default 0")
+
+
+class Invoice(Strict):
+    invoice_id: str
+    user_id: str
+    asset: str
+    amount: str = Field(pattern=AMOUNT)
+    amount_paid: str = Field(pattern=AMOUNT, description="credited (final) payments")
+    amount_pending: str = Field(pattern=AMOUNT, description="seen, not final yet")
+    amount_due: str = Field(pattern=AMOUNT, description="amount - amount_paid, never below 0")
+    state: str = Field(description="new, processing, settled, expired, invalid")
+    additional_status: str | None = Field(description="paid_partial, paid_over, paid_late")
+    expires_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    order_id: str | None
+    metadata: dict[str, Any]
+    network: str | None = Field(description="a chain invoice's deposit address's network")
+    address: str | None = Field(description="a chain invoice's dedicated deposit address")
+    payment_tolerance_pct: str = Field(pattern=AMOUNT)
+
+
+class InvoicePayment(Strict):
+    event_id: str = Field(description="the deposit's event id")
+    amount: str = Field(pattern=AMOUNT)
+    state: str = Field(description="pending, credited, reorged, reversed")
+    seen_at: datetime = Field(description="when it was paid (the provider's or the"
+                                          " block's time)")
+    late: bool = Field(description="paid after the deadline (or the cancel)")
+    recorded_at: datetime
+    credited_at: datetime | None
+
+
+class InvoiceHistoryLine(Strict):
+    state: str
+    additional_status: str | None
+    expires_at: datetime
+    cause: str = Field(description="created, payment:<event id>, expired, extended,"
+                                   " cancelled, ...")
+    at: datetime
+
+
+class InvoiceDetail(Invoice):
+    payments: list[InvoicePayment]
+    history: list[InvoiceHistoryLine]
+
+
+class Invoices(Strict):
+    items: list[Invoice]
+    next_cursor: str | None = Field(description="pass as ?cursor= (with the same filters)"
+                                    " for the next page; null on the last")
 
 
 class Error(Strict):

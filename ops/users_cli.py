@@ -1,4 +1,4 @@
-"""`paystream users add`, `addresses add`, `balances`, `refusals list`: the operator's
+"""`paystream users add`, `addresses add [--pool]`, `balances`, `refusals list`: the operator's
 commands on the tables the ingest reads (the actions are ops/users.py's; the refusals are
 the ingest's records, ingest/refusals.py)."""
 
@@ -9,7 +9,14 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from paystream.operator_cli import EXIT_OK, EXIT_PROBLEM, database, format_table, iso_moment
+from paystream.operator_cli import (
+    EXIT_CANNOT_RUN,
+    EXIT_OK,
+    EXIT_PROBLEM,
+    database,
+    format_table,
+    iso_moment,
+)
 
 if TYPE_CHECKING:
     from paystream.schema.db import Connection
@@ -24,10 +31,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     addresses = sub.add_parser("addresses", help="manage deposit addresses")
     addresses_sub = addresses.add_subparsers(dest="addresses_command", required=True)
-    add_address = addresses_sub.add_parser("add", help="assign a deposit address to a user")
-    add_address.add_argument("--network", required=True, help="e.g. ETH_MAINNET")
-    add_address.add_argument("--address", required=True)
-    add_address.add_argument("--user", required=True)
+    add_address = addresses_sub.add_parser(
+        "add", help="assign a deposit address to a user, or load addresses into the pool "
+                    "chain invoices take from (--pool NETWORK ADDRESS...)",
+        usage="%(prog)s --network NETWORK --address ADDRESS --user USER [--scan-from BLOCK]"
+              "\n       %(prog)s --pool NETWORK ADDRESS [ADDRESS ...]")
+    add_address.add_argument("--network", help="e.g. ETH_MAINNET")
+    add_address.add_argument("--address")
+    add_address.add_argument("--user")
+    add_address.add_argument("--pool", metavar="NETWORK",
+                             help="load the ADDRESSes into the deposit-address pool of "
+                                  "NETWORK: a chain invoice of a user without a spare "
+                                  "address takes one, and it becomes that user's")
+    add_address.add_argument("pooled", nargs="*", metavar="ADDRESS",
+                             help="with --pool: the addresses to load")
     add_address.add_argument("--scan-from", type=int, metavar="BLOCK",
                              help="also have the chain scanner read this address's deposits "
                                   "from BLOCK up to where it is (for an address paid before "
@@ -64,11 +81,47 @@ def _add_user(args: argparse.Namespace) -> int:
 def _add_address(args: argparse.Namespace) -> int:
     from paystream.ops import users
 
+    if args.pool is not None:
+        return _add_to_pool(args)
+    missing = [flag for flag, value in (("--network", args.network),
+                                        ("--address", args.address), ("--user", args.user))
+               if value is None]
+    if missing or args.pooled:
+        print("error: addresses add needs --network, --address and --user (missing: "
+              f"{', '.join(missing) or 'none'}), or --pool NETWORK ADDRESS...; extra "
+              f"arguments: {' '.join(args.pooled) or 'none'}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     scan = "" if args.scan_from is None else f"; scan from block {args.scan_from} requested"
     return _run(lambda conn: f"{args.network.upper()} {args.address.lower()} -> "
                 f"{args.user}: " + ("added" if users.add_address(
                     conn, args.network, args.address, args.user, args.scan_from)
                     else "already assigned") + scan)
+
+
+def _add_to_pool(args: argparse.Namespace) -> int:
+    """Each address added or refused with its reason; exit 1 if any was refused."""
+    from paystream.ops import users
+
+    if not args.pooled or any(v is not None for v in (args.network, args.address, args.user,
+                                                       args.scan_from)):
+        print("error: addresses add --pool NETWORK takes the addresses as arguments, "
+              "without --network, --address, --user or --scan-from", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    network = args.pool.upper()
+    refused = 0
+
+    def load(conn: Connection) -> str:
+        nonlocal refused
+        done = users.add_to_pool(conn, args.pool, args.pooled)
+        refused = sum(why is not None for _, why in done)
+        lines = [f"{network} {address}: " + ("added to the pool" if why is None
+                                              else f"refused: {why}")
+                 for address, why in done]
+        lines.append(f"{len(done) - refused} added, {refused} refused")
+        return "\n".join(lines)
+
+    code = _run(load)
+    return EXIT_PROBLEM if code == EXIT_OK and refused else code
 
 
 def _balances(args: argparse.Namespace) -> int:
