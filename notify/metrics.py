@@ -1,4 +1,4 @@
-"""Every sender metric, declared once (the notifier consumer's own are the runtime's,
+"""Every sender and reminder metric, declared once (the notifier consumer's own are the runtime's,
 consumers/metrics.py, under group `notifier`)."""
 
 from __future__ import annotations
@@ -28,3 +28,8 @@ IN_FLIGHT = Gauge("paystream_notify_in_flight", "Delivery attempts in flight")
 # stalled past its lease): the attempt is recorded, the slot is the new claimant's.
 LOST_CLAIMS = Counter("paystream_notify_lost_claims_total",
                       "Answers recorded after the claim was lost")
+# Reminders claimed as skipped, never sent: their moment passed more than the window ago
+# while no scan ran (the notifier down), by kind (`invoice_unpaid`).
+REMINDERS_SKIPPED = Counter("paystream_reminders_skipped_total",
+                            "Reminders skipped: their moment passed while nothing ran",
+                            ["kind"])

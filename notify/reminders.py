@@ -3,22 +3,30 @@
 Every period, one transaction (as the notifier's role):
   1. find what is due: an open shortfall at each step after it opened (1 h, 24 h, 72 h),
      a chain deposit still waiting for finality long after it was recorded, a hold close
-     to its expiry. A step is due from its moment for `window_s`, which is wider than
+     to its expiry, an unpaid invoice (state `new`) at each step before its deadline
+     (6 h, 3 h, 1 h). A step is due from its moment for `window_s`, which is wider than
      the period, so a scan always lands inside it, across a restart too;
   2. claim each reminder by its key, `<kind>:<subject>:<cycle>` (subject: the user;
      cycle: the shortfall, deposit or hold it is about, so a user's second shortfall is
-     reminded again), INSERT ... ON CONFLICT DO NOTHING;
+     reminded again; an invoice's is `invoice_unpaid:<invoice>:<deadline epoch s>:
+     <offset s>`, so a moved deadline is a new cycle); a key another scan claimed is
+     left alone;
   3. for the keys this transaction claimed, record the reminder's intent and its
      delivery slots (notify/slots.py), then commit.
 Claim and intent commit together: a reminder is made once, however often the scan runs
 or restarts inside its window; the sender then delivers it like any intent. A step whose
-window passed while nothing ran is skipped, never sent late.
+window passed while nothing ran is skipped, never sent late; an invoice's is claimed as
+skipped (no intent, `skipped`), counted (paystream_reminders_skipped_total) and logged.
+Only an invoice's steps after its creation count: one created 2 h before its deadline
+has no 6 h or 3 h reminder, skipped or not.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, replace
+from datetime import datetime
 from decimal import Decimal
 
 import psycopg2
@@ -26,7 +34,9 @@ import structlog
 
 from paystream.notify import slots
 from paystream.notify.intents import Intent, IntentType, intent_id, new_intent, now_text
+from paystream.notify.metrics import REMINDERS_SKIPPED
 from paystream.notify.settings import ReminderSettings
+from paystream.schema.amounts import format_amount
 from paystream.schema.db import Connection, Cursor, connect, database_url
 
 log = structlog.get_logger("notify.reminders")
@@ -36,6 +46,25 @@ log = structlog.get_logger("notify.reminders")
 class Due:
     key: str
     intent: Intent
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A step whose window passed while no scan ran: claimed so, never sent."""
+
+    key: str
+    kind: str
+    user_id: str
+    moment: datetime
+
+
+INVOICE_UNPAID = "invoice_unpaid"
+
+
+def invoice_key(invoice_id: str, deadline: datetime, offset_s: float) -> str:
+    """`invoice_unpaid:<invoice>:<deadline epoch s>:<offset s>`: the cycle is the
+    deadline, so an extended invoice is reminded again, step by step."""
+    return f"{INVOICE_UNPAID}:{invoice_id}:{math.floor(deadline.timestamp())}:{int(offset_s)}"
 
 
 def _window(moment_sql: str) -> str:
@@ -80,6 +109,47 @@ def due(cur: Cursor, settings: ReminderSettings) -> list[Due]:
     return found
 
 
+# An unpaid invoice's steps whose moment (expires_at - offset) has come, after the
+# invoice was created, and whose key no scan claimed yet: in its window (due), or past
+# it (skipped). The open-invoice index by deadline bounds the scan; the claimed keys drop
+# out at once.
+_INVOICE_STEPS = (
+    "SELECT i.invoice_id, i.user_id, i.asset, i.amount,"
+    " greatest(i.amount - i.amount_paid, 0), i.expires_at, i.order_id, o.offset_s,"
+    " i.expires_at - make_interval(secs => o.offset_s) AS moment,"
+    " i.expires_at - make_interval(secs => o.offset_s)"
+    "  > now() - make_interval(secs => %(window_s)s) AS in_window"
+    " FROM unnest(%(offsets)s::bigint[]) AS o(offset_s)"
+    " JOIN invoices i ON i.state = 'new'"
+    "  AND i.expires_at <= now() + make_interval(secs => o.offset_s)"
+    "  AND i.expires_at - make_interval(secs => o.offset_s) > i.created_at"
+    " WHERE NOT EXISTS (SELECT 1 FROM notification_reminders r WHERE r.reminder_key ="
+    "  concat_ws(':', %(kind)s, i.invoice_id,"
+    "            floor(extract(epoch FROM i.expires_at))::bigint, o.offset_s))")
+
+
+def invoice_steps(cur: Cursor, settings: ReminderSettings) -> tuple[list[Due], list[Skipped]]:
+    """Step 1 for unpaid invoices: the reminders due now, and the steps to claim as
+    skipped."""
+    created_at = now_text()
+    cur.execute(_INVOICE_STEPS, {"offsets": [int(s) for s in settings.invoice_reminders_s],
+                                 "window_s": settings.window_s, "kind": INVOICE_UNPAID})
+    due_now: list[Due] = []
+    skipped: list[Skipped] = []
+    for (invoice_id, user_id, asset, amount, amount_due, expires_at, order_id, offset_s,
+         moment, in_window) in cur.fetchall():
+        key = invoice_key(invoice_id, expires_at, offset_s)
+        if not in_window:
+            skipped.append(Skipped(key, INVOICE_UNPAID, user_id, moment))
+            continue
+        due_now.append(_due(key, IntentType.REMINDER_INVOICE_UNPAID, invoice_id, user_id,
+                            asset, amount, created_at, invoice_id=invoice_id,
+                            amount_due=format_amount(amount_due) if amount_due > 0 else "0",
+                            expires_at=expires_at.isoformat(), offset_s=int(offset_s),
+                            order_id=order_id))
+    return due_now, skipped
+
+
 def _due(key: str, kind: IntentType, source: str, user_id: str, asset: str, amount: Decimal,
          created_at: str, **extra: object) -> Due:
     # The intent id derives from the key: one reminder, one id, whoever makes it.
@@ -92,24 +162,34 @@ def remind_once(conn: Connection, settings: ReminderSettings) -> int:
     """Steps 1 to 3 in one transaction; returns how many reminders were made."""
     with conn, conn.cursor() as cur:
         candidates = due(cur, settings)
-        if not candidates:
+        invoices_due, skipped = invoice_steps(cur, settings)
+        candidates += invoices_due
+        if not candidates and not skipped:
             return 0
         # Step 2. The claim: only the keys no earlier scan made.
         cur.execute("SELECT reminder_key FROM notification_reminders"
                     " WHERE reminder_key = ANY(%s)", ([d.key for d in candidates],))
         made = {row[0] for row in cur.fetchall()}
         fresh = [d for d in candidates if d.key not in made]
-        if not fresh:
+        if not fresh and not skipped:
             return 0
-        # Step 3. The intents first (the claim's foreign key), then the claims: a key
-        # another scan took meanwhile conflicts, and this transaction keeps nothing.
+        # Step 3. The intents first (the claim's foreign key), then the claims, the
+        # skipped ones without an intent: a key another scan took meanwhile conflicts,
+        # and this transaction keeps nothing.
         slots.record(cur, [(d.intent, None) for d in fresh])
-        cur.execute("INSERT INTO notification_reminders (reminder_key, intent_id)"
-                    " SELECT * FROM unnest(%s::text[], %s::text[])",
-                    ([d.key for d in fresh], [d.intent.id for d in fresh]))
+        cur.execute("INSERT INTO notification_reminders (reminder_key, intent_id, skipped)"
+                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::boolean[])",
+                    ([d.key for d in fresh] + [k.key for k in skipped],
+                     [d.intent.id for d in fresh] + [None] * len(skipped),
+                     [False] * len(fresh) + [True] * len(skipped)))
     for d in fresh:
         log.info("reminder_made", reminder_key=d.key, intent_id=d.intent.id,
                  type=d.intent.type.value, user_id=d.intent.user_id)
+    for k in skipped:
+        REMINDERS_SKIPPED.labels(kind=k.kind).inc()
+        log.warning("reminder_skipped", reminder_key=k.key, kind=k.kind, user_id=k.user_id,
+                    moment=k.moment.isoformat(),
+                    why="its moment passed more than the window ago while no scan ran")
     return len(fresh)
 
 

@@ -3,11 +3,36 @@
 
 from __future__ import annotations
 
-from typing import Self
+import re
+from typing import Annotated, Self
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic_settings import NoDecode
 
 from paystream.env import EnvSettings, SecondsList, SettingsError
+
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+
+
+def parse_duration(text: str) -> float:
+    """"90", "90s", "15m", "6h" or "2d" as seconds; ValueError saying what is accepted."""
+    found = _DURATION.fullmatch(text.strip().lower())
+    if found is None:
+        raise ValueError("not a duration (seconds, or a number with s, m, h or d: 90, 15m,"
+                         " 6h)")
+    return float(found.group(1)) * _UNIT_S[found.group(2) or "s"]
+
+
+def split_durations(value: object) -> object:
+    """"6h,3h,1h" (or seconds, "21600,10800,3600") as (21600.0, 10800.0, 3600.0)."""
+    if not isinstance(value, str):
+        return value
+    return tuple(parse_duration(part) for part in value.split(",") if part.strip())
+
+
+# A list of durations: `6h,3h,1h` or seconds, split on commas (not decoded as JSON).
+DurationList = Annotated[tuple[float, ...], NoDecode, BeforeValidator(split_durations)]
 
 # Svix's schedule: at once, then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (about 28 h in
 # all). Entry k is the wait after the k-th failed attempt; past the last, the slot fails.
@@ -102,6 +127,14 @@ class ReminderSettings(EnvSettings):
     hold_before_s: float = Field(3600.0, alias="PAYSTREAM_REMIND_HOLD_BEFORE_S", gt=0,
                                  description="a held withdrawal is reminded this long "
                                              "before it expires")
+    # Whole seconds: each is part of its reminder's key (`invoice_unpaid:<invoice>:
+    # <deadline epoch s>:<offset s>`).
+    invoice_reminders_s: DurationList = Field(
+        (21_600.0, 10_800.0, 3600.0), alias="PAYSTREAM_INVOICE_REMINDERS",
+        json_schema_extra={"shown": "`6h,3h,1h`", "type": "list of durations"},
+        description="an unpaid invoice (state `new`) is reminded this long before its "
+                    "deadline, at each step (`6h,3h,1h`, or seconds); only steps after the "
+                    "invoice was created count")
 
     @model_validator(mode="after")
     def _window_wider_than_period(self) -> Self:
@@ -111,4 +144,10 @@ class ReminderSettings(EnvSettings):
                                 f"{self.period_s}")
         if any(s <= 0 for s in self.shortfall_after_s):
             raise SettingsError("PAYSTREAM_REMIND_SHORTFALL_AFTER_S delays must be > 0")
+        if any(s < 1 or not s.is_integer() for s in self.invoice_reminders_s):
+            raise SettingsError("PAYSTREAM_INVOICE_REMINDERS: each offset must be a whole "
+                                "number of seconds, at least 1 s; got "
+                                f"{','.join(f'{s:g}' for s in self.invoice_reminders_s)}")
+        if len(set(self.invoice_reminders_s)) != len(self.invoice_reminders_s):
+            raise SettingsError("PAYSTREAM_INVOICE_REMINDERS: an offset is given twice")
         return self

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "paystream.api.cli",
     "paystream.consume",
     "paystream.ops.cli",
+    "paystream.ops.invoices_cli",
     "paystream.notify.cli",
     "paystream.run",
     "paystream.chaos.cli",

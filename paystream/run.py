@@ -106,6 +106,9 @@ def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
         Service("hold-expiry", "paystream.ops.cli", ["holds", "expire", "--loop"],
                 "voids withdrawal holds past PAYSTREAM_HOLD_TTL_S (logs only)"),
+        Service("invoice-expiry", "paystream.ops.invoices_cli",
+                ["invoices", "expire", "--loop"],
+                "expires open invoices past their deadline, nothing pending (logs only)"),
         Service("api", "paystream.api.cli", ["api", "--port", str(api_port)],
                 f"http://127.0.0.1:{api_port} (/v1/*, merchant API); admin "
                 f"http://{api_admin} (/docs, /metrics, /readyz)"),

@@ -101,6 +101,7 @@ SERVICES = (
     Service("notifier", "notifier", kafka_security.role_for_group("notifier")),
     Service("connector-watchdog", None, connect_rest=True),
     Service("hold-expiry", "ops"),
+    Service("invoice-expiry", "ops"),
     # `reconcile --chain --loop`: the operator's check against the chain, hourly.
     Service("chain-reconcile", "ops"),
     Service("api", "api"),

@@ -127,8 +127,8 @@ def test_pg_hba_lets_each_role_reach_only_paystream_and_only_cdc_replicate():
 
 # Containers sharing a database role: the chain scanner runs as the finality watcher's
 # (the process family that reads the chain; schema/migrations/0023), the scheduled chain
-# reconciliation as the operator's, as the hold expiry does.
-SHARED_ROLES = {"scanner": "finality", "chain-reconcile": "ops"}
+# reconciliation and the invoice expiry as the operator's, as the hold expiry does.
+SHARED_ROLES = {"scanner": "finality", "chain-reconcile": "ops", "invoice-expiry": "ops"}
 
 
 def test_every_paystream_process_logs_in_as_its_own_role_and_principal():

@@ -57,7 +57,8 @@ def test_every_process_of_paystream_run_is_scraped_on_its_port(
     assert started["api"][:2] == ["api", "--port"]
     # The two without a /metrics listener log only.
     assert {t.job for t in metrics_targets()} == set(started) - {"connector-watchdog",
-                                                                  "hold-expiry"}
+                                                                  "hold-expiry",
+                                                                  "invoice-expiry"}
 
 
 def test_the_shipped_rules_and_the_rules_folder_are_loaded(settings: StackSettings) -> None:
