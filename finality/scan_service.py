@@ -30,7 +30,7 @@ import functools
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg2
@@ -52,6 +52,7 @@ from paystream.finality.scanner import (
     NATIVE_DECIMALS,
     FoundTransfer,
     RangeSizer,
+    block_time,
     decimals_answer,
     native_transfers,
     ours,
@@ -188,6 +189,7 @@ class ChainScanner:
 
     def _transfers(self, first: int, last: int, raw_logs: Sequence[Any]) -> Range:
         hashes: dict[int, str] = {}
+        times: dict[int, int | None] = {}
         transfers: list[FoundTransfer] = []
         numbers = range(first, last + 1)
         for number, raw in zip(numbers, self.rpc.full_blocks(numbers), strict=True):
@@ -195,6 +197,7 @@ class ChainScanner:
                 raise RpcUnavailableError("eth_getBlockByNumber", f"no block {number} yet")
             ref, native = native_transfers(self.network, raw)
             hashes[ref.number] = ref.hash
+            times[ref.number] = block_time(raw)
             transfers.extend(native)
         for raw in raw_logs:
             transfer = token_transfer(self.network, raw)
@@ -204,7 +207,7 @@ class ChainScanner:
                 # The logs and the blocks straddle a reorg: read the range again later.
                 raise RpcUnavailableError("eth_getLogs", f"block {transfer.block_number}"
                                           " changed mid-read")
-            transfers.append(transfer)
+            transfers.append(replace(transfer, block_time=times[transfer.block_number]))
         return Range(first, BlockRef(last, hashes[last]), transfers)
 
     def record(self, scan: ScanPass, found: Range) -> Written:

@@ -11,13 +11,17 @@ does not read: those still come from the provider's webhook only.
 
 A found transfer is named exactly as the webhook path names it
 (schema.chain.deposit_event_id) and carries the same `chain` facts, so either report
-of one transfer is the same event to the ingest and the ledger.
+of one transfer is the same event to the ingest and the ledger. Its event's occurred_at
+is its block's timestamp (when it was paid: an invoice's deadline is judged on it), which
+the webhook's event lacks: the ingest does not tell two reports apart by it
+(schema.chain.scanned_same_transfer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from paystream.finality.evidence import (
@@ -57,6 +61,14 @@ class FoundTransfer:
     raw_value: int
     token_contract: str | None = None  # None: the native coin
     log_index: int | None = None  # a token log's index in its block
+    block_time: int | None = None  # the block's timestamp, Unix seconds
+
+    @property
+    def occurred_at(self) -> str | None:
+        """The block's time as ISO 8601 UTC (the event's occurred_at)."""
+        if self.block_time is None:
+            return None
+        return datetime.fromtimestamp(self.block_time, UTC).isoformat().replace("+00:00", "Z")
 
     @property
     def event_id(self) -> str:
@@ -102,7 +114,8 @@ class FoundTransfer:
             return None
         return PaymentEvent(event_id=self.event_id, event_type=EventType.DEPOSIT,
                             user_id=user_id, asset=self.asset, amount=amount,
-                            provider=SCANNER_PROVIDER, chain=chain)
+                            provider=SCANNER_PROVIDER, occurred_at=self.occurred_at,
+                            chain=chain)
 
 
 def token_transfer(network: str, raw: Mapping[str, Any]) -> FoundTransfer | None:
@@ -129,6 +142,7 @@ def native_transfers(network: str, block: Mapping[str, Any]) -> tuple[BlockRef,
     transaction that moves native coin to an address (a contract creation moves it to
     no address). Whether it succeeded is in its receipt: the caller checks."""
     ref = parse_block_ref(block)
+    at = block_time(block)
     found = []
     for raw in block.get("transactions") or ():
         if not isinstance(raw, Mapping):
@@ -138,8 +152,22 @@ def native_transfers(network: str, block: Mapping[str, Any]) -> tuple[BlockRef,
             continue
         found.append(FoundTransfer(network=network, tx_hash=tx.tx_hash,
                                    block_number=ref.number, block_hash=ref.hash,
-                                   sender=tx.sender, recipient=tx.to, raw_value=tx.value))
+                                   sender=tx.sender, recipient=tx.to, raw_value=tx.value,
+                                   block_time=at))
     return ref, found
+
+
+def block_time(block: Mapping[str, Any]) -> int | None:
+    """A block's `timestamp` (Unix seconds); None when the node gave none usable (the
+    deposit then has no occurred_at: its time is when the ledger sees it)."""
+    raw = block.get("timestamp")
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = int(raw, 16)
+    except ValueError:
+        return None
+    return value if 0 < value < 2**40 else None
 
 
 def ours(transfers: Iterable[FoundTransfer], owners: Mapping[str, str]

@@ -130,6 +130,10 @@ PAYMENT_BODY = {
         "fee": {"type": "string", "pattern": f"^(0|{AMOUNT_PATTERN.pattern})$",
                 "description": "withdrawal_requested: held with the amount;"
                                " withdrawal_settled: charged (at most the held fee)"},
+        "invoice_id": {"type": "string", "pattern": "^inv_[0-9a-f]{32}$",
+                       "description": "deposit only: the invoice it pays (same user and"
+                                      " asset); a deposit naming an invoice it cannot pay"
+                                      " still credits the user"},
     },
 }
 

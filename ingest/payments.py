@@ -22,6 +22,7 @@ from paystream.schema.events import (
     ASSET_PATTERN,
     EVENT_ID_PATTERN,
     GATEWAY_EVENT_TYPES,
+    INVOICE_ID_PATTERN,
     USER_ID_PATTERN,
     EventError,
     EventType,
@@ -99,9 +100,17 @@ def parse_payment(obj: Any, default_asset: str,
         raise PayloadError(f"asset {asset[:80]!r} is not one this gateway may credit"
                            f"{':' + why if why else ''} (allowed: {', '.join(sorted(allowed))})",
                            code="unsupported_asset")
+    invoice_id = None
+    if obj.get("invoice_id") is not None:
+        if event_type is not EventType.DEPOSIT:
+            raise PayloadError("invoice_id is only for deposit", code="unexpected_field")
+        # Only its form is checked here: whether the invoice exists, is the user's and
+        # in this asset is the ledger's to judge (a deposit that pays no invoice still
+        # credits the user: money is never refused).
+        invoice_id = _text(obj, "invoice_id", INVOICE_ID_PATTERN)
     return PaymentEvent(event_id=event_id, event_type=event_type, user_id=user_id,
                         asset=asset, amount=amount, provider=PROVIDER, reference=reference,
-                        fee=fee)
+                        fee=fee, invoice_id=invoice_id)
 
 
 def _text(obj: dict[str, Any], name: str, pattern: re.Pattern[str] | None) -> str:

@@ -15,6 +15,8 @@ deposit and only marks the invoice `paid_late`.
                                               credited, paid_partial if an on-time one)
   else                                        new      (paid_partial if one was credited)
   cancelled (invalid)                         stays invalid (paid_late if paid after)
+  settled, then its on-time credited money    invalid (paid_partial if some still counts,
+  reversed below amount - tolerance           paid_late if only late money is left)
 
 An expired invoice is not final: a payment made before the deadline that reaches the
 ledger after the expiry still wins (it moves the invoice on), so the scheduler may expire
@@ -76,13 +78,20 @@ def bounds(amount: Decimal, tolerance_pct: Decimal) -> tuple[Decimal, Decimal]:
 
 
 def standing(amount: Decimal, tolerance_pct: Decimal, paid: Payments, *,
-             deadline_passed: bool, cancelled: bool) -> Standing:
-    """What the invoice is, given its payments (see the module's table)."""
+             deadline_passed: bool, cancelled: bool, was_settled: bool = False) -> Standing:
+    """What the invoice is, given its payments (see the module's table). `was_settled`:
+    it was settled before this change (a reversal of its money then makes it invalid:
+    the merchant was told it was paid)."""
     least, most = bounds(amount, tolerance_pct)
     with localcontext(EXACT_CONTEXT):
         total_credited = paid.credited_on_time + paid.credited_late
         seen_on_time = paid.credited_on_time + paid.pending_on_time
     if cancelled:
+        return Standing(State.INVALID,
+                        Additional.PAID_LATE if paid.credited_late > ZERO else None)
+    if was_settled and paid.credited_on_time < least:
+        if paid.credited_on_time > ZERO:
+            return Standing(State.INVALID, Additional.PAID_PARTIAL)
         return Standing(State.INVALID,
                         Additional.PAID_LATE if paid.credited_late > ZERO else None)
     if paid.credited_on_time >= least:

@@ -1,6 +1,7 @@
 """`paystream reconcile`'s view of the ledger's self-check (consumers/ledger/reconcile.py):
-one line when every balance matches its accounts and money is conserved, else a table
-per kind of problem (balances, transfers, custody); the
+one line when every balance matches its accounts, money is conserved and every invoice
+matches its payments, else a table per kind of problem (balances, transfers, custody,
+invoices); the
 open shortfalls (flagged accounts) are listed either way, without failing the check."""
 
 from __future__ import annotations
@@ -17,13 +18,19 @@ def format_report(report: Report) -> str:
                f"(open shortfall of {s.source_event_id}; withdrawals refused)"
                for s in report.flagged]
     if report.clean:
+        invoices = (f", {report.invoices_checked} invoices match their payments"
+                    if report.invoices_checked else "")
         return "\n".join([f"reconcile: ok, {report.balances_checked} balances match their "
                           f"accounts' postings, {report.transfers_checked} transfers sum to"
-                          f" zero, custody matches the chain deposits held (snapshot at "
-                          f"{report.snapshot_at})", *flagged])
-    problems = len(report.mismatches) + len(report.transfer_problems) + len(report.custody)
-    lines = [f"reconcile: {problems} MISMATCH(ES) among {report.balances_checked} balances"
-             f" and {report.transfers_checked} transfers (snapshot at {report.snapshot_at})"]
+                          f" zero, custody matches the chain deposits held{invoices}"
+                          f" (snapshot at {report.snapshot_at})", *flagged])
+    problems = (len(report.mismatches) + len(report.transfer_problems) + len(report.custody)
+                + len(report.invoices))
+    scope = (f"{report.balances_checked} balances, {report.transfers_checked} transfers and"
+             f" {report.invoices_checked} invoices" if report.invoices_checked else
+             f"{report.balances_checked} balances and {report.transfers_checked} transfers")
+    lines = [f"reconcile: {problems} MISMATCH(ES) among {scope}"
+             f" (snapshot at {report.snapshot_at})"]
     if report.mismatches:
         lines.append(format_table(
             ("book", "user", "asset", "balance", "postings_sum", "difference", "problem"),
@@ -42,4 +49,11 @@ def format_report(report: Report) -> str:
             [(c.network, c.asset, signed(c.books), signed(c.deposits),
               "-" if c.on_chain is None else signed(c.on_chain), c.problem)
              for c in report.custody]))
+    if report.invoices:
+        lines.append(format_table(
+            ("invoice", "user", "state", "amount", "amount_paid", "credited_payments",
+             "amount_pending", "pending_payments", "problem"),
+            [(i.invoice_id, i.user_id, i.state, format_amount(i.amount), signed(i.amount_paid),
+              signed(i.credited), signed(i.amount_pending), signed(i.pending),
+              ", ".join(i.problems)) for i in report.invoices]))
     return "\n".join([*lines, *flagged])

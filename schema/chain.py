@@ -58,7 +58,8 @@ def scanned_same_transfer(stored: Mapping[str, Any], reported: Mapping[str, Any]
     """Whether `stored` (a payment event's wire form) is the chain scanner's record of the
     very transfer `reported` (a provider's deposit event with the same event id) reports:
     the same user, asset, amount and on-chain facts in the same block, told apart only by
-    the provider and its own wording (DESCRIPTIVE_FIELDS). The ingest then answers the
+    the provider, its own wording (DESCRIPTIVE_FIELDS) and the time (the scanner's
+    events carry their block's, a webhook's none). The ingest then answers the
     provider's report as a duplicate: one transfer, one event, one credit.
 
     `any_block`: the same transfer, in whatever block (a reorg re-mined it): the ingest
@@ -79,7 +80,8 @@ def scanned_same_transfer(stored: Mapping[str, Any], reported: Mapping[str, Any]
 
 
 def _facts(wire: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in wire.items() if k not in ("provider", "chain")}
+    # occurred_at: the scanner's is its block's time, a webhook's event has none.
+    return {k: v for k, v in wire.items() if k not in ("provider", "chain", "occurred_at")}
 
 
 def _chain_facts(chain: Mapping[str, Any], ignored: frozenset[str]) -> dict[str, Any]:

@@ -29,6 +29,8 @@ NOTIFICATIONS_TOPIC = "paystream.notifications"
 USER_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 EVENT_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,200}")  # printable ASCII, no spaces
 ASSET_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+# An invoice's id (paystream.invoices): what a gateway deposit names to pay one.
+INVOICE_ID_PATTERN = re.compile(r"inv_[0-9a-f]{32}")
 
 # The chain facts an event carries are stored in chain_deposits: block numbers in BIGINT
 # columns, log indexes in INTEGER ones. A value past these is refused where it enters.
@@ -160,18 +162,22 @@ class PaymentEvent:
     fee: Decimal | None = None
     # Why an operator adjusted or reverted (free text, for the record).
     reason: str | None = None
+    # The invoice a gateway deposit pays (a chain deposit pays the invoice whose
+    # address it reached: the ledger matches it, invoices/matching.py).
+    invoice_id: str | None = None
 
     def __init__(self, event_id: str, event_type: EventType | SettlementType, user_id: str,
                  asset: str, amount: Decimal, provider: str, occurred_at: str | None = None,
                  chain: dict[str, Any] | None = None, reference: str | None = None,
-                 fee: Decimal | None = None, reason: str | None = None) -> None:
+                 fee: Decimal | None = None, reason: str | None = None,
+                 invoice_id: str | None = None) -> None:
         # One update of the instance dict instead of the frozen dataclass's eleven
         # object.__setattr__ calls: a fifth of the cost, and the ledger builds one per
         # record. The fields stay read-only (frozen's __setattr__ still refuses).
         self.__dict__.update(
             event_id=event_id, event_type=event_type, user_id=user_id, asset=asset,
             amount=amount, provider=provider, occurred_at=occurred_at, chain=chain,
-            reference=reference, fee=fee, reason=reason)
+            reference=reference, fee=fee, reason=reason, invoice_id=invoice_id)
 
     @property
     def is_chain_deposit(self) -> bool:
@@ -214,6 +220,8 @@ class PaymentEvent:
             wire["fee"] = format_amount(self.fee) if self.fee > 0 else "0"
         if self.reason is not None:
             wire["reason"] = self.reason
+        if self.invoice_id is not None:
+            wire["invoice_id"] = self.invoice_id
         return wire
 
     def content_hash(self) -> str:
@@ -300,9 +308,14 @@ def parse_wire(obj: object) -> PaymentEvent:
     reason = obj.get("reason")
     if reason is not None and (not isinstance(reason, str) or not 1 <= len(reason) <= 500):
         raise EventError("malformed", "reason must be a string of 1 to 500 characters")
+    invoice_id = None
+    if obj.get("invoice_id") is not None:
+        if event_type is not EventType.DEPOSIT:
+            raise EventError("malformed", f"invoice_id is only for deposits, not {event_type}")
+        invoice_id = _text(obj, "invoice_id", INVOICE_ID_PATTERN)
     return PaymentEvent(event_id, event_type, user_id, asset, amount, provider,
                         occurred_at if isinstance(occurred_at, str) else None, chain,
-                        reference, fee, reason)
+                        reference, fee, reason, invoice_id)
 
 
 def parse_fee(value: object) -> Decimal:

@@ -99,6 +99,7 @@ from paystream.consumers.ledger.plan import (
 from paystream.consumers.ledger.reconcile import HotPathReconciler
 from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.consumers.records import Record
+from paystream.invoices import matching
 from paystream.notify import intents
 from paystream.schema import (
     accounts,
@@ -688,10 +689,13 @@ def _log_rejections(rejected: Sequence[Candidate], plan: Plan) -> None:
 def _notify(cur: Cursor, plan: Plan) -> None:
     """Step 8's notification intents: one per user-visible change planned in this
     transaction (notify/intents.py says which), plus a shortfall.opened per
-    shortfall, all in one outbox round trip: a record per source partition (key
-    `<topic>-<partition>`, so a user's intents always take the same notification
-    partition, in order). Only events planned here: a redelivered event was dropped as
-    a duplicate at step 6 and notifies nobody twice."""
+    shortfall, and the invoice.* intents of the invoices the batch's deposits pay
+    (invoices/matching.py matches them here, in this transaction: no query for a batch
+    without deposits or settlements), all in one outbox round trip: a record per source
+    partition (key `<topic>-<partition>`, so a user's intents always take the same
+    notification partition, in order). Only events planned here: a redelivered event
+    was dropped as a duplicate at step 6 and notifies nobody twice, nor pays an
+    invoice twice."""
     created_at = intents.now_text()
     owed = {id(c): amount for c, amount in plan.shortfalls}
     by_source: dict[tuple[str, int], list[tuple[intents.Intent, str]]] = {}
@@ -717,6 +721,10 @@ def _notify(cur: Cursor, plan: Plan) -> None:
                 event_type=event.event_type.value, asset=event.asset, amount=short,
                 created_at=created_at, reference=event.reference or event.settles),
                 trace_id))
+    for c, intent in matching.match(cur, [(c, c.event, o) for c, o in plan.decisions],
+                                    created_at):
+        by_source.setdefault((c.record.origin.topic, c.record.origin.partition), []).append(
+            (intent, c.trace_id or c.event.event_id))
     publish(cur, NOTIFICATIONS_AGGREGATE,
             [message for (topic, partition), batch in sorted(by_source.items())
              for message in intents.outbox_batches(batch, f"{topic}-{partition}")])

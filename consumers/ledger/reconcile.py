@@ -49,6 +49,7 @@ from paystream.consumers.ledger.conservation import (
     find_transfer_problems,
     unbalanced_assets,
 )
+from paystream.consumers.ledger.invoice_check import InvoiceMismatch, find_invoice_mismatches
 from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.schema.accounts import BALANCE_COLUMNS, AccountKind
 from paystream.schema.balances import BalanceKey
@@ -143,10 +144,13 @@ class Report:
     transfer_problems: list[TransferProblem] = field(default_factory=list)
     custody: list[CustodyMismatch] = field(default_factory=list)
     transfers_checked: int = 0
+    invoices: list[InvoiceMismatch] = field(default_factory=list)
+    invoices_checked: int = 0
 
     @property
     def clean(self) -> bool:
-        return not (self.mismatches or self.transfer_problems or self.custody)
+        return not (self.mismatches or self.transfer_problems or self.custody
+                    or self.invoices)
 
 
 def _scope_filter(users: Sequence[str] | None, pairs: Sequence[BalanceKey] | None
@@ -201,9 +205,9 @@ def find_mismatches(cur: Cursor, *, users: Sequence[str] | None = None,
 
 def reconcile(conn: Connection, *, users: Sequence[str] | None = None,
               chain: ChainBalances | None = None) -> Report:
-    """Check every balance and transfer (or those of `users`) and, for the whole ledger,
-    custody against the chain deposits (and the chain itself, through `chain`), in one
-    consistent snapshot."""
+    """Check every balance, transfer and invoice (or those of `users`) and, for the whole
+    ledger, custody against the chain deposits (and the chain itself, through `chain`),
+    in one consistent snapshot."""
     with snapshot(conn) as cur:
         cur.execute("SELECT now()")
         at = one_row(cur)[0]
@@ -215,8 +219,9 @@ def reconcile(conn: Connection, *, users: Sequence[str] | None = None,
         if users is None:  # whole-ledger checks
             problems += unbalanced_assets(cur)
             custody = find_custody_mismatches(cur, chain)
+        invoices_checked, invoices = find_invoice_mismatches(cur, users)
     return Report(checked, mismatches, at.isoformat(), flagged, problems, custody,
-                  int(transfers))
+                  int(transfers), invoices, invoices_checked)
 
 
 def open_shortfalls(cur: Cursor, *, users: Sequence[str] | None = None) -> list[Shortfall]:
