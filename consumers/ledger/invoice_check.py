@@ -1,7 +1,7 @@
 """`reconcile`'s invoice check: an invoice's sums are its payments', and a settled one
 was paid.
 
-The ledger keeps invoices.amount_paid / amount_pending as sums of the invoice's payments
+The ledger keeps an invoice's amount_paid and amount_pending as sums of its payments
 (invoices/matching.py writes both in the transaction that moves the money), so they must
 equal what invoice_payments holds: credited payments for amount_paid, pending ones for
 amount_pending. A `settled` invoice must moreover have been paid on time at least its
