@@ -1,9 +1,11 @@
 """`paystream invoices list | show | extend | cancel | expire`: the operator's invoice
-commands (the rules are paystream.invoices.operator's, the expiry scheduler
-paystream.invoices.expiry's). Each prints a table or, with --json, JSON.
+commands. They parse and call: list and show are invoices/reads.py's (the merchant
+API's answers), cancel is invoices/create.py's (the API's rule), extend is
+invoices/operator.py's, expire the scheduler's (invoices/expiry.py). Each prints a table
+or, with --json, the JSON the API answers.
 
-Exit codes (paystream/operator_cli.py): 0 done; 1 refused (the message says why: an
-invoice that is not open, one with payments, an unknown id); 2 bad arguments.
+Exit codes (paystream/operator_cli.py): 0 done; 1 refused, the message says why (an
+unknown invoice, one that is not open, one with money credited); 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -11,13 +13,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from paystream.operator_cli import EXIT_CANNOT_RUN, EXIT_OK, EXIT_PROBLEM, format_table, transaction
+from paystream.operator_cli import (
+    EXIT_CANNOT_RUN,
+    EXIT_OK,
+    EXIT_PROBLEM,
+    format_table,
+    transaction,
+)
 
-if TYPE_CHECKING:  # imported on use: `paystream --help` stays light
-    from paystream.invoices.model import Invoice
-    from paystream.invoices.operator import Detail
+if TYPE_CHECKING:
+    from paystream.schema.db import Cursor
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,8 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          " expire")
     inv_sub = inv.add_subparsers(dest="invoices_cmd", required=True, metavar="ACTION")
     ls = inv_sub.add_parser("list", help="invoices, newest first")
-    ls.add_argument("--status", metavar="STATE",
-                    help="new, processing, settled, expired or invalid")
+    ls.add_argument("--status", metavar="STATUS", help="a state (new, processing, settled,"
+                    " expired, invalid) or an additional status (paid_partial, ...)")
     ls.add_argument("--user", metavar="USER_ID")
     ls.add_argument("--order", metavar="ORDER_ID")
     ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
@@ -43,8 +51,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="how much later: 1h, 30m, 90s or seconds")
     ext.add_argument("--json", action="store_true", help="print JSON")
     ext.set_defaults(func=_extend)
-    cancel = inv_sub.add_parser("cancel", help="make an open, unpaid invoice invalid (its"
-                                " user is told: invoice.invalid)")
+    cancel = inv_sub.add_parser("cancel", help="make an open invoice with nothing credited"
+                                " invalid (its user is told: invoice.invalid)")
     cancel.add_argument("invoice_id")
     cancel.add_argument("--json", action="store_true", help="print JSON")
     cancel.set_defaults(func=_cancel)
@@ -56,96 +64,76 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     exp.set_defaults(func=_expire)
 
 
-def _invoice_json(invoice: Invoice) -> dict[str, Any]:
-    from paystream.invoices.rules import amount_due
-    from paystream.schema.amounts import format_amount
-
-    def text(amount: Any) -> str:
-        return format_amount(amount) if amount > 0 else "0"
-
-    return {"invoice_id": invoice.invoice_id, "user_id": invoice.user_id,
-            "asset": invoice.asset, "amount": text(invoice.amount),
-            "amount_paid": text(invoice.amount_paid),
-            "amount_pending": text(invoice.amount_pending),
-            "amount_due": text(amount_due(invoice.amount, invoice.amount_paid)),
-            "state": invoice.state.value,
-            "additional_status": invoice.additional.value if invoice.additional else None,
-            "expires_at": invoice.expires_at.isoformat(),
-            "created_at": invoice.created_at.isoformat(),
-            "order_id": invoice.order_id, "metadata": invoice.metadata,
-            "network": invoice.network, "address": invoice.address,
-            "payment_tolerance_pct": str(invoice.tolerance_pct)}
+LIST_LIMIT_MAX = 1000
 
 
-def _table(invoices: list[Invoice]) -> str:
+def _run(command: str, action: Callable[[Cursor], Any]) -> tuple[int, Any]:
+    """`action` in one transaction; a refusal (paystream.edge.errors) printed, exit 1
+    (2 for a bad argument)."""
+    from paystream.edge.errors import InvalidRequestError, RefusalError
+
+    try:
+        with transaction("paystream-invoices") as cur:
+            return EXIT_OK, action(cur)
+    except RefusalError as exc:
+        print(f"invoices {command}: {exc.detail}", file=sys.stderr)
+        return (EXIT_CANNOT_RUN if isinstance(exc, InvalidRequestError) else EXIT_PROBLEM), None
+
+
+def _table(invoices: list[dict[str, Any]]) -> str:
     return format_table(
-        ("invoice_id", "user", "asset", "amount", "paid", "state", "expires_at", "order"),
-        [(i.invoice_id, i.user_id, i.asset, j["amount"], j["amount_paid"],
-          i.state.value + (f" ({i.additional.value})" if i.additional else ""),
-          i.expires_at.isoformat(timespec="seconds"), i.order_id or "-")
-         for i, j in ((i, _invoice_json(i)) for i in invoices)],
-        right_aligned={3, 4})
-
-
-def _refused(command: str, exc: Exception) -> int:
-    print(f"invoices {command}: {exc}", file=sys.stderr)
-    return EXIT_PROBLEM
+        ("invoice_id", "user", "asset", "amount", "paid", "due", "state", "expires_at",
+         "order"),
+        [(i["invoice_id"], i["user_id"], i["asset"], i["amount"], i["amount_paid"],
+          i["amount_due"], i["state"] + (f" ({i['additional_status']})"
+                                         if i["additional_status"] else ""),
+          i["expires_at"], i["order_id"] or "-") for i in invoices],
+        right_aligned={3, 4, 5})
 
 
 def _list(args: argparse.Namespace) -> int:
-    from paystream.invoices import operator
+    from paystream.invoices import reads
 
-    try:
-        with transaction("paystream-invoices") as cur:
-            found = operator.listing(cur, state=args.status, user_id=args.user,
-                                     order_id=args.order, limit=args.limit)
-    except operator.InvoiceRefused as exc:
-        print(f"invoices list: {exc}", file=sys.stderr)
+    if not 1 <= args.limit <= LIST_LIMIT_MAX:
+        print(f"invoices list: --limit must be 1 to {LIST_LIMIT_MAX}", file=sys.stderr)
         return EXIT_CANNOT_RUN
+    code, found = _run("list", lambda cur: reads.page(
+        cur, status=args.status, order_id=args.order, user_id=args.user, limit=args.limit))
+    if code != EXIT_OK:
+        return code
+    invoices, _ = found
     if args.json:
-        print(json.dumps([_invoice_json(i) for i in found], indent=2))
-    elif not found:
-        print("invoices: none")
+        print(json.dumps(invoices, indent=2))
     else:
-        print(_table(found))
+        print(_table(invoices) if invoices else "invoices: none")
     return EXIT_OK
 
 
-def _detail_json(detail: Detail) -> dict[str, Any]:
-    from paystream.schema.amounts import format_amount
-
-    return {**_invoice_json(detail.invoice),
-            "payments": [{"event_id": p.event_id, "amount": format_amount(p.amount),
-                          "state": p.state, "seen_at": p.seen_at.isoformat(), "late": p.late,
-                          "recorded_at": p.recorded_at.isoformat(),
-                          "credited_at": p.credited_at.isoformat() if p.credited_at else None}
-                         for p in detail.payments],
-            "history": [{"at": h.at.isoformat(), "state": h.state,
-                         "additional_status": h.additional_status,
-                         "expires_at": h.expires_at.isoformat(), "cause": h.cause}
-                        for h in detail.history]}
-
-
 def _show(args: argparse.Namespace) -> int:
-    from paystream.invoices import operator
+    from paystream.edge.errors import NotFoundError
+    from paystream.invoices import reads
 
-    try:
-        with transaction("paystream-invoices") as cur:
-            detail = operator.detail(cur, args.invoice_id)
-    except operator.InvoiceRefused as exc:
-        return _refused("show", exc)
-    shown = _detail_json(detail)
+    def found(cur: Cursor) -> dict[str, Any]:
+        shown = reads.invoice(cur, args.invoice_id)
+        if shown is None:
+            raise NotFoundError(f"no invoice {args.invoice_id[:200]!r}")
+        return shown
+
+    code, shown = _run("show", found)
+    if code != EXIT_OK:
+        return code
     if args.json:
         print(json.dumps(shown, indent=2))
         return EXIT_OK
-    print(_table([detail.invoice]))
-    print(f"\namount due {shown['amount_due']}, pending {shown['amount_pending']}"
-          f"; tolerance {shown['payment_tolerance_pct']} %")
+    print(_table([shown]))
+    print(f"\npending {shown['amount_pending']}; tolerance {shown['payment_tolerance_pct']} %"
+          f"; created {shown['created_at']}"
+          + (f"; {shown['network']} {shown['address']}" if shown["address"] else ""))
     print("\npayments:")
     print(format_table(("event_id", "amount", "state", "seen_at", "late"),
                        [(p["event_id"], p["amount"], p["state"], p["seen_at"],
                          "late" if p["late"] else "on time") for p in shown["payments"]],
-                       right_aligned={1}) if shown["payments"] else "  none")
+                       right_aligned={1}) if shown["payments"] else "none")
     print("\nhistory:")
     print(format_table(("at", "state", "additional", "expires_at", "cause"),
                        [(h["at"], h["state"], h["additional_status"] or "-", h["expires_at"],
@@ -153,18 +141,8 @@ def _show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _changed(command: str, args: argparse.Namespace, what: str, changed: Any) -> int:
-    if args.json:
-        print(json.dumps({**_invoice_json(changed.after),
-                          "intents": [i.type.value for i in changed.intents]}, indent=2))
-    else:
-        told = ", ".join(i.type.value for i in changed.intents) or "nothing to tell"
-        print(f"invoices {command}: {changed.after.invoice_id} {what}; user told: {told}")
-    return EXIT_OK
-
-
 def _extend(args: argparse.Namespace) -> int:
-    from paystream.invoices import operator
+    from paystream.invoices import operator, reads
     from paystream.notify.settings import parse_duration
 
     try:
@@ -172,26 +150,32 @@ def _extend(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"invoices extend: --by {args.by!r}: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    try:
-        with transaction("paystream-invoices") as cur:
-            changed = operator.extend(cur, args.invoice_id, by_s)
-    except operator.InvoiceRefused as exc:
-        return _refused("extend", exc)
-    return _changed("extend", args, "now expires at "
-                    f"{changed.after.expires_at.isoformat()} (was "
-                    f"{changed.before.expires_at.isoformat()}); a new reminder cycle follows",
-                    changed)
+    code, done = _run("extend", lambda cur: operator.extend(cur, args.invoice_id, by_s))
+    if code != EXIT_OK:
+        return code
+    if args.json:
+        print(json.dumps(reads.summary(done.after), indent=2))
+    else:
+        print(f"invoices extend: {done.after.invoice_id} now expires at"
+              f" {done.after.expires_at.isoformat()} (was {done.before.expires_at.isoformat()});"
+              " its reminders start a new cycle")
+    return EXIT_OK
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from paystream.invoices import operator
+    from paystream.invoices import create, reads
+    from paystream.notify.intents import now_text
 
-    try:
-        with transaction("paystream-invoices") as cur:
-            changed = operator.cancel(cur, args.invoice_id)
-    except operator.InvoiceRefused as exc:
-        return _refused("cancel", exc)
-    return _changed("cancel", args, f"is {changed.after.state.value}", changed)
+    code, after = _run("cancel", lambda cur: create.cancel(
+        cur, args.invoice_id, created_at_text=now_text()))
+    if code != EXIT_OK:
+        return code
+    if args.json:
+        print(json.dumps(reads.summary(after), indent=2))
+    else:
+        print(f"invoices cancel: {after.invoice_id} is {after.state.value}; its user is told"
+              " (invoice.invalid)")
+    return EXIT_OK
 
 
 def _expire(args: argparse.Namespace) -> int:
