@@ -104,12 +104,10 @@ def cursor_of(invoice: Invoice) -> str:
     return base64.urlsafe_b64encode(text.encode("ascii")).decode("ascii").rstrip("=")
 
 
-def page(cur: Cursor, *, status: str | None = None, order_id: str | None = None,
-         user_id: str | None = None, after: tuple[datetime, str] | None = None,
-         limit: int = DEFAULT_LIMIT) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of invoices, newest first, matching every filter given (`status`: a
-    state or an additional status), after the cursor `after` (parse_cursor); and the
-    next page's cursor (None on the last)."""
+def page_query(*, status: str | None = None, order_id: str | None = None,
+               user_id: str | None = None, after: tuple[datetime, str] | None = None,
+               limit: int = DEFAULT_LIMIT) -> tuple[str, dict[str, Any]]:
+    """The statement of `page` and its parameters (the tests EXPLAIN it)."""
     where: list[str] = []
     params: dict[str, Any] = {"limit": limit + 1}
     if status is not None:
@@ -128,9 +126,19 @@ def page(cur: Cursor, *, status: str | None = None, order_id: str | None = None,
     if after is not None:
         where.append("(created_at, invoice_id) < (%(at)s, %(id)s)")
         params["at"], params["id"] = after
-    cur.execute(f"SELECT {model.COLUMNS} FROM invoices"
-                + (" WHERE " + " AND ".join(where) if where else "")
-                + " ORDER BY created_at DESC, invoice_id DESC LIMIT %(limit)s", params)
+    return (f"SELECT {model.COLUMNS} FROM invoices"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY created_at DESC, invoice_id DESC LIMIT %(limit)s"), params
+
+
+def page(cur: Cursor, *, status: str | None = None, order_id: str | None = None,
+         user_id: str | None = None, after: tuple[datetime, str] | None = None,
+         limit: int = DEFAULT_LIMIT) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of invoices, newest first, matching every filter given (`status`: a
+    state or an additional status), after the cursor `after` (parse_cursor); and the
+    next page's cursor (None on the last)."""
+    cur.execute(*page_query(status=status, order_id=order_id, user_id=user_id, after=after,
+                            limit=limit))
     found = [Invoice.from_row(row) for row in cur.fetchall()]
     if len(found) <= limit:
         return [summary(i) for i in found], None
