@@ -65,9 +65,10 @@ CHAIN_ASSET_PATTERN = re.compile(r"(?P<network>[A-Za-z0-9_]{1,64}):(?P<token>[A-
 NATIVE = "native"
 # A share of the amount, as NUMERIC(5,2) holds it: 0 to 99.99, at most 2 decimals.
 TOLERANCE_PATTERN = re.compile(r"[0-9]{1,2}(\.[0-9]{1,2})?")
-# Another invoice of the same user may take the spare address picked (step 4): a few
-# more tries, each excluding the addresses already lost.
-ADDRESS_ATTEMPTS = 5
+# Another invoice of the same user may take the spare address picked first (step 4):
+# every lost try means another invoice committed one, so each try is progress; the bound
+# only keeps a pathological burst of one user's invoices from looping long.
+ADDRESS_ATTEMPTS = 32
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,22 @@ def test_twenty_parallel_posts_with_one_key_make_one_invoice_and_take_one_addres
                      " (invoice_id) WHERE i.user_id = %s", user) == [(1,)]
 
 
+def test_concurrent_invoices_of_one_user_each_get_an_address_of_their_own(
+        api: ApiServer, key: str, db: Connection) -> None:
+    network = _network()
+    own = [random_address() for _ in range(3)]
+    pooled = [random_address() for _ in range(3)]
+    assert _pool(network, *pooled).returncode == 0
+    user = _user(db, *((network, a) for a in own))
+    body = _body(user, f"{network}:native")
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: _post(api, key, body, unique("idem")), range(6)))
+    assert [a.status_code for a in answers] == [201] * 6, [a.text for a in answers]
+    assert sorted(a.json()["address"] for a in answers) == sorted(own + pooled)
+    _error(_post(api, key, body, unique("idem")), 409, "no_address_available")
+    assert _rows(db, "SELECT count(*) FROM invoices WHERE user_id = %s", user) == [(6,)]
+
+
 # --- pages ----------------------------------------------------------------------------
 
 def test_pages_by_each_filter_newest_first_and_a_cursor_walks_each_once(

@@ -135,3 +135,17 @@ def test_bad_invoice_requests_are_400_before_any_database_work() -> None:
         for query in ("status=paid", "limit=0", "limit=501", "user_id=a%20b"):
             resp = api.get(f"/v1/invoices?{query}", headers=headers)
             assert resp.status_code == 400, (query, resp.text)
+
+
+def test_addresses_add_is_either_one_users_address_or_pool_addresses(capsys: Any) -> None:
+    from paystream.cli import main
+
+    assert main(["addresses", "add", "--pool", "ETH_MAINNET"]) == 2
+    assert "takes the addresses as arguments" in capsys.readouterr().err
+    assert main(["addresses", "add", "--pool", "ETH_MAINNET", "0xab", "--user", "u1"]) == 2
+    assert "without --network, --address, --user or --scan-from" in capsys.readouterr().err
+    assert main(["addresses", "add", "--network", "ETH_MAINNET", "--user", "u1"]) == 2
+    assert "missing: --address" in capsys.readouterr().err
+    assert main(["addresses", "add", "--network", "N", "--address", "0xab", "--user", "u1",
+                 "0xcd"]) == 2
+    assert "extra arguments: 0xcd" in capsys.readouterr().err
