@@ -124,7 +124,7 @@ _INVOICE_STEPS = (
     "  AND i.expires_at <= now() + make_interval(secs => o.offset_s)"
     "  AND i.expires_at - make_interval(secs => o.offset_s) > i.created_at"
     " WHERE NOT EXISTS (SELECT 1 FROM notification_reminders r WHERE r.reminder_key ="
-    "  concat_ws(':', %(kind)s, i.invoice_id,"
+    "  concat_ws(':', %(kind)s::text, i.invoice_id,"
     "            floor(extract(epoch FROM i.expires_at))::bigint, o.offset_s))")
 
 
