@@ -313,11 +313,14 @@ def _insert_with_address(cur: Cursor, invoice_id: str, wanted: InvoiceRequest,
 
 def _spare_address(cur: Cursor, user_id: str, network: str, lost: list[str]) -> str | None:
     """One of the user's deposit addresses on `network` that no invoice ever used."""
+    # OFFSET 0 keeps each NOT EXISTS a probe of (network, address) per candidate: pulled
+    # up into an anti-join, the planner (on a young table's statistics) probed by network
+    # alone and filtered, 12 ms for a user of 300 addresses against 0.6 ms.
     cur.execute("SELECT d.address FROM deposit_addresses d WHERE d.user_id = %s"
                 " AND d.network = %s AND d.address <> ALL(%s::text[])"
                 " AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.network = d.network"
-                " AND i.address = d.address) ORDER BY d.created_at, d.address LIMIT 1",
-                (user_id, network, lost))
+                " AND i.address = d.address OFFSET 0)"
+                " ORDER BY d.created_at, d.address LIMIT 1", (user_id, network, lost))
     found = cur.fetchone()
     return str(found[0]) if found is not None else None
 
@@ -325,13 +328,15 @@ def _spare_address(cur: Cursor, user_id: str, network: str, lost: list[str]) -> 
 def _pooled_address(cur: Cursor, user_id: str, network: str, lost: list[str]
                     ) -> str | None:
     """A free pool address on `network`, locked (skipping those another creation holds):
-    oldest first, never one another user has as a deposit address or an invoice used."""
+    oldest first, never one another user has as a deposit address or an invoice used
+    (each a primary-key probe per candidate: OFFSET 0, as in _spare_address)."""
     cur.execute("SELECT p.address FROM deposit_address_pool p WHERE p.network = %s"
                 " AND p.taken_by IS NULL AND p.address <> ALL(%s::text[])"
                 " AND NOT EXISTS (SELECT 1 FROM deposit_addresses d WHERE"
-                " d.network = p.network AND d.address = p.address AND d.user_id <> %s)"
+                " d.network = p.network AND d.address = p.address AND d.user_id <> %s"
+                " OFFSET 0)"
                 " AND NOT EXISTS (SELECT 1 FROM invoices i WHERE i.network = p.network"
-                " AND i.address = p.address)"
+                " AND i.address = p.address OFFSET 0)"
                 " ORDER BY p.added_at LIMIT 1 FOR UPDATE OF p SKIP LOCKED",
                 (network, lost, user_id))
     found = cur.fetchone()
