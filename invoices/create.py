@@ -276,7 +276,7 @@ def _insert(cur: Cursor, invoice_id: str, wanted: InvoiceRequest, key_id: str | 
 
 def _insert_with_address(cur: Cursor, invoice_id: str, wanted: InvoiceRequest,
                          key_id: str | None, idempotency_key: str | None,
-                         request_hash: str, network: str) -> Invoice | None:
+                         request_hash: str, network: str) -> Invoice:
     """Steps 3 and 4 of a chain invoice: the user's spare address, else the pool's."""
     row = (invoice_id, wanted, key_id, idempotency_key, request_hash, network)
     lost: list[str] = []
