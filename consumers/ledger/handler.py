@@ -34,8 +34,9 @@ this order (the steps are numbered at the call sites too):
      event_type) as the last line of defence), and one aggregated UPDATE of the
      balances rows that copy the users' accounts;
   8. the chain deposits, the waiting outcomes a settlement decides, the event
-     statuses through schema.status.transition, and a notification intent per
-     user-visible change (notify/intents.py), all in one outbox round trip.
+     statuses through schema.status.transition, the invoices the batch's deposits pay
+     (invoices/matching.py), and a notification intent per user-visible change
+     (notify/intents.py, the invoices' among them), all in one outbox round trip.
 
 Why this order is safe when two appliers hold the same events (a rebalance can let two
 processes hold one batch for a moment; a crash between the DB commit and the offset
