@@ -10,7 +10,9 @@ they arrive on paystream.notifications (Kafka, through the outbox and Debezium):
 100 %, 90 % with a 10 % tolerance and without one (partial, then expired), 110 %
 (over), after the deadline (late, the user still credited), in two payments, with the
 webhook lost (the scanner alone reports it, at its block's time), and a gateway invoice
-paid by a signed Standard Webhooks deposit naming it. `reconcile`'s invoice check fires
+paid by a signed Standard Webhooks deposit naming it; on a network with a credit depth,
+a settled invoice whose credited payment a reorg takes back becomes invalid (a second
+pipeline and anvil of the module's own). `reconcile`'s invoice check fires
 on an invoice whose sums were corrupted (this test's own, in a transaction rolled back).
 """
 
@@ -36,7 +38,7 @@ from paystream.ops.reconcile import format_report
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
-from tests.support.chain.pipeline import Pipeline
+from tests.support.chain.pipeline import Pipeline, persisted_anvil
 from tests.support.chain.scanning import cursor, start_scanner
 from tests.support.ingest import create_users, payment_body, payment_headers
 from tests.support.topics import TopicReader
@@ -94,7 +96,7 @@ class Intents:
 
 
 @pytest.fixture(scope="module")
-def intents(pipe: Pipeline) -> Iterator[Intents]:
+def intents() -> Iterator[Intents]:
     found = Intents()
     yield found
     found.reader.close()
@@ -235,14 +237,14 @@ def test_ninety_percent_within_a_ten_percent_tolerance_settles(
 
 def test_ninety_percent_without_tolerance_is_partial_then_expired_partial(
         pipe: Pipeline, chain: Chain, intents: Intents) -> None:
-    user, address, invoice = chain_invoice(pipe, native(pipe), Decimal(1), expires_in_s=30)
+    user, address, invoice = chain_invoice(pipe, native(pipe), Decimal(1), expires_in_s=15)
     invoice_id = invoice["invoice_id"]
     tx = chain.send_native(address, 9 * WEI // 10)
     paid = sent_native(chain, tx)
     pipe.deliver([tx], address)
     chain.finalize(block_of(chain, tx))
-    # Credited before the deadline (30 s): new, paid_partial; due what is missing.
-    wait_standing(pipe, invoice_id, ("new", "paid_partial", paid, ZERO), timeout=25)
+    # Credited before the deadline (15 s; ~2 s here): new, paid_partial.
+    wait_standing(pipe, invoice_id, ("new", "paid_partial", paid, ZERO), timeout=13)
     assert not deadline_passed(pipe, invoice_id)
     wait_for("the invoice's deadline", lambda: deadline_passed(pipe, invoice_id), 30, 0.2)
     done = subprocess.run(paystream_argv("invoices", "expire"), capture_output=True,
@@ -335,6 +337,58 @@ def test_another_asset_on_an_invoice_address_pays_nothing_but_is_credited(
         asset: (sent_token(chain, token, tx, address), 0)}, 60)
     assert standing(pipe, invoice["invoice_id"]) == ("new", None, ZERO, ZERO)
     assert payments(pipe, invoice["invoice_id"]) == {}
+
+
+# --- a settled invoice whose money a reorg takes back --------------------------------------
+
+CREDIT_DEPTH = 2
+GRACE = 1  # credit-height blocks a credited tx may stay missing before the reversal
+
+
+@pytest.fixture(scope="module")
+def credit_chain() -> Iterator[Chain]:
+    # finalized = head - 8: room for a credit at depth 2 and a reorg before finality.
+    try:
+        with persisted_anvil(free_port(), slots_in_an_epoch=4) as node:
+            yield node
+    except AnvilUnavailableError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def credit_pipe(credit_chain: Chain) -> Iterator[Pipeline]:
+    with Pipeline(credit_chain, grace_blocks=GRACE, credit_depth=CREDIT_DEPTH) as p:
+        yield p
+
+
+def test_a_settled_invoice_whose_credited_payment_is_reorged_out_is_invalid(
+        credit_pipe: Pipeline, credit_chain: Chain, intents: Intents) -> None:
+    pipe, chain = credit_pipe, credit_chain
+    user, address, invoice = chain_invoice(pipe, native(pipe), Decimal(1))
+    invoice_id = invoice["invoice_id"]
+    start = chain.head()
+    tx = chain.send_native(address, WEI)
+    wait_for("the payment mined", lambda: chain.receipt(tx), timeout=10)
+    paid = sent_native(chain, tx)
+    pipe.deliver([tx], address)
+    deposit_id = f"{pipe.network}:{tx}:external"
+    wait_standing(pipe, invoice_id, ("processing", None, ZERO, paid))
+    chain.mine(CREDIT_DEPTH)  # credited before finality: the invoice counts it
+    wait_standing(pipe, invoice_id, ("settled", None, paid, ZERO))
+    assert chain.finalized() < block_of(chain, tx)
+    chain.reorg(chain.head() - start)  # the payment's block replaced by empty ones
+    assert chain.receipt(tx) is None
+    wait_for("the credited payment seen missing", lambda: pipe.query(
+        "SELECT missing_since_block FROM chain_deposits WHERE event_id = %s",
+        (deposit_id,))[0][0])
+    chain.mine(GRACE)
+    pipe.wait_states(user, {deposit_id: "reversed"})
+    wait_standing(pipe, invoice_id, ("invalid", None, ZERO, ZERO))
+    assert payments(pipe, invoice_id) == {deposit_id: ("reversed", paid, False)}
+    assert pipe.balances(user) == {native(pipe): (ZERO, 0)}
+    assert [h[:2] for h in history(pipe, invoice_id)] == [
+        ("new", None), ("processing", None), ("settled", None), ("invalid", None)]
+    intents.wait(invoice_id, "invoice.settled", "invoice.invalid")
 
 
 # --- gateway invoices ----------------------------------------------------------------------
