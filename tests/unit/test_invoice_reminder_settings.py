@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from paystream.env import SettingsError
-from paystream.notify.reminders import invoice_key
+from paystream.notify.reminders import invoice_key, must_sweep
 from paystream.notify.settings import ReminderSettings, parse_duration
 
 VARIABLE = "PAYSTREAM_INVOICE_REMINDERS"
@@ -61,3 +61,14 @@ def test_the_key_names_invoice_deadline_and_offset() -> None:
     # An extended deadline: every step of the new cycle has a key of its own.
     later = invoice_key("inv_ab", deadline + timedelta(hours=1), 3600.0)
     assert later == f"invoice_unpaid:inv_ab:{epoch + 3600}:3600"
+
+
+def test_a_scan_sweeps_for_skipped_steps_only_when_it_may_have_missed_one() -> None:
+    settings = ReminderSettings.from_env({"PAYSTREAM_REMIND_PERIOD_S": "60",
+                                          "PAYSTREAM_REMIND_WINDOW_S": "180"})
+    assert must_sweep(None, 1000.0, settings)  # a process's first scan
+    assert not must_sweep(1000.0, 1060.0, settings)  # the next period
+    assert not must_sweep(1000.0, 1119.0, settings)  # a slow scan: still inside
+    # A gap (the database down): a step may have left its window unclaimed.
+    assert must_sweep(1000.0, 1120.0, settings)
+    assert must_sweep(1000.0, 5000.0, settings)
