@@ -264,9 +264,10 @@ def test_a_step_missed_while_the_notifier_was_down_is_counted_not_sent(
     assert found[keys[20]] == (None, True)  # claimed as skipped: no intent
     assert found[keys[10]][1] is False and found[keys[10]][0] is not None
     assert keys[40] not in found  # before the invoice existed: not a step at all
-    assert skipped_total >= 1
-    logged = [e for e in notifier.events("reminder_skipped")
-              if e.get("reminder_key") == keys[20]]
-    assert len(logged) == 1, notifier.tail()
+    # Counted as logged: one line per skipped step, this one's among them (the sweep
+    # of the process's first scan claims any other invoice's missed steps too).
+    logged = notifier.events("reminder_skipped")
+    assert skipped_total == len(logged) >= 1, (skipped_total, notifier.tail())
+    assert [e["reminder_key"] for e in logged].count(keys[20]) == 1, logged
     assert Decimal(received(hooks, m.path, invoice.invoice_id)[0]["data"]["amount_due"]) == (
         Decimal("7.5"))
