@@ -13,7 +13,14 @@ import pytest
 from paystream.finality.scanner import block_time, native_transfers
 from paystream.ingest.errors import PayloadError
 from paystream.ingest.payments import parse_payment
-from paystream.invoices.matching import Ledger, Lookup, PaymentState, lookup, seen_at
+from paystream.invoices.matching import (
+    Ledger,
+    Lookup,
+    PaymentState,
+    lookup,
+    match,
+    seen_at,
+)
 from paystream.invoices.model import Invoice
 from paystream.invoices.rules import Additional, State
 from paystream.schema.chain import scanned_same_transfer
@@ -287,3 +294,53 @@ def test_a_scanned_deposit_occurred_at_its_block_time_and_stays_the_webhooks_tra
     assert block_time({"timestamp": "0x0"}) is None and block_time({}) is None
     _, [untimed] = native_transfers(NET, {**block, "timestamp": None})
     assert (untimed.event("u1", 18) or event).occurred_at is None
+
+
+# --- what the ledger's batch pays in round trips -------------------------------------------
+
+class RecordingCursor:
+    """Records each statement; answers the invoices lookup with `rows`, the rest empty."""
+
+    def __init__(self, rows: list[tuple] | None = None) -> None:
+        self.statements: list[str] = []
+        self.rows = rows or []
+        self._last: list[tuple] = []
+
+    def execute(self, sql: str, params: object = None) -> None:
+        self.statements.append(sql)
+        self._last = self.rows if sql.startswith("SELECT invoice_id, user_id") else []
+
+    def executemany(self, sql: str, params: object) -> None:
+        self.statements.append(sql)
+
+    def fetchall(self) -> list[tuple]:
+        return self._last
+
+
+def test_match_costs_no_query_without_deposits_and_one_when_no_invoice_is_paid() -> None:
+    withdrawal = PaymentEvent("w1", EventType.WITHDRAWAL, "u1", "USD", D(1), "payments")
+    cur = RecordingCursor()
+    assert match(cur, [(0, withdrawal, Outcome.APPLIED),  # type: ignore[arg-type]
+                       (1, gateway_deposit("d1", "5", None), Outcome.APPLIED)], "t") == []
+    assert cur.statements == []
+    deposit = chain_deposit("c1", "1")
+    assert match(cur, [(0, deposit, Outcome.PENDING_FINALITY),  # type: ignore[arg-type]
+                       (1, settlement(SettlementType.DEPOSIT_FINALIZED, deposit),
+                        Outcome.APPLIED)], "t") == []
+    assert len(cur.statements) == 1 and "FOR UPDATE" in cur.statements[0]
+
+
+def test_match_writes_the_payment_the_invoice_and_its_history_and_tags_its_intents() -> None:
+    i = invoice()
+    row = (i.invoice_id, i.user_id, i.asset, i.amount, i.tolerance_pct, i.order_id,
+           i.metadata, i.network, i.address, i.expires_at, i.state.value, None, D(0), D(0),
+           i.created_at, i.updated_at, NOW)
+    cur = RecordingCursor([row])
+    made = match(cur, [("the-record", chain_deposit("c1", "100"),  # type: ignore[arg-type]
+                        Outcome.PENDING_FINALITY)], "2026-06-01T12:00:00Z")
+    assert [(tag, intent.type.value, intent.data["invoice_id"]) for tag, intent in made] == [
+        ("the-record", "invoice.processing", INV)]
+    assert [s.split()[0:3] for s in cur.statements] == [
+        ["SELECT", "invoice_id,", "user_id,"], ["SELECT", "event_id,", "invoice_id,"],
+        ["INSERT", "INTO", "invoice_payments"], ["UPDATE", "invoices", "SET"],
+        ["INSERT", "INTO", "invoice_history"]]
