@@ -161,7 +161,7 @@ def seen_at(event: PaymentEvent, now: datetime) -> datetime:
 
 
 @dataclass
-class Ledger:
+class InvoiceBook:
     """The invoices a batch may pay and all their payments, locked; each decision
     applied in batch order (pure: `now` is the transaction's)."""
 
@@ -269,7 +269,7 @@ def match(cur: Cursor, decisions: Sequence[tuple[T, PaymentEvent, Outcome]],
     1. what the batch may pay (no query when it has no deposit or settlement);
     2. those invoices, locked in id order, with the transaction's now() (one query);
     3. their payments (only when an invoice was found);
-    4. each decision applied in batch order, in memory (Ledger);
+    4. each decision applied in batch order, in memory (InvoiceBook);
     5. the payments, invoices and history lines written; the intents made.
     """
     # Step 1.
@@ -281,7 +281,7 @@ def match(cur: Cursor, decisions: Sequence[tuple[T, PaymentEvent, Outcome]],
     if not found:
         return []
     # Step 3.
-    book = Ledger(now, found, _payments_of(cur, sorted(found)))
+    book = InvoiceBook(now, found, _payments_of(cur, sorted(found)))
     # Step 4.
     made: list[tuple[T, Change]] = []
     for tag, event, outcome in decisions:
@@ -329,7 +329,7 @@ def _payments_of(cur: Cursor, invoice_ids: Sequence[str]) -> dict[str, Payment]:
             for row in cur.fetchall()}
 
 
-def _write(cur: Cursor, book: Ledger) -> None:
+def _write(cur: Cursor, book: InvoiceBook) -> None:
     """The batch's new payments (ON CONFLICT DO NOTHING: the invoice lock makes a
     conflict impossible, the clause keeps a replay harmless), the payments it moved,
     each invoice as it ends the batch, and a history line per step."""

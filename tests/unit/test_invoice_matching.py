@@ -14,7 +14,7 @@ from paystream.finality.scanner import block_time, native_transfers
 from paystream.ingest.errors import PayloadError
 from paystream.ingest.payments import parse_payment
 from paystream.invoices.matching import (
-    Ledger,
+    InvoiceBook,
     Lookup,
     PaymentState,
     lookup,
@@ -71,11 +71,11 @@ def gateway_deposit(event_id: str, amount: str, invoice_id: str | None = GATEWAY
                         invoice_id=invoice_id)
 
 
-def book(*invoices: Invoice) -> Ledger:
-    return Ledger(NOW, {i.invoice_id: i for i in invoices})
+def book(*invoices: Invoice) -> InvoiceBook:
+    return InvoiceBook(NOW, {i.invoice_id: i for i in invoices})
 
 
-def standing_of(ledger: Ledger, invoice_id: str = INV) -> tuple[State, Additional | None,
+def standing_of(ledger: InvoiceBook, invoice_id: str = INV) -> tuple[State, Additional | None,
                                                                Decimal, Decimal]:
     i = ledger.invoices[invoice_id]
     return i.state, i.additional, i.amount_paid, i.amount_pending
