@@ -3,14 +3,16 @@ on the consumer runtime (the package above this one), which it imports and which
 imports it.
 
   handler.py       LedgerHandler: one batch in the batch transaction the commit protocol
-                   opened (read, judge, lock balances, plan, claim outcomes, post, write
-                   notification intents)
+                   opened (read, judge, lock balances, plan, claim outcomes, post, match
+                   invoice payments, write notification intents)
   plan.py          pure planning: which event does what to which balance
   postings.py      pure double-entry rule: what each event posts, summing to zero
   conservation.py  the conservation checks `paystream reconcile` adds (transfers balance,
                    custody matches deposits)
   reconcile.py     the self-check: balances equal their postings, never negative (also
                    run on the hot path by the handler, over the rows it touched)
+  invoice_check.py the invoice check `paystream reconcile` adds (an invoice's sums are
+                   its payments', a settled one was paid)
   metrics.py       the ledger's own metrics (reversals, shortfalls)
   settings.py      its variables: the hot-path check's pace, the withdrawal hold's TTL
 """
