@@ -17,8 +17,10 @@ Claim and intent commit together: a reminder is made once, however often the sca
 or restarts inside its window; the sender then delivers it like any intent. A step whose
 window passed while nothing ran is skipped, never sent late; an invoice's is claimed as
 skipped (no intent, `skipped`), counted (paystream_reminders_skipped_total) and logged.
-Only an invoice's steps after its creation count: one created 2 h before its deadline
-has no 6 h or 3 h reminder, skipped or not. Looking past the window (a sweep) is only
+Only an invoice's steps after its deadline was set count (created, or extended: the
+history says when): one created 2 h before its deadline has no 6 h or 3 h reminder,
+and an extension's steps already past when it was made are none either, skipped or
+not. Looking past the window (a sweep) is only
 needed when a step may have been missed: a process's first scan, or the first after a
 gap (must_sweep); otherwise a scan reads the window's narrow range of deadlines only.
 """
@@ -132,7 +134,9 @@ _INVOICE_STEPS = (
     "   AND i.expires_at <= now() + make_interval(secs => o.offset_s)"
     "   AND (%(sweep)s OR i.expires_at > now() + make_interval(secs => o.offset_s)"
     "                                   - make_interval(secs => %(window_s)s))"
-    "   AND i.expires_at - make_interval(secs => o.offset_s) > i.created_at) AS step"
+    "   AND i.expires_at - make_interval(secs => o.offset_s)"
+    "       > (SELECT max(h.at) FROM invoice_history h WHERE h.invoice_id = i.invoice_id"
+    "          AND h.cause IN ('created', 'extended'))) AS step"
     " WHERE (SELECT true FROM notification_reminders r"
     "        WHERE r.reminder_key = step.key) IS NULL")
 

@@ -30,8 +30,9 @@ from paystream.invoices import create
 from paystream.launch import paystream_argv
 from paystream.notify.crash_hooks import AFTER_CLAIM
 from paystream.notify.intents import now_text
-from paystream.notify.reminders import invoice_key
-from paystream.schema.db import Connection
+from paystream.notify.reminders import invoice_key, remind_once
+from paystream.notify.settings import ReminderSettings
+from paystream.schema.db import Connection, connect, database_url
 from tests.support.consumers import ConsumerProcess, ProcessPool, create_topic
 from tests.support.ids import unique
 from tests.support.notify import FAST, add_endpoint
@@ -271,3 +272,39 @@ def test_a_step_missed_while_the_notifier_was_down_is_counted_not_sent(
     assert [e["reminder_key"] for e in logged].count(keys[20]) == 1, logged
     assert Decimal(received(hooks, m.path, invoice.invoice_id)[0]["data"]["amount_due"]) == (
         Decimal("7.5"))
+
+
+def test_an_extensions_steps_already_past_are_no_steps_at_all(db: Connection) -> None:
+    # Created at +0 with its deadline at +16; extended by 20 s at +3: the new deadline is
+    # +36, whose 34 s step (+2) came after the creation but before the extension. It was
+    # never due, so a scan looking back (the sweep of a restarted notifier) neither sends
+    # it nor counts it as skipped. The scan runs as the notifier does, as its role.
+    m_user = unique("inv-ext-user")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (m_user,))
+    invoice = new_invoice(db, m_user, life_s=16)
+    sleep_until(invoice.created_at + timedelta(seconds=3))
+    done = subprocess.run(paystream_argv("invoices", "extend", invoice.invoice_id, "--by",
+                                         "20s"), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    later = invoice.expires_at + timedelta(seconds=20)
+    settings = ReminderSettings.from_env({"PAYSTREAM_INVOICE_REMINDERS": "34",
+                                          "PAYSTREAM_REMIND_PERIOD_S": "0.3",
+                                          "PAYSTREAM_REMIND_WINDOW_S": "1"})
+    conn = connect(database_url("notifier"))
+    try:
+        remind_once(conn, settings, sweep=True)
+    finally:
+        conn.close()
+    assert invoice_key(invoice.invoice_id, later, 34) not in claims(db, invoice.invoice_id)
+    # The same step of an invoice whose deadline was set at its creation is a skip: the
+    # rule tells the two apart by when the deadline was set, not by the step alone.
+    other = new_invoice(db, m_user, life_s=36)
+    sleep_until(other.created_at + timedelta(seconds=3.5))
+    conn = connect(database_url("notifier"))
+    try:
+        remind_once(conn, settings, sweep=True)
+    finally:
+        conn.close()
+    assert claims(db, other.invoice_id) == {
+        invoice_key(other.invoice_id, other.expires_at, 34): (None, True)}
