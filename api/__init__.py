@@ -1,5 +1,5 @@
 """The merchant API (docs/api.md): balances, event status and history out; users, deposit
-addresses and withdrawal requests in; authenticated by API keys.
+addresses, withdrawal requests and invoices in; authenticated by API keys.
 
   app.py                  the ASGI app: /v1 and /healthz on the public port, the rest
                           on the admin port (paystream/edge/ kit); create_app
@@ -8,6 +8,8 @@ addresses and withdrawal requests in; authenticated by API keys.
   routes_transactions.py  GET a user's transfers, by cursor
   routes_users.py         POST users, POST and GET their deposit addresses
   routes_withdrawals.py   POST a withdrawal request, GET its state
+  routes_invoices.py      POST an invoice, GET one or pages of them, cancel one (the rules
+                          are invoices/create.py's and invoices/reads.py's)
   auth.py                 the key check: the `Reading` / `Writing` dependency whose
                           every transaction opens with it; rate limit per key
   keys.py                 API keys: made, listed, revoked, found by their hash

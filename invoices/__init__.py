@@ -4,7 +4,13 @@ payments arrive, settles or expires the invoice, and tells the user (docs/invoic
   rules.py     the state rules (pure): an invoice's standing from its payments
   model.py     the invoice row as Python reads it; its status history line
   notices.py   the invoice.* intents a change makes (pure)
+  create.py    a new invoice once per Idempotency-Key, its dedicated deposit address
+               (the user's spare one or the pool's); the cancel of an unpaid one
+  reads.py     one invoice with its payments and history, and pages of them (the API's
+               and the operator's answers)
   matching.py  payments matched to invoices by the ledger, in the batch that applies them
+  expiry.py    the expiry scheduler: open invoices past their deadline, a round at a time
+  operator.py  the operator's extend (a later deadline, a new reminder cycle)
 
 The doors that change an invoice each call these, in their own transaction: the merchant
 API creates and cancels, the ledger matches payments when it applies a deposit, the

@@ -1,10 +1,11 @@
 """The operator's checks, actions and schedulers (`paystream reconcile | health |
 housekeeping | shortfalls | adjust | revert | holds | dlq | users | addresses | balances |
-refusals`).
+refusals | invoices`).
 
   cli.py               the commands on the books, health and dead letters (parse, call)
   users_cli.py         the commands on users, addresses, balances and refusals
   users.py             creating users and addresses, reading balances
+  invoices_cli.py      the commands on invoices: list, show, extend, cancel, expire
   health.py            the health checks: stuck events, slot WAL, lag, DLQ, connector,
                        stopped groups
   health_settings.py   its thresholds (PAYSTREAM_HEALTH_*, each overridden by a flag)
