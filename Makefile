@@ -107,7 +107,7 @@ BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
-	bench-cluster bench-scanner
+	bench-cluster bench-scanner bench-invoices
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -132,6 +132,9 @@ bench-cluster: stack-up  ## one broker vs three: CDC and e2e latency, idle CPU a
 
 bench-notify: stack-up  ## webhook deliveries/s vs a one-at-a-time sender; p99 at 200 intents/s
 	$(BENCH) bench/notify_bench.py
+
+bench-invoices: stack-up  ## 200 invoices/s: creation p99, settled p50 vs a plain deposit's
+	$(BENCH) bench/invoice_bench.py
 
 bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finalized -> credited
 	$(BENCH) bench/finality_rpc_bench.py
