@@ -6,7 +6,8 @@ ingest, `consume ledger`, `consume finality` and `consume scanner` as subprocess
 Each invoice's state, additional status and sums are checked against the test's own
 record of what it paid on chain (the amounts it sent, read back from the chain's
 receipts), the user's balance against the same record, and the invoice.* intents as
-they arrive on paystream.notifications (Kafka, through the outbox and Debezium): paid
+they arrive on paystream.notifications (Kafka, through the outbox and Debezium) and then
+at a real webhook receiver (a notifier of the module's own delivers them): paid
 100 %, 90 % with a 10 % tolerance and without one (partial, then expired), 110 %
 (over), after the deadline (late, the user still credited), in two payments, with the
 webhook lost (the scanner alone reports it, at its block's time), and a gateway invoice
@@ -19,6 +20,7 @@ on an invoice whose sums were corrupted (this test's own, in a transaction rolle
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
+from paystream.chaos.receiver import Receiver, receiver
 from paystream.consumers.ledger.invoice_check import find_invoice_mismatches
 from paystream.consumers.ledger.reconcile import Report
 from paystream.invoices.create import InvoiceRequest, create
@@ -40,7 +43,10 @@ from paystream.schema.events import NOTIFICATIONS_TOPIC
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
 from tests.support.chain.pipeline import Pipeline, persisted_anvil
 from tests.support.chain.scanning import cursor, start_scanner
+from tests.support.consumers import ConsumerProcess, create_topic, start_at_end
+from tests.support.ids import unique
 from tests.support.ingest import create_users, payment_body, payment_headers
+from tests.support.notify import FAST
 from tests.support.topics import TopicReader
 from tests.support.waiting import wait_for
 
@@ -69,11 +75,20 @@ def pipe(chain: Chain, token: Token) -> Iterator[Pipeline]:
 
 class Intents:
     """The invoice.* intents arriving on paystream.notifications from the module's
-    start, by invoice id."""
+    start, by invoice id, and what a real receiver got of them: a `consume notifier` of
+    the module's own (a group from the topic's end, as `paystream run`'s) delivers every
+    invoice.* intent to one endpoint for all users, whose receiver checks each signature
+    with the Standard Webhooks reference library."""
 
-    def __init__(self) -> None:
+    def __init__(self, hooks: Receiver) -> None:
         self.reader = TopicReader(NOTIFICATIONS_TOPIC)
         self.seen: dict[str, list[dict[str, Any]]] = {}
+        self.hooks = hooks
+
+    def delivered(self, invoice_id: str) -> dict[str, str]:
+        """The receiver's invoice.* deliveries of `invoice_id`: intent id -> type."""
+        return {b["id"]: b["type"] for b in self.hooks.bodies(HOOK_PATH)
+                if b["data"].get("invoice_id") == invoice_id}
 
     def drain(self) -> None:
         for msg in self.reader.read(10_000, 0.3):
@@ -91,15 +106,46 @@ class Intents:
             self.drain()
             got = self.types(invoice_id)
             return self.seen[invoice_id] if all(w in got for w in wanted) else None
-        return wait_for(f"intents {wanted} of {invoice_id} (have "
-                        f"{self.types(invoice_id)})", probe, timeout=60)
+        published = wait_for(f"intents {wanted} of {invoice_id} (have "
+                             f"{self.types(invoice_id)})", probe, timeout=60)
+        # Each published intent reaches the receiver, under its own id, and nothing
+        # else of this invoice does.
+        expected = {i["id"]: i["type"] for i in published}
+        wait_for(f"{sorted(expected.values())} of {invoice_id} at the receiver (have "
+                 f"{sorted(self.delivered(invoice_id).values())})",
+                 lambda: expected.items() <= self.delivered(invoice_id).items() or None,
+                 timeout=60)
+        return published
+
+
+HOOK_PATH = "/invoices"
 
 
 @pytest.fixture(scope="module")
-def intents() -> Iterator[Intents]:
-    found = Intents()
-    yield found
-    found.reader.close()
+def intents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Intents]:
+    group, dlq = unique("inv-pay-notifier"), unique("inv-pay-notifier-dlq")
+    start_at_end(group, NOTIFICATIONS_TOPIC)
+    create_topic(dlq, partitions=1)
+    with receiver(free_port()) as hooks:
+        added = subprocess.run(paystream_argv("endpoints", "add", "--url", hooks.url(HOOK_PATH),
+                                              "--events", "invoice.*"),
+                               capture_output=True, text=True, timeout=60)
+        found = re.search(r"endpoint (ep_[0-9a-f]{24}) added", added.stdout)
+        secret = re.search(r"secret: (whsec_\S+)", added.stdout)
+        assert added.returncode == 0 and found and secret, added.stdout + added.stderr
+        hooks.secrets[HOOK_PATH] = secret.group(1)
+        notifier = ConsumerProcess.start("notifier", topic=NOTIFICATIONS_TOPIC, group=group,
+                                         dlq_topic=dlq, env=FAST,
+                                         log_dir=tmp_path_factory.mktemp("notifier"))
+        watched = Intents(hooks)
+        try:
+            yield watched
+        finally:
+            notifier.kill()
+            watched.reader.close()
+            # Disabled: no later test's sender tries a receiver that is gone.
+            subprocess.run(paystream_argv("endpoints", "disable", found.group(1)),
+                           capture_output=True, timeout=60)
 
 
 # --- helpers ---------------------------------------------------------------------------
