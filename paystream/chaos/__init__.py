@@ -9,6 +9,7 @@ killed, then prove that nothing accepted was lost and nothing was applied twice.
   alchemy.py        Alchemy payloads built from real receipts, signed as Alchemy signs
   chain.py          chain deposits on the stack's own anvil
   forgery.py        forged records on the payment topic
+  invoices.py       the run's invoices: created, paid by the traffic, checked
   processes.py      the processes a run owns, and SIGKILL + restart of the stack's
   nodes.py          faults on a replicated Kafka cluster (a broker, the controller)
   receiver.py       a real webhook receiver for the notifications

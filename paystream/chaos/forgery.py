@@ -52,7 +52,8 @@ def _record(event: PaymentEvent) -> tuple[bytes, bytes, Headers]:
 def forge(cur: Cursor, bootstrap: str, run_id: str, n: int, users: list[str],
           rng: random.Random) -> list[Forgery]:
     """Produce one batch (acknowledged by the broker) and return what was forged."""
-    cur.execute("SELECT event_id, user_id, asset, amount FROM payment_events"
+    cur.execute("SELECT event_id, user_id, asset, amount, payload->>'invoice_id'"
+                " FROM payment_events"
                 " WHERE event_id LIKE %s AND provider = 'payments' AND event_type = 'deposit'"
                 " AND status = 'applied' ORDER BY random() LIMIT 2",
                 (f"chaos-{run_id}-e%",))
@@ -61,12 +62,13 @@ def forge(cur: Cursor, bootstrap: str, run_id: str, n: int, users: list[str],
     batch = [(Forgery("unknown", f"chaos-{run_id}-forged{n}", user, FORGED_AMOUNT),
               PaymentEvent(f"chaos-{run_id}-forged{n}", EventType.DEPOSIT, user, "USD",
                            FORGED_AMOUNT, "payments"))]
-    for kind, (event_id, owner, asset, amount) in zip(("altered", "replayed"), applied,
-                                                      strict=False):
+    for kind, (event_id, owner, asset, amount, invoice_id) in zip(("altered", "replayed"),
+                                                                  applied, strict=False):
         claimed = amount + FORGED_AMOUNT if kind == "altered" else amount
+        # An invoice payment's exact copy names its invoice too.
         batch.append((Forgery(kind, event_id, owner, claimed),
                       PaymentEvent(event_id, EventType.DEPOSIT, owner, asset, claimed,
-                                   "payments")))
+                                   "payments", invoice_id=invoice_id)))
     errors: list[str] = []
     # The attacker here holds the admin's credentials on purpose: the test is that the
     # ledger refuses forged records that did reach the topic (no ACL stops a super user).

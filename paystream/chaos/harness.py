@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.chaos import invoices as inv
 from paystream.chaos import nodes
 from paystream.chaos import notifications as ntf
 from paystream.chaos import processes as px
@@ -47,6 +48,7 @@ from paystream.env import SettingsError
 from paystream.launch import free_port
 from paystream.notify import crash_hooks as notify_hooks
 from paystream.notify import endpoints
+from paystream.notify.intents import now_text
 from paystream.ops import users as admin
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC, PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
@@ -196,6 +198,8 @@ class Chaos:
         self.endpoint_ids: list[str] = []
         self.deliveries: ntf.Deliveries | None = None
         self.plan = TrafficPlan(self.run_id, cfg.users, cfg.seed)
+        self.invoices = inv.plan_invoices(random.Random(cfg.seed + 2), self.plan.users,
+                                          ASSETS, inv.count_for(cfg.rate, cfg.duration_s))
         self.published = ntf.Published(set(self.plan.users))
         self.topic_reader: ntf.TopicReader | None = None
         self.chain = ChainDriver(self.s, f"http://127.0.0.1:{self.port}", self.alchemy_key,
@@ -236,12 +240,25 @@ class Chaos:
                                           self.s.kafka_bootstrap)
         self.topic_reader = ntf.TopicReader(self.s.kafka_bootstrap, NOTIFICATIONS_TOPIC,
                                             starts, self.published)
+        # The invoices, after those offsets: their invoice.created intents are the run's.
+        self._create_invoices()
         self.ingest.start()
         px.wait_http_ok(f"http://127.0.0.1:{self.admin_port}/readyz", 60)
         for c in (*self.ledgers, self.mirror, self.finality, self.scanner, self.watchdog,
                   self.notifier):
             c.start()
         self._scanner_ready(60)
+
+    def _create_invoices(self) -> None:
+        """Created in-process by the merchant API's own creation function, as the API's
+        database role (the run starts no API); the traffic then owes their payments."""
+        conn = connect(database_url("api"))
+        try:
+            with conn, conn.cursor() as cur:
+                inv.create_all(cur, self.invoices, self.run_id, now_text())
+        finally:
+            conn.close()
+        self.plan.invoice_payments = inv.due_payments(self.invoices)
 
     def _scanner_ready(self, timeout: float) -> None:
         """Until the scanner's cursor exists: its first pass starts at the finalized
@@ -518,7 +535,8 @@ class Chaos:
         # What the run's users must be told: from the sender's record and the chain.
         expected = ntf.expected_pairs(accepted_events(sender.sent).values(),
                                       expected_books(sender.sent).outcomes,
-                                      self.chain.deposits, self.chain.receipt)
+                                      self.chain.deposits, self.chain.receipt,
+                                      self.invoices)
         if drained_at is not None:
             drained_at = self._drain_notifications(expected)
         conn = connect(database_url("owner"))
@@ -526,6 +544,7 @@ class Chaos:
             with conn, conn.cursor() as cur:
                 findings = check(cur, sender.sent, self.plan.users, self.forged)
                 check_chain(cur, findings, self.chain.deposits, self.chain.receipt)
+                inv.check_invoices(cur, findings, self.invoices, sender.sent)
                 nodes.measure_stalls(self.node_faults, applied_times(cur, sender.sent))
         finally:
             conn.close()
@@ -611,6 +630,7 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         f"that exited with no fault to explain it: {len(chaos.unexplained_exits)}",
         _chain_line(chaos.chain.deposits, chaos.chain.retries),
         chain_report_line(findings),
+        inv.report_line(findings),
         ntf.report_line(chaos.deliveries) if chaos.deliveries else "notifications: not checked",
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
         f"kafka nodes: {chaos.s.brokers}",

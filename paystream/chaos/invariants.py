@@ -48,6 +48,9 @@ class InvariantReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     # The chain deposits counted from what the run sent on chain (check_chain).
     chain: Counter[str] = field(default_factory=Counter)
+    # The run's invoices counted by the standing the sender's record gives them
+    # (chaos/invoices.py check_invoices).
+    invoices: Counter[str] = field(default_factory=Counter)
 
     @property
     def passed(self) -> bool:

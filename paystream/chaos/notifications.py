@@ -2,8 +2,9 @@
 
 Three independent records are compared; the notifier's own tables are not one of them:
   1. what the run's users must be told, recomputed from the sender's record (each
-     accepted event's outcome, replayed in invariants.expected_books) and from the
-     chain's receipts, by the rules of docs/notifications.md written out again here;
+     accepted event's outcome, replayed in invariants.expected_books; each invoice's
+     accepted payments, chaos/invoices.py) and from the chain's receipts, by the rules
+     of docs/notifications.md written out again here;
   2. what the ledger published: the intents of the run's users on
      paystream.notifications (records of a batch's intents), read from the offsets the
      run started at (a reader of its own, no group);
@@ -28,6 +29,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from paystream import kafka_security
 from paystream.chaos.chain import ChainDeposit, landed
+from paystream.chaos.invoices import ChaosInvoice, expected_intents
 from paystream.chaos.receiver import Receiver
 from paystream.chaos.traffic import MONEY, Request
 
@@ -46,12 +48,14 @@ _APPLIED = {"deposit": "deposit.credited", "withdrawal": "withdrawal.applied",
 
 def expected_pairs(accepted: Iterable[Request], outcomes: dict[str, str],
                    deposits: Iterable[ChainDeposit],
-                   receipt: Callable[[str], dict[str, Any] | None]) -> set[Pair]:
+                   receipt: Callable[[str], dict[str, Any] | None],
+                   invoices: Iterable[ChaosInvoice] = ()) -> set[Pair]:
     """Every (source event, intent type) the run's users must be told of: per accepted
     money event by its replayed outcome, per chain deposit recorded by what the chain
     holds now (pending when recorded, then finalized if its transfer landed, else
-    reorged)."""
-    pairs: set[Pair] = set()
+    reorged), per invoice by its accepted payments (chaos/invoices.py)."""
+    accepted = list(accepted)
+    pairs: set[Pair] = expected_intents(invoices, accepted)
     for req in accepted:
         if req.kind not in MONEY:
             continue

@@ -30,24 +30,38 @@ class Kind(StrEnum):
     HOLD = "hold"                    # a withdrawal_requested: available -> held (or refused)
     CLOSE = "close"                  # a settle or failure of an answered hold (maybe closed)
     REFUND = "refund"                # a refund of an answered deposit (maybe too much)
+    INVOICE_PAYMENT = "invoice_payment"  # a deposit naming one of the run's invoices
 
 
-# Shares of the mix; redeliveries ~10% as the issue asks.
-MIX = ((Kind.DEPOSIT, 0.42), (Kind.WITHDRAWAL, 0.20), (Kind.REDELIVERY, 0.10),
+# Shares of the mix; redeliveries ~10% as the issue asks. Invoice payments are deposits
+# too: their share is taken from the plain deposits'.
+MIX = ((Kind.DEPOSIT, 0.38), (Kind.WITHDRAWAL, 0.20), (Kind.REDELIVERY, 0.10),
        (Kind.CONFLICT, 0.03), (Kind.INVALID, 0.05), (Kind.POISON, 0.03),
        (Kind.HOSTILE, 0.04), (Kind.HOSTILE_CHAIN, 0.01), (Kind.HOLD, 0.05),
-       (Kind.CLOSE, 0.04), (Kind.REFUND, 0.03))
+       (Kind.CLOSE, 0.04), (Kind.REFUND, 0.03), (Kind.INVOICE_PAYMENT, 0.04))
 # Kinds that record a new event when accepted (and so must be accepted: 2xx).
 NEW_EVENTS = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE, Kind.HOLD, Kind.CLOSE,
-              Kind.REFUND)
+              Kind.REFUND, Kind.INVOICE_PAYMENT)
 # Deposits for users nobody created: the ingest refuses them (422 unknown_user); one it
 # let in is the ledger's final rejection unknown_user. Never money, never a dead letter.
 UNKNOWN_USER = (Kind.POISON, Kind.FLOOD)
 UNKNOWN_USER_CODE = "unknown_user"
 # Kinds whose accepted events move the sender's users' money, in the order answered.
-MONEY = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE, Kind.HOLD, Kind.CLOSE, Kind.REFUND)
+MONEY = (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.HOSTILE, Kind.HOLD, Kind.CLOSE, Kind.REFUND,
+         Kind.INVOICE_PAYMENT)
 HOSTILE_FLAVOURS = ("tiny", "precision", "exponent", "escaped", "decorated")
 HOSTILE_CHAIN_FLAVOURS = ("block-beyond-int64", "nft", "stranger", "removed-log")
+
+
+@dataclass(frozen=True)
+class InvoicePayment:
+    """A payment the traffic owes one of the run's invoices (chaos/invoices.py plans
+    them): a gateway deposit of `amount` by the invoice's user, naming it."""
+
+    invoice_id: str
+    user_id: str
+    asset: str
+    amount: str
 
 
 @dataclass
@@ -65,6 +79,7 @@ class Request:
     original: Request | None = None  # what a redelivery or conflict repeats
     reference: str | None = None     # the hold a close names, the deposit a refund does
     endpoint: str = "payments"       # the webhook path: payments or alchemy
+    invoice_id: str | None = None    # the invoice a deposit names (an invoice payment)
     # Filled in by the sender:
     status: int | None = None
     answer: str | None = None  # the body's "status" (accepted / duplicate) or error
@@ -85,6 +100,8 @@ class TrafficPlan:
         # Set once the chain driver has registered them (hostile Alchemy deliveries).
         self.network = "ETH_MAINNET"
         self.chain_addresses: list[str] = []
+        # Set once the harness has created the run's invoices: what is left to pay them.
+        self.invoice_payments: list[InvoicePayment] = []
 
     def _event_id(self) -> str:
         self.seq += 1
@@ -98,7 +115,8 @@ class TrafficPlan:
         kind = self.rng.choices([k for k, _ in MIX], [w for _, w in MIX])[0]
         if ((kind in (Kind.REDELIVERY, Kind.CONFLICT) and not self.answered_ok)
                 or (kind is Kind.CLOSE and not self.answered_holds)
-                or (kind is Kind.REFUND and not self.answered_deposits)):
+                or (kind is Kind.REFUND and not self.answered_deposits)
+                or (kind is Kind.INVOICE_PAYMENT and not self.invoice_payments)):
             kind = Kind.DEPOSIT
         if kind is Kind.REDELIVERY:
             orig = self.rng.choice(self.answered_ok)
@@ -123,6 +141,12 @@ class TrafficPlan:
             amount = str(Decimal(self.rng.randint(1, max(cents, 1))).scaleb(-2))
             return self._build(kind, "refund", deposit.user_id, deposit.asset, amount,
                                reference=deposit.event_id)
+        if kind is Kind.INVOICE_PAYMENT:
+            # Any invoice's next payment: an invoice's two partial payments go out at
+            # unrelated moments (chaos/invoices.py plans them so their order is moot).
+            due = self.invoice_payments.pop(self.rng.randrange(len(self.invoice_payments)))
+            return self._build(kind, "deposit", due.user_id, due.asset, due.amount,
+                               invoice_id=due.invoice_id)
         user = self.rng.choice(self.users)
         asset = self.rng.choice(ASSETS)
         if kind is Kind.HOLD:
@@ -167,18 +191,20 @@ class TrafficPlan:
 
     def _build(self, kind: Kind, event_type: str, user: str, asset: str, amount: str, *,
                event_id: str | None = None, original: Request | None = None,
-               reference: str | None = None) -> Request:
+               reference: str | None = None, invoice_id: str | None = None) -> Request:
         event_id = event_id or self._event_id()
         if original is not None:
-            reference = original.reference
+            reference, invoice_id = original.reference, original.invoice_id
         fields: dict[str, Any] = {"event_id": event_id, "event_type": event_type,
                                   "user_id": user, "amount": amount, "asset": asset}
         if reference is not None:
             fields["reverses" if event_type == "refund" else "hold_id"] = reference
+        if invoice_id is not None:
+            fields["invoice_id"] = invoice_id
         return Request(kind, event_id, event_type, user, asset, amount,
                        json.dumps(fields).encode(),
                        "msg_" + uuid.UUID(int=self.rng.getrandbits(128)).hex,
-                       original=original, reference=reference)
+                       original=original, reference=reference, invoice_id=invoice_id)
 
     def _hostile(self, user: str, asset: str) -> Request:
         """A deposit the gateway may send and the ingest must accept, in a form that
@@ -250,7 +276,9 @@ class TrafficPlan:
     def note_answer(self, req: Request) -> None:
         if req.status is None or not 200 <= req.status < 300:
             return
-        if req.kind in (Kind.DEPOSIT, Kind.WITHDRAWAL):
+        # An invoice payment is redelivered and conflicted like any deposit; it is not
+        # refunded (what a refund does to an invoice is not the run's question).
+        if req.kind in (Kind.DEPOSIT, Kind.WITHDRAWAL, Kind.INVOICE_PAYMENT):
             self.answered_ok.append(req)
         if req.kind is Kind.DEPOSIT:
             self.answered_deposits.append(req)
