@@ -5,7 +5,9 @@ scanner kills among the faults, a share of their webhooks dropped on purpose (th
 scanner alone brings those in); hostile-but-valid deliveries and forged topic records in
 the traffic (only the outbox can credit), and a flood of deposits for users nobody
 created; the notifier SIGKILLed at random and at its crash points, every intent delivered
-to a real receiver under its one webhook-id (docs/notifications.md)."""
+to a real receiver under its one webhook-id (docs/notifications.md); gateway invoices paid
+in full, over, in part or not at all by deposits naming them, each as the run's own
+record of accepted payments says (docs/invoices.md)."""
 
 from __future__ import annotations
 
@@ -97,5 +99,16 @@ def test_short_chaos_run_loses_nothing_and_applies_nothing_twice():
     assert published == expected == delivered > 1000
     assert requests > delivered and failures > 0
     assert refused == 0 and twice == 0
+    # Gateway invoices paid by deposits naming them, each as the run's record of accepted
+    # payments says: settled, paid over, partly paid and unpaid ones all met.
+    invoices = re.search(r"invoices: (\d+) created, (\d+) payments accepted; expected from the"
+                         r" sender's record: settled=(\d+), settled/paid_over=(\d+),"
+                         r" new/paid_partial=(\d+), new=(\d+); invoice violations = (\d+)",
+                         out)
+    assert invoices, out
+    created, paid, settled, over, partial, unpaid, wrong = map(int, invoices.groups())
+    assert created == settled + over + partial + unpaid and paid > 50
+    assert min(settled, over, partial, unpaid) > 0 and wrong == 0
+    assert re.search(r"\binvoice_payment:200=\d+", out)
     # The pipeline's transactions went through the bouncer (its own count, not ours).
     assert _pooled_transactions(bouncer) - before > 1000

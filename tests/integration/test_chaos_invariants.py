@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
+from paystream.chaos import invoices as inv
 from paystream.chaos.chain import DROPPED, LATE, ChainDeposit
 from paystream.chaos.forgery import FORGED_AMOUNT, Forgery
 from paystream.chaos.invariants import (
@@ -14,8 +15,13 @@ from paystream.chaos.invariants import (
     check,
     check_chain,
 )
+from paystream.chaos.notifications import expected_pairs
 from paystream.chaos.traffic import Kind, Request
+from paystream.invoices import matching
+from paystream.notify.intents import now_text
+from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.idempotency import idempotency_key
+from paystream.schema.processed_events import Outcome
 from tests.support.ids import unique
 from tests.support.ledger import plant_transfer
 
@@ -299,3 +305,90 @@ def test_an_ingest_naming_a_transfer_otherwise_than_the_scanner_is_a_violation(d
         verdict = InvariantReport()
         check_chain(cur, verdict, [d], _on_chain())
     assert any("the ingest named it" in v for v in verdict.violations)
+
+
+# --- invoices: the sender's accepted payments against the invoice tables -----------------
+
+def _invoice(cur, plan: inv.Plan, amount: str, payments: tuple[str, ...],
+             tolerance: str = "0") -> inv.ChaosInvoice:
+    """One of a run's invoices, created by the API's creation function."""
+    user = unique("u")
+    cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    invoice = inv.ChaosInvoice(user, "USD", Decimal(amount), Decimal(tolerance), plan,
+                               tuple(Decimal(p) for p in payments))
+    inv.create_all(cur, [invoice], "t", now_text())
+    return invoice
+
+
+def _paid(cur, invoice: inv.ChaosInvoice, amount: str, *, status: int | None = 200
+          ) -> Request:
+    """A payment the ledger matched (invoices/matching.py, as in the batch's transaction),
+    and the sender's record of its request (answered `status`)."""
+    event_id = unique("chaos-t-e")
+    event = PaymentEvent(event_id, EventType.DEPOSIT, invoice.user_id, "USD", Decimal(amount),
+                         "payments", invoice_id=invoice.invoice_id)
+    matching.match(cur, [(None, event, Outcome.APPLIED)], now_text())
+    return Request(Kind.INVOICE_PAYMENT, event_id, "deposit", invoice.user_id, "USD", amount,
+                   b"{}", "msg_x", status=status, answer="accepted", answered_seq=1,
+                   invoice_id=invoice.invoice_id)
+
+
+def test_invoices_paid_as_the_sender_record_says_pass(db):
+    with db.cursor() as cur:
+        full = _invoice(cur, inv.Plan.FULL, "40", ("39.5",), tolerance="2.5")
+        over = _invoice(cur, inv.Plan.OVER, "40", ("41.01",), tolerance="2.5")
+        two = _invoice(cur, inv.Plan.TWO_PARTIALS, "40", ("10", "29.99"))
+        unpaid = _invoice(cur, inv.Plan.UNPAID, "40", ())
+        sent = [_paid(cur, full, "39.5"), _paid(cur, over, "41.01"),
+                _paid(cur, two, "29.99"), _paid(cur, two, "10")]
+        verdict = InvariantReport()
+        inv.check_invoices(cur, verdict, [full, over, two, unpaid], sent)
+    assert verdict.passed, verdict
+    assert "4 created, 4 payments accepted; expected from the sender's record: settled=1," \
+        " settled/paid_over=1, new/paid_partial=1, new=1; invoice violations = 0" in \
+        inv.report_line(verdict)
+
+
+def test_an_accepted_payment_the_invoice_never_got_and_one_nobody_sent_are_caught(db):
+    with db.cursor() as cur:
+        missed = _invoice(cur, inv.Plan.FULL, "25", ("25",))
+        stray = _invoice(cur, inv.Plan.PARTIAL, "25", ("5",))
+        never_matched = Request(Kind.INVOICE_PAYMENT, unique("chaos-t-e"), "deposit",
+                                missed.user_id, "USD", "25", b"{}", "msg_x", status=200,
+                                answered_seq=1, invoice_id=missed.invoice_id)
+        unanswered = _paid(cur, stray, "5", status=None)
+        verdict = InvariantReport()
+        inv.check_invoices(cur, verdict, [missed, stray], [never_matched, unanswered])
+    found = "\n".join(verdict.violations + verdict.lost)
+    assert f"payment {never_matched.event_id} has no invoice_payments row" in found
+    assert f"invoice {missed.invoice_id} (full, 25 USD tolerance 0 %, paid ['25']): new/None" \
+        " paid" in found
+    assert "want settled paid 25 pending 0" in found
+    assert f"invoice payment {unanswered.event_id} of {stray.invoice_id}: no accepted" in found
+    # And each invoice's standing and history disagree with the sender's record.
+    assert verdict.invoices["violations"] == 6
+    assert not verdict.passed
+
+
+def test_the_invoice_intents_expected_follow_the_accepted_payments_alone():
+    """Created for each; settled for a settling sum; paid_partial per partial payment,
+    whatever order they came in; nothing for a payment the ingest never accepted."""
+    def invoice(plan: inv.Plan, n: int) -> inv.ChaosInvoice:
+        return inv.ChaosInvoice("u1", "USD", Decimal(100), Decimal(0), plan, (),
+                                invoice_id=f"inv_{n}")
+
+    def pay(n: int, invoice_id: str, amount: str, status: int | None = 200) -> Request:
+        return Request(Kind.INVOICE_PAYMENT, f"e{n}", "deposit", "u1", "USD", amount, b"{}",
+                       "msg_x", status=status, answered_seq=n, invoice_id=invoice_id)
+
+    invoices = [invoice(inv.Plan.FULL, 1), invoice(inv.Plan.OVER, 2),
+                invoice(inv.Plan.TWO_PARTIALS, 3), invoice(inv.Plan.FULL, 4),
+                invoice(inv.Plan.UNPAID, 5)]
+    accepted = [pay(1, "inv_1", "100"), pay(2, "inv_2", "120"), pay(4, "inv_3", "30"),
+                pay(3, "inv_3", "60")]
+    pairs = expected_pairs(accepted, {r.event_id: "applied" for r in accepted}, [],
+                           lambda tx: None, invoices)
+    assert pairs == {(f"inv_{n}", "invoice.created") for n in range(1, 6)} | {
+        ("inv_1", "invoice.settled"), ("inv_2", "invoice.settled"),
+        ("e3", "invoice.paid_partial"), ("e4", "invoice.paid_partial"),
+        *((f"e{n}", "deposit.credited") for n in range(1, 5))}
