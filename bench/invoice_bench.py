@@ -474,12 +474,14 @@ def main() -> int:
     print(f"deposit -> deposit.credited delivered, alone (no invoice traffic, right after):"
           f" p50 {pct(lone_ms, 0.5):.0f} ms p99 {pct(lone_ms, 0.99):.0f} ms   [max"
           f" {max(lone_ms, default=0):.0f} ms, {len(lone_ms)} delivered, lost {lone_lost}]")
-    split = [_split(stages, book, arrivals, SETTLED), _split(stages, book, arrivals, CREDITED),
-             _split(stages, alone, arrivals, CREDITED)]
-    print("where the time goes, p50 ms (invoice.settled / deposit.credited beside it /"
-          " alone): " + "; ".join(
-              f"{name} {' / '.join(f'{part[k]:.0f}' for part in split)}"
-              for k, name in enumerate(STAGES)))
+    for q in (0.5, 0.99):
+        split = [_split(stages, book, arrivals, SETTLED, q),
+                 _split(stages, book, arrivals, CREDITED, q),
+                 _split(stages, alone, arrivals, CREDITED, q)]
+        print(f"where the time goes, p{q * 100:.0f} of each part, ms (invoice.settled /"
+              " deposit.credited beside it / alone): " + "; ".join(
+                  f"{name} {' / '.join(f'{part[k]:.0f}' for part in split)}"
+                  for k, name in enumerate(STAGES)))
     print(f"   {' -> '.join(loads)} (start, after phases 1, 2, 3);"
           f" {os.cpu_count()} cores; run {run}")
     results.write(args.results, "invoices", "deposit -> deposit.credited delivered, the "
@@ -560,8 +562,9 @@ def _stages(endpoint_ids: list[str]) -> dict[tuple[str, str], tuple[float, float
 
 
 def _split(stages: dict[tuple[str, str], tuple[float, float, float]], book: Settlement,
-           arrivals: Arrivals, kind: str) -> list[float]:
-    """The p50 of each of STAGES (ms) over `book`'s delivered payments of `kind`."""
+           arrivals: Arrivals, kind: str, q: float) -> list[float]:
+    """The quantile `q` of each of STAGES (ms) over `book`'s delivered payments of
+    `kind`, each part on its own (they do not add up to the whole's)."""
     parts: list[list[float]] = [[], [], [], []]
     for event_id, (k, key) in book.expected.items():
         times = stages.get((k, key))
@@ -571,7 +574,7 @@ def _split(stages: dict[tuple[str, str], tuple[float, float, float]], book: Sett
         points = [book.accepted[event_id], *times, arrived]
         for n in range(4):
             parts[n].append((points[n + 1] - points[n]) * 1000)
-    return [pct(p, 0.5) for p in parts]
+    return [pct(p, q) for p in parts]
 
 
 def _plan(prefix: str, invoices: list[tuple[str, str]], plain: list[str]
