@@ -27,7 +27,8 @@ has one endpoint for its one type (`invoice.settled` for the invoice users,
      `invoice.settled` of that invoice, (b) `deposit.credited` of that deposit. A
      payment whose notification has not arrived `--timeout` s after the last send is
      lost, counted and never dropped from the figures silently;
-  3. the plain deposits alone, at the same rate, as many as there were invoices.
+  3. the plain deposits alone, at the same rate, as many as there were invoices (after
+     phase 2, or before it with --alone-first).
 Target: invoices add at most 20 % to the p50 of deposit -> notification delivered
 (phase 2, (a) against (b)). Both kinds share the ledger's batches and the notifier's
 records there, so (a) against (b) is what an invoice costs its own payment (the match
@@ -331,6 +332,8 @@ def main() -> int:
                         help="invoice users, and as many users paid without invoices")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds after the last send before a payment counts as lost")
+    parser.add_argument("--alone-first", action="store_true",
+                        help="the plain deposits alone (phase 3) before phase 2")
     parser.add_argument("--results", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args()
 
@@ -421,19 +424,22 @@ def main() -> int:
         took = time.monotonic() - started
         loads.append(_load())
 
-        # 2. Every invoice paid, interleaved with as many plain deposits.
+        # 2. Every invoice paid, interleaved with as many plain deposits; 3. plain
+        # deposits alone at the same rate: the pipeline with no invoice in any batch
+        # (phase 2's baseline shares its batches with the invoices' payments). The
+        # order may be swapped, to tell the load of the moment from the traffic.
         items, expected = _plan(f"binv-{run}-p", created, plain)
-        book, drained = _settle(pay_url, secret, items, expected, args.rate, arrivals,
-                                args.timeout)
-        loads.append(_load())
-
-        # 3. Plain deposits alone at the same rate: the pipeline with no invoice in any
-        # batch (phase 2's baseline shares its batches with the invoices' payments).
         lone = [(f"binv-{run}-a{n}", plain[n % len(plain)], None)
                 for n in range(len(created))]
-        alone, _ = _settle(pay_url, secret, lone, {e: (CREDITED, e) for e, _, _ in lone},
-                           args.rate, arrivals, args.timeout)
-        loads.append(_load())
+        for phase in ((3, 2) if args.alone_first else (2, 3)):
+            if phase == 2:
+                book, drained = _settle(pay_url, secret, items, expected, args.rate,
+                                        arrivals, args.timeout)
+            else:
+                alone, _ = _settle(pay_url, secret, lone,
+                                   {e: (CREDITED, e) for e, _, _ in lone}, args.rate,
+                                   arrivals, args.timeout)
+            loads.append(_load())
         stages = _stages([endpoint_id for _, endpoint_id, _ in added])
     finally:
         for p in reversed(procs):
@@ -471,7 +477,8 @@ def main() -> int:
           f" {drained:.1f} s after the last send; never accepted"
           f" {len(book.never_accepted)}; {args.users} + {args.users} users")
     lone_ms, lone_lost = alone.latencies(arrivals, CREDITED)
-    print(f"deposit -> deposit.credited delivered, alone (no invoice traffic, right after):"
+    when = "before" if args.alone_first else "after"
+    print(f"deposit -> deposit.credited delivered, alone (no invoice traffic, just {when}):"
           f" p50 {pct(lone_ms, 0.5):.0f} ms p99 {pct(lone_ms, 0.99):.0f} ms   [max"
           f" {max(lone_ms, default=0):.0f} ms, {len(lone_ms)} delivered, lost {lone_lost}]")
     for q in (0.5, 0.99):
@@ -482,7 +489,8 @@ def main() -> int:
               " deposit.credited beside it / alone): " + "; ".join(
                   f"{name} {' / '.join(f'{part[k]:.0f}' for part in split)}"
                   for k, name in enumerate(STAGES)))
-    print(f"   {' -> '.join(loads)} (start, after phases 1, 2, 3);"
+    order = "3, 2" if args.alone_first else "2, 3"
+    print(f"   {' -> '.join(loads)} (start, after phase 1, then phases {order});"
           f" {os.cpu_count()} cores; run {run}")
     results.write(args.results, "invoices", "deposit -> deposit.credited delivered, the "
                   "same deposits without an invoice, interleaved in the same run; target: "
