@@ -202,7 +202,10 @@ class Invoice(Strict):
 class InvoicePayment(Strict):
     event_id: str = Field(description="the deposit's event id")
     amount: str = Field(pattern=AMOUNT)
-    state: str = Field(description="pending, credited, reorged, reversed")
+    refunded: str = Field(pattern=AMOUNT, description="what refunds, chargebacks or reverts"
+                                                      " of the deposit took back of it")
+    state: str = Field(description="pending, credited, reorged, reversed (taken back"
+                                   " whole)")
     seen_at: datetime = Field(description="when it was paid (the provider's or the"
                                           " block's time)")
     late: bool = Field(description="paid after the deadline (or the cancel)")

@@ -15,7 +15,13 @@ nothing twice. What each decision does to an invoice:
   deposit_reorged (reorged)                       pending -> `reorged`  pending -X
   deposit_reversed (applied or shortfall)         credited ->         paid -X
                                                   `reversed`
+  refund, chargeback or revert (applied or        refunded +Y;        paid -Y
+    shortfall) of a credited invoice payment      `reversed` once
+                                                  taken back whole
 
+A refund counts what it takes back (Y, at most what is left of the payment: the ledger
+refuses more, exceeds_original), so a settled invoice refunded below its amount minus
+the tolerance becomes `invalid`, and one refunded only its overpayment stays settled.
 The payment row's state guards each step (a payment is credited once, reversed once);
 a deposit that can pay no invoice (another asset on the invoice's address, an unknown
 invoice, another user's) still credits the user as any deposit, and is logged.
@@ -89,8 +95,15 @@ class Payment:
     state: PaymentState
     seen_at: datetime
     late: bool
+    refunded: Decimal = ZERO  # taken back by refunds, chargebacks or reverts
     new: bool = False
     changed: bool = False
+
+    @property
+    def counted(self) -> Decimal:
+        """What the payment pays now: its amount less what was taken back."""
+        with localcontext(EXACT_CONTEXT):
+            return self.amount - self.refunded
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,8 @@ def lookup(events: Sequence[tuple[PaymentEvent, Outcome]]) -> Lookup:
         if event.settles is not None:
             if (event.event_type, outcome) in _SETTLING:
                 deposit_ids.add(event.settles)
+        elif _takes_back(event, outcome):
+            deposit_ids.add(event.reference or "")
         elif event.event_type is EventType.DEPOSIT:
             if outcome is Outcome.PENDING_FINALITY and event.chain is not None:
                 place = _chain_place(event)
@@ -135,6 +150,14 @@ def lookup(events: Sequence[tuple[PaymentEvent, Outcome]]) -> Lookup:
                 invoice_ids.add(event.invoice_id)
     return Lookup(tuple(sorted(addresses)), tuple(sorted(invoice_ids)),
                   tuple(sorted(deposit_ids)))
+
+
+def _takes_back(event: PaymentEvent, outcome: Outcome) -> bool:
+    """A refund, chargeback or revert that moved money back (the payment it names, if
+    an invoice's, pays that much less)."""
+    return (isinstance(event.event_type, EventType) and event.event_type.is_reversal
+            and outcome in (Outcome.APPLIED, Outcome.SHORTFALL)
+            and event.reference is not None)
 
 
 def _chain_place(event: PaymentEvent) -> tuple[str, str] | None:
@@ -178,6 +201,8 @@ class InvoiceBook:
         """What one decision does (see the module's table); the changes it made."""
         if event.settles is not None:
             return self._settle(event, outcome)
+        if _takes_back(event, outcome):
+            return self._take_back(event)
         if event.event_type is not EventType.DEPOSIT:
             return []
         if outcome is Outcome.PENDING_FINALITY and event.chain is not None:
@@ -218,6 +243,18 @@ class InvoiceBook:
         invoice = self.invoices[payment.invoice_id]
         return [self._restate(invoice, event.event_id, payment.event_id)]
 
+    def _take_back(self, event: PaymentEvent) -> list[Change]:
+        payment = self.payments.get(event.reference or "")
+        if payment is None or payment.state is not PaymentState.CREDITED:
+            return []  # no invoice's, or not paying it now
+        with localcontext(EXACT_CONTEXT):
+            payment.refunded = min(payment.amount, payment.refunded + event.amount)
+        if payment.refunded == payment.amount:
+            payment.state = PaymentState.REVERSED
+        payment.changed = True
+        invoice = self.invoices[payment.invoice_id]
+        return [self._restate(invoice, event.event_id, payment.event_id)]
+
     def _restate(self, before: Invoice, event_id: str, payment_event_id: str) -> Change:
         """The invoice's sums and standing from its payments, after one step."""
         mine = [p for p in self.payments.values() if p.invoice_id == before.invoice_id]
@@ -244,7 +281,7 @@ class InvoiceBook:
 
 
 def _sum(payments: Iterable[Payment]) -> Decimal:
-    return sum((p.amount for p in payments), ZERO)
+    return sum((p.counted for p in payments), ZERO)
 
 
 def _unpayable(event: PaymentEvent, invoice: Invoice | None) -> str | None:
@@ -322,10 +359,11 @@ def _locked_invoices(cur: Cursor, wanted: Lookup) -> tuple[dict[str, Invoice], d
 
 
 def _payments_of(cur: Cursor, invoice_ids: Sequence[str]) -> dict[str, Payment]:
-    cur.execute("SELECT event_id, invoice_id, amount, state, seen_at, late"
+    cur.execute("SELECT event_id, invoice_id, amount, state, seen_at, late, refunded"
                 " FROM invoice_payments WHERE invoice_id = ANY(%s::text[])",
                 (text_array(invoice_ids),))
-    return {row[0]: Payment(row[0], row[1], row[2], PaymentState(row[3]), row[4], row[5])
+    return {row[0]: Payment(row[0], row[1], row[2], PaymentState(row[3]), row[4], row[5],
+                            row[6])
             for row in cur.fetchall()}
 
 
@@ -344,10 +382,11 @@ def _write(cur: Cursor, book: InvoiceBook) -> None:
     moved = [p for p in book.payments.values() if p.changed and not p.new]
     if moved:
         cur.executemany(
-            "UPDATE invoice_payments SET state = %s,"
-            " credited_at = CASE WHEN %s THEN now() ELSE credited_at END"
-            " WHERE event_id = %s",
-            [(p.state.value, p.state is PaymentState.CREDITED, p.event_id) for p in moved])
+            "UPDATE invoice_payments SET state = %s, refunded = %s,"
+            " credited_at = CASE WHEN %s AND credited_at IS NULL THEN now()"
+            " ELSE credited_at END WHERE event_id = %s",
+            [(p.state.value, format_amount(p.refunded) if p.refunded else "0",
+              p.state is PaymentState.CREDITED, p.event_id) for p in moved])
     touched = {c.after.invoice_id for c in book.changes}
     cur.executemany(
         "UPDATE invoices SET state = %s, additional_status = %s, amount_paid = %s,"

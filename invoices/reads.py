@@ -59,18 +59,19 @@ def summary(invoice: Invoice) -> dict[str, Any]:
 
 
 def invoice(cur: Cursor, invoice_id: str) -> dict[str, Any] | None:
-    """The invoice with its payments (oldest first: event id, amount, state, seen_at,
-    late) and its status history (oldest first, with times and causes); None if there
-    is no such invoice."""
+    """The invoice with its payments (oldest first: event id, amount, what refunds took
+    back of it, state, seen_at, late) and its status history (oldest first, with times
+    and causes); None if there is no such invoice."""
     found = model.fetch(cur, invoice_id)
     if found is None:
         return None
-    cur.execute("SELECT event_id, amount, state, seen_at, late, recorded_at, credited_at"
-                " FROM invoice_payments WHERE invoice_id = %s ORDER BY recorded_at, event_id",
-                (invoice_id,))
-    payments = [{"event_id": e, "amount": _text(a), "state": s, "seen_at": _time(seen),
-                 "late": late, "recorded_at": _time(rec), "credited_at": _time(cred)}
-                for e, a, s, seen, late, rec, cred in cur.fetchall()]
+    cur.execute("SELECT event_id, amount, refunded, state, seen_at, late, recorded_at,"
+                " credited_at FROM invoice_payments WHERE invoice_id = %s"
+                " ORDER BY recorded_at, event_id", (invoice_id,))
+    payments = [{"event_id": e, "amount": _text(a), "refunded": _text(back), "state": s,
+                 "seen_at": _time(seen), "late": late, "recorded_at": _time(rec),
+                 "credited_at": _time(cred)}
+                for e, a, back, s, seen, late, rec, cred in cur.fetchall()]
     cur.execute("SELECT state, additional_status, expires_at, cause, at FROM invoice_history"
                 " WHERE invoice_id = %s ORDER BY id", (invoice_id,))
     history = [{"state": s, "additional_status": a, "expires_at": _time(e),

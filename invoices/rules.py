@@ -86,14 +86,14 @@ def standing(amount: Decimal, tolerance_pct: Decimal, paid: Payments, *,
     with localcontext(EXACT_CONTEXT):
         total_credited = paid.credited_on_time + paid.credited_late
         seen_on_time = paid.credited_on_time + paid.pending_on_time
-    if cancelled:
+    if cancelled or (was_settled and paid.credited_on_time < least):
+        # Invalid stays invalid (`cancelled`: its state before this change): money paid
+        # after it is late; money still credited from before it (a settled invoice
+        # refunded in part) leaves it partly paid.
+        if paid.credited_late > ZERO:
+            return Standing(State.INVALID, Additional.PAID_LATE)
         return Standing(State.INVALID,
-                        Additional.PAID_LATE if paid.credited_late > ZERO else None)
-    if was_settled and paid.credited_on_time < least:
-        if paid.credited_on_time > ZERO:
-            return Standing(State.INVALID, Additional.PAID_PARTIAL)
-        return Standing(State.INVALID,
-                        Additional.PAID_LATE if paid.credited_late > ZERO else None)
+                        Additional.PAID_PARTIAL if paid.credited_on_time > ZERO else None)
     if paid.credited_on_time >= least:
         return Standing(State.SETTLED,
                         Additional.PAID_OVER if total_credited > most else None)

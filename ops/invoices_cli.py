@@ -130,10 +130,10 @@ def _show(args: argparse.Namespace) -> int:
           f"; created {shown['created_at']}"
           + (f"; {shown['network']} {shown['address']}" if shown["address"] else ""))
     print("\npayments:")
-    print(format_table(("event_id", "amount", "state", "seen_at", "late"),
-                       [(p["event_id"], p["amount"], p["state"], p["seen_at"],
+    print(format_table(("event_id", "amount", "refunded", "state", "seen_at", "late"),
+                       [(p["event_id"], p["amount"], p["refunded"], p["state"], p["seen_at"],
                          "late" if p["late"] else "on time") for p in shown["payments"]],
-                       right_aligned={1}) if shown["payments"] else "none")
+                       right_aligned={1, 2}) if shown["payments"] else "none")
     print("\nhistory:")
     print(format_table(("at", "state", "additional", "expires_at", "cause"),
                        [(h["at"], h["state"], h["additional_status"] or "-", h["expires_at"],

@@ -3,9 +3,10 @@ was paid.
 
 The ledger keeps an invoice's amount_paid and amount_pending as sums of its payments
 (invoices/matching.py writes both in the transaction that moves the money), so they must
-equal what invoice_payments holds: credited payments for amount_paid, pending ones for
-amount_pending. A `settled` invoice must moreover have been paid on time at least its
-amount minus its tolerance (invoices/rules.py's settling rule). Anything else is a
+equal what invoice_payments holds: credited payments (less what refunds took back of
+them) for amount_paid, pending ones for amount_pending. A `settled` invoice must
+moreover have been paid on time at least its amount minus its tolerance
+(invoices/rules.py's settling rule). Anything else is a
 mismatch: a write outside the ledger, or a bug in the matching.
 """
 
@@ -51,9 +52,10 @@ class InvoiceMismatch:
 _SQL = """
     WITH paid AS (
         SELECT invoice_id,
-               coalesce(sum(amount) FILTER (WHERE state = 'credited'), 0) AS credited,
-               coalesce(sum(amount) FILTER (WHERE state = 'credited' AND NOT late), 0)
-                   AS on_time,
+               coalesce(sum(amount - refunded) FILTER (WHERE state = 'credited'), 0)
+                   AS credited,
+               coalesce(sum(amount - refunded) FILTER (WHERE state = 'credited'
+                                                       AND NOT late), 0) AS on_time,
                coalesce(sum(amount) FILTER (WHERE state = 'pending'), 0) AS pending
         FROM invoice_payments GROUP BY invoice_id
     ), judged AS (

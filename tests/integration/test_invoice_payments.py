@@ -502,3 +502,42 @@ def test_reconcile_fires_on_an_invoice_whose_sums_its_payments_contradict(
     report = Report(0, [], "t", invoices=found, invoices_checked=checked)
     assert not report.clean  # `paystream reconcile` exits 1 on it (ops/cli.py)
     assert invoice_id in format_report(report)
+
+
+def test_refunds_of_an_invoice_payment_take_it_back_from_the_invoice(
+        pipe: Pipeline, intents: Intents) -> None:
+    # 40 asked, 50 paid (paid_over); a refund of 10 leaves it settled at 40; a chargeback
+    # of the other 40 takes the payment back whole: the invoice was settled and is not
+    # paid any more, so it is invalid (and its user told).
+    user = "inv-refund-" + uuid.uuid4().hex[:10]
+    create_users([user])
+    invoice = new_invoice(user, "USD", Decimal("40"))
+    invoice_id = invoice["invoice_id"]
+    paying_id = "gw-" + uuid.uuid4().hex
+    paid = post_deposit(pipe, payment_body(paying_id, user, "50", invoice_id=invoice_id))
+    assert paid.status_code == 200, paid.text
+    wait_standing(pipe, invoice_id, ("settled", "paid_over", Decimal("50"), ZERO))
+
+    refund = post_deposit(pipe, payment_body("gw-" + uuid.uuid4().hex, user, "10",
+                                             event_type="refund", reverses=paying_id))
+    assert refund.status_code == 200, refund.text
+    wait_standing(pipe, invoice_id, ("settled", None, Decimal("40"), ZERO))
+    assert payments(pipe, invoice_id) == {paying_id: ("credited", Decimal("50"), False)}
+
+    back = post_deposit(pipe, payment_body("gw-" + uuid.uuid4().hex, user, "40",
+                                           event_type="chargeback", reverses=paying_id))
+    assert back.status_code == 200, back.text
+    wait_standing(pipe, invoice_id, ("invalid", None, ZERO, ZERO))
+    assert payments(pipe, invoice_id) == {paying_id: ("reversed", Decimal("50"), False)}
+    [(refunded,)] = pipe.query("SELECT refunded FROM invoice_payments WHERE event_id = %s",
+                               (paying_id,))
+    assert refunded == Decimal("50")
+    assert pipe.balances(user) == {"USD": (ZERO, 0)}
+    intents.wait(invoice_id, "invoice.created", "invoice.settled", "invoice.invalid")
+    # The books and the invoice agree: reconcile's invoice check finds nothing.
+    conn = connect(database_url("owner"))
+    try:
+        with conn, conn.cursor() as cur:
+            assert find_invoice_mismatches(cur, [user]) == (1, [])
+    finally:
+        conn.close()

@@ -217,6 +217,41 @@ def test_a_gateway_deposit_naming_its_invoice_is_credited_at_once() -> None:
     assert ledger.apply(gateway_deposit("g1", "100"), Outcome.APPLIED) == []  # replay
 
 
+def refund(event_id: str, amount: str, reverses: str,
+           kind: EventType = EventType.REFUND) -> PaymentEvent:
+    return PaymentEvent(event_id, kind, "u1", "USD", D(amount), "payments",
+                        reference=reverses)
+
+
+def test_refunds_take_back_what_they_refund_and_the_last_one_the_payment() -> None:
+    ledger = book(gateway_invoice())
+    ledger.apply(gateway_deposit("g1", "120"), Outcome.APPLIED)
+    assert standing_of(ledger, GATEWAY_INV) == (State.SETTLED, Additional.PAID_OVER,
+                                                D(120), D(0))
+    wanted = lookup([(refund("r0", "1", "g1"), Outcome.APPLIED),
+                     (refund("r9", "1", "g9"), Outcome.EXCEEDS_ORIGINAL)])
+    assert wanted == Lookup((), (), ("g1",))  # a refused refund asks for nothing
+    [change] = ledger.apply(refund("r1", "20", "g1"), Outcome.APPLIED)
+    assert (change.before.additional, change.after.additional) == (Additional.PAID_OVER,
+                                                                   None)
+    assert standing_of(ledger, GATEWAY_INV) == (State.SETTLED, None, D(100), D(0))
+    # Below the amount: was settled, is not paid any more.
+    ledger.apply(refund("r2", "30", "g1", EventType.CHARGEBACK), Outcome.SHORTFALL)
+    assert standing_of(ledger, GATEWAY_INV) == (State.INVALID, Additional.PAID_PARTIAL,
+                                                D(70), D(0))
+    ledger.apply(refund("r2b", "10", "g1"), Outcome.APPLIED)  # still partly paid
+    assert standing_of(ledger, GATEWAY_INV) == (State.INVALID, Additional.PAID_PARTIAL,
+                                                D(60), D(0))
+    assert (ledger.payments["g1"].state, ledger.payments["g1"].refunded) == (
+        PaymentState.CREDITED, D(60))
+    ledger.apply(refund("r3", "60", "g1", EventType.REVERT), Outcome.APPLIED)
+    assert ledger.payments["g1"].state is PaymentState.REVERSED
+    assert standing_of(ledger, GATEWAY_INV) == (State.INVALID, None, D(0), D(0))
+    # A refund of a payment taken back whole, or refused by the ledger, changes nothing.
+    assert ledger.apply(refund("r4", "1", "g1"), Outcome.APPLIED) == []
+    assert ledger.apply(refund("r5", "1", "g1"), Outcome.EXCEEDS_ORIGINAL) == []
+
+
 @pytest.mark.parametrize("deposit", [
     gateway_deposit("g1", "100", user="u2"),                 # another user's invoice
     gateway_deposit("g1", "100", asset="EUR"),               # another asset
