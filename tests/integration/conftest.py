@@ -110,3 +110,14 @@ def pipe(chain: Chain, token: Token) -> Iterator[Pipeline]:
         start_scanner(p, chain)
         wait_for("the scanner's cursor", lambda: cursor(p) is not None, timeout=30)
         yield p
+
+
+@pytest.fixture
+def endpoints(db: Connection) -> Iterator[list[str]]:
+    """The test's endpoint ids, disabled when it ends (others' senders skip them)."""
+    made: list[str] = []
+    yield made
+    with db.cursor() as cur:
+        cur.execute("UPDATE notification_endpoints SET disabled_at = now(),"
+                    " disabled_reason = 'test over' WHERE endpoint_id = ANY(%s)"
+                    " AND disabled_at IS NULL", (made,))

@@ -52,17 +52,6 @@ def hooks() -> Iterator[Receiver]:
         yield server
 
 
-@pytest.fixture
-def endpoints(db: Connection) -> Iterator[list[str]]:
-    """The test's endpoints, disabled when it ends (others' senders skip them)."""
-    made: list[str] = []
-    yield made
-    with db.cursor() as cur:
-        cur.execute("UPDATE notification_endpoints SET disabled_at = now(),"
-                    " disabled_reason = 'test over' WHERE endpoint_id = ANY(%s)"
-                    " AND disabled_at IS NULL", (made,))
-
-
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(paystream_argv(*args), capture_output=True, text=True, timeout=60)
 

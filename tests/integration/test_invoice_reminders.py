@@ -72,17 +72,6 @@ def merchant(hooks: Receiver, db: Connection, made: list[str], events: str) -> M
     return Merchant(user, path, endpoint_id)
 
 
-@pytest.fixture
-def endpoints(db: Connection) -> Iterator[list[str]]:
-    """The test's endpoints, disabled when it ends (others' senders skip them)."""
-    made: list[str] = []
-    yield made
-    with db.cursor() as cur:
-        cur.execute("UPDATE notification_endpoints SET disabled_at = now(),"
-                    " disabled_reason = 'test over' WHERE endpoint_id = ANY(%s)"
-                    " AND disabled_at IS NULL", (made,))
-
-
 @dataclass(frozen=True)
 class Made:
     invoice_id: str

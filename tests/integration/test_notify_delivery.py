@@ -51,17 +51,6 @@ def topics() -> tuple[str, str]:
     return topic, dlq
 
 
-@pytest.fixture
-def endpoints(db: Connection) -> Iterator[list[str]]:
-    """The test's endpoint ids, disabled when it ends (others' senders skip them)."""
-    made: list[str] = []
-    yield made
-    with db.cursor() as cur:
-        cur.execute("UPDATE notification_endpoints SET disabled_at = now(),"
-                    " disabled_reason = 'test over' WHERE endpoint_id = ANY(%s)"
-                    " AND disabled_at IS NULL", (made,))
-
-
 def _endpoint(hooks: Receiver, made: list[str], path: str, user: str,
               events: str | None = None) -> str:
     endpoint_id, secret = add_endpoint(hooks.url(path), user, events)
