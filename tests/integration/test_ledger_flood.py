@@ -236,7 +236,10 @@ def test_unexpected_failures_past_the_limit_stop_the_group_once_until_resumed(db
     assert stop_row() is None
     assert committed(group, topic, [0]) == {0: 5}
     assert len(read_all(dlq_topic, timeout_s=2)) == 3
-    assert ledger.events("consumer_group_resumed")
+    # Each waiting member notices the resume at its own next poll (about a second): the
+    # second may take the partition and apply before the first has logged its own.
+    wait_until(lambda: bool(ledger.events("consumer_group_resumed")), 10,
+               "the first member's resume")
     wait_until(lambda: _gauge(port, "paystream_consumer_stopped", group) == 0, 10,
                "the gauge back to 0")
     assert ledger.terminate() == 0 and second.terminate() == 0
