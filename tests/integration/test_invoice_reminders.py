@@ -197,26 +197,27 @@ def test_each_reminder_reaches_the_receiver_once_across_sigkills(
 
 def test_an_extended_deadline_starts_a_new_cycle(
         db: Connection, pool: ProcessPool, hooks: Receiver, endpoints: list[str]) -> None:
-    # Steps 12 s and 4 s before a deadline 16 s after creation (+4, +12); extended by
-    # 20 s after the first, the new cycle's are at +24 and +32.
+    # Steps 9 s and 3 s before a deadline 12 s after creation (+3, +9); extended by
+    # 8 s after the first (about +5: the old +9 step is never due), the new cycle's are
+    # at +11 and +17.
     m = merchant(hooks, db, endpoints, "reminder.*")
-    notifier = start_notifier(pool, reminder_env("12,4", window_s=3))
-    invoice = new_invoice(db, m.user, life_s=16)
-    first = invoice_key(invoice.invoice_id, invoice.expires_at, 12)
+    notifier = start_notifier(pool, reminder_env("9,3", window_s=2))
+    invoice = new_invoice(db, m.user, life_s=12)
+    first = invoice_key(invoice.invoice_id, invoice.expires_at, 9)
     wait_until(lambda: first in keys_of(received(hooks, m.path, invoice.invoice_id)), 30,
-               "the first cycle's 12 s step", interval_s=0.1)
+               "the first cycle's 9 s step", interval_s=0.1)
     done = subprocess.run(paystream_argv("invoices", "extend", invoice.invoice_id, "--by",
-                                         "20s"), capture_output=True, text=True, timeout=60)
+                                         "8s"), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "new cycle" in done.stdout
-    later = invoice.expires_at + timedelta(seconds=20)
-    new_cycle = [invoice_key(invoice.invoice_id, later, o) for o in (12, 4)]
+    later = invoice.expires_at + timedelta(seconds=8)
+    new_cycle = [invoice_key(invoice.invoice_id, later, o) for o in (9, 3)]
     wait_until(lambda: set(new_cycle) <= set(keys_of(received(hooks, m.path,
                                                               invoice.invoice_id))),
                45, "the new cycle's two steps", interval_s=0.2)
     notifier.kill()
     bodies = received(hooks, m.path, invoice.invoice_id)
-    # The old cycle's 4 s step (its deadline moved) is never made.
+    # The old cycle's 3 s step (its deadline moved) is never made.
     assert keys_of(bodies) == Counter([first, *new_cycle]), keys_of(bodies)
     assert [datetime.fromisoformat(b["data"]["expires_at"]) for b in bodies] == [
         invoice.expires_at, later, later]
