@@ -83,12 +83,20 @@ TEST_CLUSTER_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test-cluster \
 	PAYSTREAM_CONTROLLER_PORT=9193 PAYSTREAM_KAFKA_PORT_STEP=10 PAYSTREAM_CONNECT_PORT=8085 \
 	PAYSTREAM_ANVIL_PORT=8547
 
-.PHONY: test-cluster
+.PHONY: test-cluster browser
+# The console's browser tests (tests/integration/test_console_browser.py) drive Debian's
+# chromium through chromium-driver: installed for the tests only (`make run` needs no
+# browser), from apt; no browser is downloaded.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -q --no-install-recommends chromium chromium-driver; }
+
 # Unit tests need no services; integration tests run against the test stack; then the
 # cluster's. The test stack is stopped after pytest, passed or not (a clone deleted with
 # it running orphaned its processes, and its huge pages stayed reserved);
 # KEEP_TEST_STACK=1 leaves it up to rerun single tests.
-test: install lint
+test: install lint browser
 	$(TEST_STACK) $(BIN)/paystream stack up
 	$(TEST_STACK) $(BIN)/pytest; status=$$?; \
 	  if [ "$(KEEP_TEST_STACK)" != 1 ]; then $(TEST_STACK) $(BIN)/paystream stack down; fi; \
@@ -107,7 +115,7 @@ BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
-	bench-cluster bench-scanner bench-invoices
+	bench-cluster bench-scanner bench-invoices bench-console
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -142,6 +150,9 @@ bench-finality: stack-up  ## RPC calls per tick (planner vs per deposit), finali
 
 bench-scanner: stack-up  ## chain scanner catch-up of 10,000 blocks: blocks/s, RPC calls vs per address
 	$(BENCH) bench/scanner_bench.py
+
+bench-console: stack-up  ## console pages on 1 M events: p50/p99 vs the same queries bare
+	$(BENCH) bench/console_bench.py
 
 # Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
 # --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`

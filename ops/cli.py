@@ -156,7 +156,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hl_exp.add_argument("--limit", type=int, default=500, help="holds per round")
     hl_exp.set_defaults(func=_holds_expire)
 
-    dlq = sub.add_parser("dlq", help="inspect and replay dead letters")
+    dlq = sub.add_parser("dlq", help="inspect, replay and discard dead letters")
     dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     p_list = dsub.add_parser("list", help="dead letters, newest first")
     p_list.add_argument("--status", default="open",
@@ -169,6 +169,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_replay = dsub.add_parser("replay", help="send the event back through the outbox")
     p_replay.add_argument("id", type=int)
     p_replay.set_defaults(func=_dlq_replay)
+    p_discard = dsub.add_parser("discard", help="close one for good, saying why (it is "
+                                "never replayed; its money never applied)")
+    p_discard.add_argument("id", type=int)
+    p_discard.add_argument("--reason", required=True, help="why, for the record")
+    p_discard.set_defaults(func=_dlq_discard)
 
 
 # The names of ops.health.CHECK_NAMES, repeated here so that `paystream --help`
@@ -453,4 +458,17 @@ def _dlq_replay(args: argparse.Namespace) -> int:
         return EXIT_PROBLEM
     print(f"replayed dead letter {done.dlq_id}: event {done.event_id} sent again "
           f"through the outbox (message id {done.outbox_id})")
+    return EXIT_OK
+
+
+def _dlq_discard(args: argparse.Namespace) -> int:
+    from paystream.ops.replay import ReplayRefused, discard
+
+    try:
+        with transaction("paystream-dlq") as cur:
+            discard(cur, args.id, args.reason)
+    except ReplayRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return EXIT_PROBLEM
+    print(f"discarded dead letter {args.id}: {args.reason.strip()}")
     return EXIT_OK

@@ -1,4 +1,5 @@
-"""Operating the dead letters: list, show, and replay one after a person fixed its cause.
+"""Operating the dead letters: list, show, replay one after a person fixed its cause, or
+discard one with the reason it will never be replayed.
 
 A replay sends the STORED event (its payment_events row, as the ingest wrote it) back
 through the transactional outbox, with the same event id (so the ledger's idempotency
@@ -37,13 +38,60 @@ class Replayed:
     outbox_id: str
 
 
-def list_dead_letters(cur: Cursor, status: str | None = "open", limit: int = 50
-                      ) -> list[dict[str, Any]]:
-    where = "WHERE status = %s" if status else ""
-    params: tuple[Any, ...] = (status, limit) if status else (limit,)
-    cur.execute(f"SELECT {', '.join(LIST_COLUMNS)} FROM dead_letter_queue {where}"
-                " ORDER BY id DESC LIMIT %s", params)
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters a page or a bulk replay means; None matches anything.
+    `provider` is the stored event's (a dead letter with no stored event has none)."""
+
+    status: str | None = "open"
+    reason: str | None = None
+    provider: str | None = None
+    older_than_s: float | None = None
+    newer_than_s: float | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        """The SQL condition on `d` (dead_letter_queue) and its parameters."""
+        parts: list[str] = ["TRUE"]
+        params: list[Any] = []
+        if self.status:
+            parts.append("d.status = %s")
+            params.append(self.status)
+        if self.reason:
+            parts.append("d.error_reason = %s")
+            params.append(self.reason)
+        if self.provider:
+            parts.append("EXISTS (SELECT 1 FROM payment_events p"
+                         " WHERE p.event_id = d.event_id AND p.provider = %s)")
+            params.append(self.provider)
+        if self.older_than_s is not None:
+            parts.append("d.first_seen_at < now() - make_interval(secs => %s)")
+            params.append(self.older_than_s)
+        if self.newer_than_s is not None:
+            parts.append("d.first_seen_at >= now() - make_interval(secs => %s)")
+            params.append(self.newer_than_s)
+        return " AND ".join(parts), params
+
+
+def list_dead_letters(cur: Cursor, status: str | None = "open", limit: int = 50, *,
+                      matching: DeadLetterFilter | None = None,
+                      before_id: int | None = None) -> list[dict[str, Any]]:
+    """Newest first: those `matching` (else of `status`), below `before_id` (a page)."""
+    where, params = (matching or DeadLetterFilter(status=status)).where()
+    if before_id is not None:
+        where += " AND d.id < %s"
+        params.append(before_id)
+    columns = ", ".join(f"d.{c}" for c in LIST_COLUMNS)
+    cur.execute(f"SELECT {columns} FROM dead_letter_queue d WHERE {where}"
+                " ORDER BY d.id DESC LIMIT %s", (*params, limit))
     return [dict(zip(LIST_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+
+
+def matching_ids(cur: Cursor, matching: DeadLetterFilter, limit: int) -> list[int]:
+    """The ids of the dead letters `matching`, oldest first, at most `limit`."""
+    where, params = matching.where()
+    cur.execute(f"SELECT d.id FROM dead_letter_queue d WHERE {where} ORDER BY d.id"
+                " LIMIT %s", (*params, limit))
+    return [int(r[0]) for r in cur.fetchall()]
 
 
 def show_dead_letter(cur: Cursor, dlq_id: int) -> dict[str, Any] | None:
@@ -97,3 +145,23 @@ def replay(cur: Cursor, dlq_id: int) -> Replayed:
     cur.execute("UPDATE dead_letter_queue SET status = 'replayed', last_seen_at = now()"
                 " WHERE id = %s", (dlq_id,))
     return Replayed(dlq_id, event.event_id, str(outbox_id))
+
+
+def discard(cur: Cursor, dlq_id: int, reason: str) -> None:
+    """Mark an open dead letter discarded, with why, in the caller's transaction: it will
+    not be replayed (its event stays dead_lettered, its money never applied)."""
+    reason = reason.strip()
+    if not reason:
+        raise ReplayRefused("say why it is discarded (--reason): it is the record")
+    if len(reason) > 1000:
+        raise ReplayRefused("a discard reason is at most 1000 characters")
+    cur.execute("UPDATE dead_letter_queue SET status = 'discarded', discard_reason = %s,"
+                " last_seen_at = now() WHERE id = %s AND status = 'open' RETURNING id",
+                (reason, dlq_id))
+    if cur.fetchone() is not None:
+        return
+    cur.execute("SELECT status FROM dead_letter_queue WHERE id = %s", (dlq_id,))
+    row = cur.fetchone()
+    if row is None:
+        raise ReplayRefused(f"no dead letter with id {dlq_id}")
+    raise ReplayRefused(f"dead letter {dlq_id} is {row[0]}, not open")

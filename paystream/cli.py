@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "paystream.run",
     "paystream.chaos.cli",
     "paystream.finality.scan_cli",
+    "paystream.console.cli",
 )
 
 

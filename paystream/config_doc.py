@@ -20,6 +20,7 @@ from pydantic.fields import FieldInfo
 
 from paystream.api.settings import ApiSettings
 from paystream.connectors.endpoint import ConnectSettings
+from paystream.console.settings import ConsoleSettings
 from paystream.consumers.crash_hooks import CrashHookSettings
 from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.credentials import StateSettings
@@ -60,6 +61,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     IngestSettings,
     RunSettings,
     ApiSettings,
+    ConsoleSettings,
     LedgerSettings,
     FinalitySettings,
     ScannerSettings,

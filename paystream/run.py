@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import Field
 
 from paystream.api.settings import ApiSettings
+from paystream.console.settings import ConsoleSettings
 from paystream.credentials import write_private
 from paystream.env import EnvSettings, read_one
 from paystream.launch import paystream_argv
@@ -78,7 +79,8 @@ class Service:
         return self.proc
 
 
-def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
+def services(ingest_port: int, api_port: int = 8100, console_port: int = 8102
+             ) -> list[Service]:
     # The metrics ports are the ones the stack's Prometheus scrapes (stack/targets.py).
     admin, ledger, mirror, health, finality, api_admin, notifier, scanner, chain_check = (
         t.address for t in metrics_targets())
@@ -119,6 +121,9 @@ def services(ingest_port: int, api_port: int = 8100) -> list[Service]:
                 ["reconcile", "--chain", "--loop", "--metrics-port",
                  str(port_of("chain-reconcile"))],
                 f"metrics http://{chain_check}/metrics (custody against the chain, hourly)"),
+        Service("console", "paystream.console.cli", ["console", "--port", str(console_port)],
+                f"http://127.0.0.1:{console_port} (operator console; a key: `paystream "
+                "console keys create --name NAME`)"),
     ]
     return [s for s in candidates if importlib.util.find_spec(s.module) is not None]
 
@@ -152,7 +157,9 @@ def run(args: argparse.Namespace) -> int:
     ingest_port = (read_one(RunSettings, "ingest_port") if args.ingest_port is None
                    else args.ingest_port)
     api_port = read_one(ApiSettings, "port") if args.api_port is None else args.api_port
-    todo = services(ingest_port, api_port)
+    console_port = (read_one(ConsoleSettings, "port") if args.console_port is None
+                    else args.console_port)
+    todo = services(ingest_port, api_port, console_port)
     if not todo:
         print("no paystream services are installed yet; the stack is up:")
         return subprocess.call(paystream_argv("stack", "status"), env=env)
@@ -198,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run ingest and the consumers on the local stack")
-    # Defaults from PORT and PAYSTREAM_API_PORT, read when the command runs.
+    # Defaults from PORT, PAYSTREAM_API_PORT and PAYSTREAM_CONSOLE_PORT, read when the
+    # command runs.
     p.add_argument("--ingest-port", type=int, default=None)
     p.add_argument("--api-port", type=int, default=None)
+    p.add_argument("--console-port", type=int, default=None)
     p.set_defaults(func=run)

@@ -105,6 +105,8 @@ SERVICES = (
     # `reconcile --chain --loop`: the operator's check against the chain, hourly.
     Service("chain-reconcile", "ops"),
     Service("api", "api"),
+    # The operator console acts as the operator (migration 0029).
+    Service("console", "ops"),
 )
 SETUP = "setup"
 

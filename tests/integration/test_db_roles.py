@@ -32,7 +32,7 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
           "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
           "refused_deliveries", "consumer_stops", "chain_scan_cursors",
-          "chain_scan_backfills")
+          "chain_scan_backfills", "console_keys", "console_sessions", "operator_actions")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -133,7 +133,9 @@ EXPECTED: dict[DbRole, Grants] = {
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
-        "dead_letter_queue": {"SELECT": ALL, "UPDATE": {"status", "last_seen_at"}},
+        # replay, and discard with its reason (0029).
+        "dead_letter_queue": {"SELECT": ALL,
+                              "UPDATE": {"status", "last_seen_at", "discard_reason"}},
         "consumer_stops": {"SELECT": ALL, "DELETE": ALL},  # consume resume GROUP
         # The operator's adjust / revert and the hold expiry scheduler record events.
         "payment_events": {"SELECT": ALL, "INSERT": ALL,
@@ -145,6 +147,11 @@ EXPECTED: dict[DbRole, Grants] = {
         "api_keys": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"revoked_at"}},
         # `addresses add --scan-from` (0024).
         "chain_scan_backfills": {"SELECT": ALL, "INSERT": ALL},
+        # The operator console (0029): its keys and sessions, the audit record (inserted
+        # only: nobody rewrites what an operator did).
+        "console_keys": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"revoked_at"}},
+        "console_sessions": {"SELECT": ALL, "INSERT": ALL, "UPDATE": {"ended_at"}},
+        "operator_actions": {"SELECT": ALL, "INSERT": ALL},
     },
     # The merchant API (migration 0010): reads what it reports, creates users and
     # addresses, requests withdrawals through the outbox with its own two tables.
@@ -280,6 +287,10 @@ REFUSED = [
     ("ops", "INSERT INTO accounts (kind, owner, asset) VALUES ('fees', 'platform', 'X')"),
     ("ops", "UPDATE balances SET balance = 0 WHERE false"),
     ("ops", "DELETE FROM dead_letter_queue WHERE false"),
+    # The console's audit record is never rewritten, not even by the operator.
+    ("ops", "UPDATE operator_actions SET detail = '' WHERE false"),
+    ("ops", "DELETE FROM operator_actions WHERE false"),
+    ("api", "SELECT * FROM console_keys"),
     ("mirror", "UPDATE balances SET balance = 0 WHERE false"),
     ("finality", "INSERT INTO chain_deposits (event_id) VALUES ('x')"),
     ("finality", "UPDATE chain_deposits SET amount = 1 WHERE false"),

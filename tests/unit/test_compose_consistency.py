@@ -85,9 +85,11 @@ def test_postgres_runs_with_the_stacks_write_path_settings():
     assert SERVICES["postgres"]["environment"]["GLIBC_TUNABLES"] == postgres.MALLOC_TUNABLES
 
 
-def test_only_the_ingest_and_the_api_publish_a_port_and_only_their_public_one():
+def test_only_the_ingest_and_the_api_publish_a_port_and_the_console_its_loopback_one():
     published = {name: svc["ports"] for name, svc in SERVICES.items() if "ports" in svc}
-    assert published == {"ingest": ["8000:8000"], "api": ["8100:8100"]}
+    # The operator console on the host's loopback only: never the public interfaces.
+    assert published == {"ingest": ["8000:8000"], "api": ["8100:8100"],
+                         "console": ["127.0.0.1:8102:8102"]}
     assert "network_mode" not in SERVICES["api"]
     assert not any("expose" in svc for svc in SERVICES.values())
     assert "network_mode" not in SERVICES["ingest"]  # host networking would publish all
@@ -127,8 +129,10 @@ def test_pg_hba_lets_each_role_reach_only_paystream_and_only_cdc_replicate():
 
 # Containers sharing a database role: the chain scanner runs as the finality watcher's
 # (the process family that reads the chain; schema/migrations/0023), the scheduled chain
-# reconciliation and the invoice expiry as the operator's, as the hold expiry does.
-SHARED_ROLES = {"scanner": "finality", "chain-reconcile": "ops", "invoice-expiry": "ops"}
+# reconciliation, the invoice expiry and the console as the operator's, as the hold
+# expiry does.
+SHARED_ROLES = {"scanner": "finality", "chain-reconcile": "ops", "invoice-expiry": "ops",
+                "console": "ops"}
 
 
 def test_every_paystream_process_logs_in_as_its_own_role_and_principal():
@@ -453,9 +457,9 @@ def test_cluster_variant_runs_every_node_as_the_base_file_runs_kafka():
         assert f"secrets-{name}" in MERGED["volumes"]
         assert f"secrets-{name}:{compose.OUT_ROOT}/{name}" in CLUSTER_SERVICES["secrets"]["volumes"]
         assert compose.UIDS[name] == compose.KAFKA_UID
-        assert "ports" not in node  # nothing but the ingest and the API is published
+        assert "ports" not in node  # nothing but the ingest, the API, the console
     published = {n for n, svc in CLUSTER_SERVICES.items() if "ports" in svc}
-    assert published == {"ingest", "api"}
+    assert published == {"ingest", "api", "console"}
 
 
 def test_cluster_variant_secrets_job_writes_each_node_its_own_files(rendered_cluster):

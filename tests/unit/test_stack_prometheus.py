@@ -55,10 +55,11 @@ def test_every_process_of_paystream_run_is_scraped_on_its_port(
     # The API serves /metrics on its admin port, which `paystream run` leaves to
     # PAYSTREAM_API_ADMIN_PORT (inherited), as the ingest's.
     assert started["api"][:2] == ["api", "--port"]
-    # The two without a /metrics listener log only.
+    # Those without a /metrics listener log only; the console serves pages to people.
     assert {t.job for t in metrics_targets()} == set(started) - {"connector-watchdog",
                                                                   "hold-expiry",
-                                                                  "invoice-expiry"}
+                                                                  "invoice-expiry",
+                                                                  "console"}
 
 
 def test_the_shipped_rules_and_the_rules_folder_are_loaded(settings: StackSettings) -> None:

@@ -1,0 +1,25 @@
+"""The operator console (`paystream console`, docs/console.md): server-rendered HTML
+pages on a loopback port, for finding any event and acting on dead letters,
+notifications and shortfalls without SQL. It runs as the operator's role and its
+actions are the operator commands' own functions, each recorded in operator_actions.
+
+  settings.py                the console's settings (PAYSTREAM_CONSOLE_*)
+  access.py                  console keys, login sessions, the CSRF token of a session
+  audit.py                   the record of operator actions (operator_actions)
+  database.py                each page's work in one transaction of a database thread
+  web.py                     templates, security headers and host check, the logged-in
+                             operator and CSRF-checked form dependencies
+  app.py                     the app: routers, error pages, the request observer
+  cli.py                     `paystream console` and `console keys create|list|revoke`
+  search.py                  the search box: an event, user, trace, key, hash, address
+  story.py                   an event's whole story: body, outcome, postings, dead
+                             letters, notifications, timeline
+  routes_auth.py             login and logout
+  routes_search.py           search, the event page, the user page
+  routes_dead_letters.py     the dead letters: list, detail, replay, bulk replay, discard
+  routes_notifications.py    deliveries, attempts, redeliver, recover; endpoints
+  routes_ledger.py           shortfalls with resolve, holds, reconcile
+  routes_health.py           `paystream health`, rendered
+  routes_audit.py            the audit page
+  templates/                 the pages (Jinja2, autoescaped); static/ the stylesheet
+"""

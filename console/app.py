@@ -1,0 +1,94 @@
+"""The console's app: a FastAPI app of HTML pages (no /docs, no OpenAPI document), behind
+the request observer (trace id, one JSON log line per request) and the Guard (host
+check, origin check, security headers). One listener, loopback by default: it is never
+the ingest's or the merchant API's port."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import RedirectResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Scope
+
+from paystream.console import (
+    routes_audit,
+    routes_auth,
+    routes_dead_letters,
+    routes_health,
+    routes_ledger,
+    routes_notifications,
+    routes_search,
+)
+from paystream.console.database import ConsoleDatabase, DatabaseUnavailable
+from paystream.console.settings import ConsoleSettings
+from paystream.console.web import (
+    Console,
+    Guard,
+    LoginRequired,
+    Refused,
+    render,
+    stylesheet,
+    templates,
+)
+from paystream.edge.app import add_routes
+from paystream.edge.observe import RequestObserver
+from paystream.logs import configure_logging
+
+FACTORY = "paystream.console.app:create_app_from_env"
+ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications,
+           routes_ledger, routes_health, routes_audit)
+
+
+def create_app(settings: ConsoleSettings) -> ASGIApp:
+    configure_logging("console")
+    db = ConsoleDatabase(settings)
+    app = FastAPI(title="paystream console", docs_url=None, redoc_url=None,
+                  openapi_url=None, on_shutdown=[db.close])
+    app.state.console = Console(settings, db, templates())
+    css = stylesheet()
+
+    @app.get("/static/console.css", include_in_schema=False)
+    async def style() -> Response:
+        return Response(css, media_type="text/css")
+
+    add_routes(app, *(module.router for module in ROUTERS))
+
+    @app.exception_handler(LoginRequired)
+    async def login_first(request: Request, _: LoginRequired) -> Response:
+        if request.method == "GET":
+            return RedirectResponse("/login", status_code=303)
+        return render(request, "error.html", 401, reason="log in first")
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> Response:
+        return render(request, "error.html", exc.status, reason=exc.reason)
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def no_database(request: Request, exc: DatabaseUnavailable) -> Response:
+        return render(request, "error.html", 503, reason=str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        where = "; ".join(".".join(str(p) for p in e.get("loc", ())) + ": "
+                          + str(e.get("msg", "invalid")) for e in exc.errors()[:3])
+        return render(request, "error.html", 400, reason=f"a bad request: {where}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        reason = "no such page" if exc.status_code == 404 else str(exc.detail)
+        return render(request, "error.html", exc.status_code, reason=reason)
+
+    observed = RequestObserver(app, lambda *_: None, service="console", endpoint=_route)
+    return Guard(observed, settings.allowed_hosts)
+
+
+def create_app_from_env() -> ASGIApp:
+    """uvicorn's factory (`paystream console`)."""
+    return create_app(ConsoleSettings.from_env(os.environ))
+
+
+def _route(scope: Scope) -> str:
+    return getattr(scope.get("route"), "path", None) or "other"

@@ -1,0 +1,71 @@
+"""The ledger: open shortfalls with resolve, holds in flight, and the reconciliation:
+run it now, and the last run's result (kept in operator_actions)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from paystream.console import audit
+from paystream.console.web import Operator, Posted, act, console_of, render
+from paystream.ops import shortfalls
+from paystream.schema.amounts import format_amount
+from paystream.schema.db import Cursor
+from paystream.schema.holds import open_holds
+
+router = APIRouter()
+RECONCILE = "reconcile"
+
+
+async def _page(request: Request, message: str = "", status: int = 200) -> Response:
+    def read(cur: Cursor) -> dict[str, Any]:
+        return {"shortfalls": shortfalls.list_shortfalls(cur),
+                "holds": open_holds(cur, limit=200),
+                "last_reconcile": audit.last_of(cur, RECONCILE)}
+
+    seen = await console_of(request).db.read(read)
+    return render(request, "ledger.html", status, message=message, **seen)
+
+
+@router.get("/ledger")
+async def ledger(request: Request, _: Operator) -> Response:
+    return await _page(request)
+
+
+@router.post("/shortfalls/{shortfall_id}/resolve")
+async def resolve(request: Request, form: Posted, shortfall_id: int) -> Response:
+    resolution = form.get("resolution")
+
+    def work(cur: Cursor) -> str:
+        row, still_flagged = shortfalls.resolve(cur, shortfall_id, resolution)
+        return (f"resolved: {row.user_id} owed {format_amount(row.amount)} {row.asset}"
+                f" ({resolution.strip()[:500]}); "
+                + ("still flagged: other shortfalls are open" if still_flagged
+                   else "no longer flagged: withdrawals are accepted again"))
+
+    acted = await act(request, form, "shortfall_resolve", f"shortfall {shortfall_id}", work,
+                      (shortfalls.ResolveRefused,))
+    return await _page(request, acted.message, 200 if acted.done else 409)
+
+
+@router.post("/ledger/reconcile")
+async def reconcile_now(request: Request, form: Posted) -> Response:
+    """`paystream reconcile`, whole ledger, on a connection of its own (one snapshot; it
+    may take longer than a page's statement timeout on a large ledger)."""
+    from paystream.consumers.ledger.reconcile import reconcile
+    from paystream.operator_cli import database
+    from paystream.ops.reconcile import format_report
+
+    def run() -> tuple[bool, str]:
+        with database("paystream-console-reconcile", autocommit=True) as conn:
+            report = reconcile(conn)
+        return report.clean, format_report(report)
+
+    clean, text = await asyncio.to_thread(run)
+    await console_of(request).db.write(lambda cur: audit.record(
+        cur, form.session.actor, RECONCILE, "whole ledger", "done" if clean else "refused",
+        text))
+    return await _page(request, "reconcile: clean" if clean else "reconcile: MISMATCHES")

@@ -1,0 +1,242 @@
+"""What every console page is served with: the app's state, the templates (Jinja2, every
+value HTML-escaped: stored bodies are written by whoever sent them), the security
+headers and host check on every answer, and the two dependencies a route takes: the
+logged-in operator (`Operator`), or the operator and a POST's form, its CSRF token
+checked (`Posted`).
+
+No page runs script: the Content-Security-Policy allows no script at all (`default-src
+'none'`), styles only from the console itself, no frames, forms only to itself."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, quote
+
+from fastapi import Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from paystream.console import access
+from paystream.console.database import ConsoleDatabase
+from paystream.console.settings import ConsoleSettings
+from paystream.schema.amounts import format_amount
+from paystream.schema.db import Cursor
+
+SESSION_COOKIE = "paystream_console"
+LOGIN_CSRF_COOKIE = "paystream_console_login"
+MAX_FORM_BYTES = 64 * 1024
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+       "frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+NAV = (("/search", "Search"), ("/dead-letters", "Dead letters"),
+       ("/notifications", "Notifications"), ("/endpoints", "Endpoints"),
+       ("/ledger", "Ledger"), ("/health", "Health"), ("/audit", "Audit"))
+
+
+@dataclass(frozen=True)
+class Console:
+    """What the routes read from `request.app.state.console`."""
+
+    settings: ConsoleSettings
+    db: ConsoleDatabase
+    templates: Environment
+
+
+def templates() -> Environment:
+    env = Environment(loader=PackageLoader("paystream.console", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["amount"] = lambda value: "" if value is None else format_amount(value)
+    env.filters["at"] = lambda value: "" if value is None else value.isoformat(
+        sep=" ", timespec="seconds")
+    env.filters["q"] = lambda value: quote(str(value), safe="")
+    return env
+
+
+def stylesheet() -> bytes:
+    return (resources.files("paystream.console") / "static" / "console.css").read_bytes()
+
+
+def console_of(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+class LoginRequired(Exception):  # noqa: N818 - a condition, answered by a redirect
+    """No live session: the operator logs in first."""
+
+
+class Refused(Exception):  # noqa: N818 - a refusal, answered with its status and reason
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Form:
+    session: access.Session
+    fields: dict[str, str]
+
+    def get(self, name: str, default: str = "") -> str:
+        return self.fields.get(name, default)
+
+
+async def _operator(request: Request) -> access.Session:
+    token = request.cookies.get(SESSION_COOKIE)
+    if token is None:
+        raise LoginRequired
+    session = await console_of(request).db.read(lambda cur: access.session_of(cur, token))
+    if session is None:
+        raise LoginRequired
+    request.state.session = session
+    request.state.csrf = access.csrf_token(token)
+    return session
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """A urlencoded form body, at most MAX_FORM_BYTES; a field sent twice keeps its first."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise Refused(415, "a form is sent as application/x-www-form-urlencoded")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise Refused(413, f"a form is at most {MAX_FORM_BYTES} bytes")
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
+                          max_num_fields=100)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Refused(400, f"an unreadable form: {type(exc).__name__}") from None
+    fields: dict[str, str] = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    return fields
+
+
+async def _posted(request: Request) -> Form:
+    """The operator and the form of a POST whose CSRF token is this session's; a POST
+    without it (or with another session's) is refused 403 and recorded."""
+    session = await _operator(request)
+    fields = await read_form(request)
+    token = request.cookies.get(SESSION_COOKIE, "")
+    if not access.csrf_matches(token, fields.get("csrf")):
+        from paystream.console import audit
+
+        await console_of(request).db.write(lambda cur: audit.record(
+            cur, session.actor, "csrf_refused", request.url.path, "refused",
+            "a POST without this session's CSRF token"))
+        raise Refused(403, "this form's CSRF token is missing or not this session's: "
+                           "reload the page and try again")
+    return Form(session, fields)
+
+
+Operator = Annotated[access.Session, Depends(_operator)]
+Posted = Annotated[Form, Depends(_posted)]
+
+
+@dataclass(frozen=True)
+class Acted:
+    done: bool
+    message: str  # what was done, or "refused: why"
+
+
+async def act(request: Request, form: Form, action: str, target: str,
+              work: Callable[[Cursor], str], refusals: tuple[type[Exception], ...]) -> Acted:
+    """An operator action: `work(cur)` (returning what it did) and its record in
+    operator_actions in ONE transaction; a refusal (one of `refusals`, raised by work)
+    rolls the work back and is recorded on its own."""
+    from paystream.console import audit
+
+    db = console_of(request).db
+
+    def done(cur: Cursor) -> str:
+        said = work(cur)
+        audit.record(cur, form.session.actor, action, target, "done", said)
+        return said
+
+    try:
+        return Acted(True, await db.write(done))
+    except refusals as exc:
+        why = str(exc)
+    await db.write(lambda cur: audit.record(cur, form.session.actor, action, target,
+                                            "refused", why))
+    return Acted(False, f"refused: {why}")
+
+
+def render(request: Request, template: str, http_status: int = 200, /, **context: Any
+           ) -> HTMLResponse:
+    page = console_of(request).templates.get_template(template).render(
+        nav=NAV, path=request.url.path, session=getattr(request.state, "session", None),
+        csrf=getattr(request.state, "csrf", ""), **context)
+    return HTMLResponse(page, status_code=http_status)
+
+
+def redirect(to: str) -> Response:
+    return RedirectResponse(to, status_code=303)
+
+
+def same_origin(request_host: str | None, origin: str) -> bool:
+    """Whether an Origin header names the host the request was addressed to."""
+    if request_host is None:
+        return False
+    return any(hmac.compare_digest(origin, f"{scheme}://{request_host}")
+               for scheme in ("http", "https"))
+
+
+class Guard:
+    """The outermost layer: a request to a host name not allowed is refused 400 (DNS
+    rebinding); a POST from another origin 403; every answer gets SECURITY_HEADERS."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...]) -> None:
+        self.app = app
+        self._allowed = {h.lower() for h in allowed_hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in reversed(scope.get("headers", []))}
+        host = headers.get("host")
+        name = (host or "").rsplit(":", 1)[0] if not (host or "").startswith("[") \
+            else (host or "").split("]")[0] + "]"
+        if name.lower() not in self._allowed:
+            await _plain(send, 400, "this console does not answer to that host name")
+            return
+        if scope.get("method") == "POST":
+            origin = headers.get("origin")
+            fetch_site = headers.get("sec-fetch-site")
+            if (origin is not None and origin != "null" and not same_origin(host, origin)) \
+                    or fetch_site in ("cross-site", "same-site") or origin == "null":
+                await _plain(send, 403, "a POST from another origin is refused")
+                return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            *SECURITY_HEADERS]})
+    await send({"type": "http.response.body", "body": text.encode()})

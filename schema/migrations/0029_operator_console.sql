@@ -1,0 +1,68 @@
+-- The operator console (console/, docs/console.md): its keys, its sessions, the record
+-- of every operator action taken through it, a dead letter's discard reason, and the
+-- indexes its search and pages read by (no page scans a table).
+
+-- Console keys: made by `paystream console keys create`, shown once, stored only as
+-- SHA-256 of 256 random bits (as api_keys, migration 0010: a fast hash suffices).
+CREATE TABLE console_keys (
+    key_id     TEXT PRIMARY KEY CHECK (key_id ~ '^ck_[0-9a-f]{16}$'),
+    name       TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 100),
+    key_hash   TEXT NOT NULL UNIQUE CHECK (key_hash ~ '^[0-9a-f]{64}$'),
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    revoked_at TIMESTAMPTZ
+);
+
+-- A login's session: the cookie's token is never stored, only its SHA-256. A session
+-- ends at expires_at, at logout (ended_at), or when its key is revoked.
+CREATE TABLE console_sessions (
+    session_hash TEXT PRIMARY KEY CHECK (session_hash ~ '^[0-9a-f]{64}$'),
+    key_id       TEXT NOT NULL REFERENCES console_keys (key_id),
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    expires_at   TIMESTAMPTZ NOT NULL,
+    ended_at     TIMESTAMPTZ
+);
+CREATE INDEX console_sessions_expiry_idx ON console_sessions (expires_at);
+
+-- Who did what, when, and how it ended: every POST of the console (logins, failed ones
+-- too, replays, discards, redeliveries, endpoint changes, shortfall resolutions). Only
+-- inserted: nobody updates or deletes the record.
+CREATE TABLE operator_actions (
+    id      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    actor   TEXT NOT NULL CHECK (length(actor) BETWEEN 1 AND 200),
+    action  TEXT NOT NULL CHECK (length(action) BETWEEN 1 AND 100),
+    target  TEXT NOT NULL CHECK (length(target) <= 500),
+    result  TEXT NOT NULL CHECK (result IN ('done', 'refused')),
+    detail  TEXT NOT NULL DEFAULT '' CHECK (length(detail) <= 2000)
+);
+-- The ledger page's "last reconcile run": the newest record of one action.
+CREATE INDEX operator_actions_action_idx ON operator_actions (action, id DESC);
+
+-- A dead letter discarded on purpose says why (`paystream dlq discard ID --reason`).
+ALTER TABLE dead_letter_queue ADD COLUMN discard_reason TEXT
+    CHECK (discard_reason IS NULL OR length(discard_reason) BETWEEN 1 AND 1000);
+ALTER TABLE dead_letter_queue ADD CONSTRAINT dead_letter_queue_discard_says_why
+    CHECK ((status = 'discarded') = (discard_reason IS NOT NULL));
+-- The dead-letter page: newest first within a status, or a reason.
+CREATE INDEX dead_letter_queue_status_idx ON dead_letter_queue (status, id DESC);
+CREATE INDEX dead_letter_queue_reason_idx ON dead_letter_queue (error_reason, id DESC);
+
+-- Search: an event by its trace id, a user's events newest first, a chain transfer by
+-- its hash or recipient, an address without its network, a merchant's idempotency key.
+CREATE INDEX payment_events_trace_idx ON payment_events (trace_id);
+CREATE INDEX payment_events_user_idx ON payment_events (user_id, received_at DESC);
+CREATE INDEX chain_deposits_tx_idx ON chain_deposits (tx_hash);
+CREATE INDEX chain_deposits_recipient_idx ON chain_deposits (recipient, recorded_at DESC);
+CREATE INDEX deposit_addresses_address_idx ON deposit_addresses (address);
+-- A merchant's Idempotency-Key without the API key it came with.
+CREATE INDEX api_idempotency_key_idx ON api_idempotency (idempotency_key);
+
+-- Least privilege (0007_roles.sql): the console runs as the operator, paystream_ops,
+-- which gets its own tables and the discard; nothing of the console is granted to
+-- another role.
+GRANT SELECT, INSERT ON console_keys TO paystream_ops;
+GRANT UPDATE (revoked_at) ON console_keys TO paystream_ops;
+GRANT SELECT, INSERT ON console_sessions TO paystream_ops;
+GRANT UPDATE (ended_at) ON console_sessions TO paystream_ops;
+GRANT SELECT, INSERT ON operator_actions TO paystream_ops;
+GRANT UPDATE (discard_reason) ON dead_letter_queue TO paystream_ops;
