@@ -36,8 +36,11 @@ from paystream.console.web import (
 from paystream.edge.app import add_routes
 from paystream.edge.observe import RequestObserver
 from paystream.logs import configure_logging
+from paystream.rate_limit import TokenBuckets
 
 FACTORY = "paystream.console.app:create_app_from_env"
+LOGIN_FAILURES_BURST = 10
+LOGIN_FAILURES_PER_MINUTE = 10
 ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications,
            routes_ledger, routes_health, routes_audit)
 
@@ -47,7 +50,8 @@ def create_app(settings: ConsoleSettings) -> ASGIApp:
     db = ConsoleDatabase(settings)
     app = FastAPI(title="paystream console", docs_url=None, redoc_url=None,
                   openapi_url=None, on_shutdown=[db.close])
-    app.state.console = Console(settings, db, templates())
+    app.state.console = Console(settings, db, templates(), TokenBuckets(
+        LOGIN_FAILURES_PER_MINUTE / 60.0, LOGIN_FAILURES_BURST, "failed logins"))
     css = stylesheet()
 
     @app.get("/static/console.css", include_in_schema=False)

@@ -19,6 +19,7 @@ from paystream.console.web import (
     redirect,
     render,
 )
+from paystream.edge.errors import RateLimitError
 from paystream.schema.db import Cursor
 
 router = APIRouter()
@@ -49,10 +50,19 @@ async def login(request: Request) -> Response:
     expected = request.cookies.get(LOGIN_CSRF_COOKIE)
     if not expected or fields.get("login_csrf") != expected:
         return _login_page(request, 403, "the login form expired: try again")
+    client = request.client.host if request.client else "unknown"
+    try:
+        console.failed_logins.require(client)
+    except RateLimitError as exc:
+        response = _login_page(request, 429, "too many failed logins from this address: "
+                                             f"try again in {exc.retry_after} s")
+        response.headers["retry-after"] = str(exc.retry_after)
+        return response
     key = fields.get("key", "").strip()
     opened = await console.db.write(lambda cur: access.login(
         cur, key, console.settings.session_ttl_s))
     if opened is None:
+        console.failed_logins.spend(client)
         shown = key[:8] + "..." if key.startswith(access.KEY_PREFIX) else "(not a key)"
         await console.db.write(lambda cur: audit.record(
             cur, "anonymous", "login", shown, "refused", "a wrong, revoked or malformed key"))

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from paystream.console import access
 from paystream.console.database import ConsoleDatabase
 from paystream.console.settings import ConsoleSettings
+from paystream.rate_limit import TokenBuckets
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
 
@@ -53,6 +54,9 @@ class Console:
     settings: ConsoleSettings
     db: ConsoleDatabase
     templates: Environment
+    # Failed logins per client address: a few, then 429 until the bucket refills (a key
+    # is 256 random bits, so this bounds the audit rows and the work, not guessing).
+    failed_logins: TokenBuckets
 
 
 def templates() -> Environment:

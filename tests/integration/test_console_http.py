@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import subprocess
 from collections.abc import Iterator
 from decimal import Decimal
@@ -245,3 +246,25 @@ def test_an_endpoint_is_disabled_with_a_reason_and_enabled_again(
                     " disabled_reason = 'test done' WHERE endpoint_id = %s", (endpoint_id,))
     audit = operator.get(console.url + "/audit", timeout=10).text
     assert "endpoint_disable" in audit and "endpoint_enable" in audit
+
+
+def test_failed_logins_from_one_address_are_limited(db: Connection) -> None:
+    """A console of its own: the limit would refuse the other tests' logins too."""
+    server = start_console(unique("limited-operator"))
+    try:
+        refused, wrong = [], "pck_" + secrets.token_urlsafe(32)  # a key nobody made
+        for _ in range(12):
+            try:
+                server.login(wrong)
+            except AssertionError as exc:
+                refused.append(str(exc).split(",")[0].strip("(' "))
+        assert refused[:10] == ["401"] * 10 and refused[10:] == ["429", "429"], refused
+        # While the bucket refills, the right key waits too (the limit is the address's).
+        with pytest.raises(AssertionError, match="429"):
+            server.login()
+        with db.cursor() as cur:  # the limited attempts write no audit row
+            cur.execute("SELECT count(*) FROM operator_actions WHERE action = 'login'"
+                        " AND target = %s", (wrong[:8] + "...",))
+            assert cur.fetchone()[0] == 10
+    finally:
+        server.stop()
