@@ -86,9 +86,10 @@ def close(cur: Cursor, closed: Sequence[tuple[str, HoldState, str, Decimal | Non
 def open_holds(cur: Cursor, user_id: str | None = None, limit: int = 500
                ) -> list[tuple[Hold, datetime]]:
     """Open holds (held or expiring), oldest first, with their expiry: all users' or one's."""
+    # One statement per case: `(%s IS NULL OR user_id = %s)` would read every user's.
+    mine = "" if user_id is None else " AND user_id = %(user)s"
     cur.execute(f"SELECT {_COLUMNS}, expires_at FROM holds WHERE state IN ('held', 'expiring')"
-                " AND (%s::text IS NULL OR user_id = %s) ORDER BY created_at LIMIT %s",
-                (user_id, user_id, limit))
+                f"{mine} ORDER BY created_at LIMIT %(limit)s", {"user": user_id, "limit": limit})
     return [(_hold(row), row[7]) for row in cur.fetchall()]
 
 

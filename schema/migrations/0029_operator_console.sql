@@ -43,9 +43,18 @@ ALTER TABLE dead_letter_queue ADD COLUMN discard_reason TEXT
     CHECK (discard_reason IS NULL OR length(discard_reason) BETWEEN 1 AND 1000);
 ALTER TABLE dead_letter_queue ADD CONSTRAINT dead_letter_queue_discard_says_why
     CHECK ((status = 'discarded') = (discard_reason IS NOT NULL));
--- The dead-letter page: newest first within a status, or a reason.
+-- The dead-letter page: newest first within a status, a status and a reason (the open
+-- ones of a reason that has many replayed; the open backlog counted by reason from the
+-- index alone), or a reason in every status.
 CREATE INDEX dead_letter_queue_status_idx ON dead_letter_queue (status, id DESC);
+CREATE INDEX dead_letter_queue_status_reason_idx
+    ON dead_letter_queue (status, error_reason, id DESC);
 CREATE INDEX dead_letter_queue_reason_idx ON dead_letter_queue (error_reason, id DESC);
+-- The open dead letters of one provider: their stored events, dead-lettered, by provider.
+-- Partial, so an event that is never dead-lettered costs this index nothing (an update
+-- enters a partial index only when the new row matches it).
+CREATE INDEX payment_events_dead_lettered_idx ON payment_events (provider, event_id)
+    WHERE status = 'dead_lettered';
 
 -- Search: an event by its trace id, a user's events newest first, a chain transfer by
 -- its hash or recipient, an address without its network, a merchant's idempotency key.
@@ -56,6 +65,9 @@ CREATE INDEX chain_deposits_recipient_idx ON chain_deposits (recipient, recorded
 CREATE INDEX deposit_addresses_address_idx ON deposit_addresses (address);
 -- A merchant's Idempotency-Key without the API key it came with.
 CREATE INDEX api_idempotency_key_idx ON api_idempotency (idempotency_key);
+-- The user page: one user's open holds and shortfalls, not every user's.
+CREATE INDEX holds_open_by_user_idx ON holds (user_id) WHERE state IN ('held', 'expiring');
+CREATE INDEX account_shortfalls_user_idx ON account_shortfalls (user_id, id);
 
 -- Least privilege (0007_roles.sql): the console runs as the operator, paystream_ops,
 -- which gets its own tables and the discard; nothing of the console is granted to
