@@ -215,13 +215,14 @@ _FILL = [
     ("dead_letter_queue",
      "INSERT INTO dead_letter_queue (source_topic, source_partition, source_offset,"
      " message_key, headers, payload, event_id, error_reason, error_detail, attempts, status,"
-     " first_seen_at, last_seen_at, discard_reason)"
+     " first_seen_at, last_seen_at, discard_reason, provider)"
      " SELECT 'bench-console.payments', mod(i, 12), i, p.user_id,"
      " jsonb_build_object('event_id', p.event_id, 'event_type', p.event_type),"
      " p.payload::text, p.event_id, p.reason, 'bench: ' || p.reason || ' of ' || p.event_id,"
      " '[]', p.dlq_status, p.received_at + interval '2 seconds',"
      " p.received_at + interval '2 seconds',"
-     " CASE WHEN p.dlq_status = 'discarded' THEN 'bench: never replayed' END"
+     " CASE WHEN p.dlq_status = 'discarded' THEN 'bench: never replayed' END,"
+     " p.provider"  # as the mirror records it (consumers/dlq_mirror.py)
      " FROM bench_plan p WHERE p.kind = 'dead'"
      " ORDER BY i"),
     ("notification_intents",
@@ -571,6 +572,7 @@ def main() -> int:
     parser.add_argument("--drop", action="store_true",
                         help="delete every row the bench's fill wrote, then exit")
     parser.add_argument("--fill-only", action="store_true", help="fill, then exit")
+    parser.add_argument("--only", default="", help="measure the pages whose label has this")
     args = parser.parse_args()
 
     if args.drop:
@@ -592,7 +594,7 @@ def main() -> int:
         http = server.login()
         token = http.cookies.get(SESSION_COOKIE)
         assert token, "the login set no session cookie"
-        for page in pages(targets):
+        for page in [p for p in pages(targets) if args.only in p.label]:
             transactions = capture(page, token, settings, recording)
             results.append(measure(page, http, server.url, bare, transactions, args.requests))
             print(f"  {page.label}: done (load average {load_average()})", flush=True)

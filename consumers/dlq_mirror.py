@@ -86,6 +86,10 @@ class DlqMirrorHandler:
         matching = sorted({e for e, h in dead_lettered if stored.get(e) == h})
         result.outcomes["mirror_content_mismatch"] += len(dead_lettered) - len(matching)
         transition(cur, matching, EventStatus.DEAD_LETTERED)
+        if matching:  # the console's provider filter reads it from the dead letter
+            cur.execute("UPDATE dead_letter_queue d SET provider = p.provider"
+                        " FROM payment_events p WHERE p.event_id = d.event_id"
+                        " AND d.event_id = ANY(%s) AND d.provider IS NULL", (matching,))
         return result
 
     def after_batch(self, connection: Callable[[], Connection]) -> None:

@@ -41,9 +41,8 @@ class Replayed:
 @dataclass(frozen=True)
 class DeadLetterFilter:
     """Which dead letters a page or a bulk replay means; None matches anything.
-    `provider` is the stored event's while it is dead-lettered: it finds the open dead
-    letters (and the discarded ones) of a provider; a replayed one's event has moved on,
-    and a dead letter with no stored event, or not the stored content, has none."""
+    `provider` is the stored event's, recorded by the mirror (a dead letter with no stored
+    event, or not the stored content, has none)."""
 
     status: str | None = "open"
     reason: str | None = None
@@ -61,6 +60,9 @@ class DeadLetterFilter:
         if self.reason:
             parts.append("d.error_reason = %s")
             params.append(self.reason)
+        if self.provider:
+            parts.append("d.provider = %s")
+            params.append(self.provider)
         if self.older_than_s is not None:
             parts.append("d.first_seen_at < now() - make_interval(secs => %s)")
             params.append(self.older_than_s)
@@ -69,40 +71,26 @@ class DeadLetterFilter:
             params.append(self.newer_than_s)
         return " AND ".join(parts), params
 
-    def source(self) -> tuple[str, list[Any]]:
-        """What `d` is read from: the table, or for a provider its dead-lettered events
-        (a partial index, migration 0029) and each one's dead letters, one probe each
-        (OFFSET 0 keeps the planner from hashing every dead letter of the status)."""
-        if not self.provider:
-            return "dead_letter_queue d", []
-        return ("(SELECT p.event_id FROM payment_events p WHERE p.status = 'dead_lettered'"
-                " AND p.provider = %s) p CROSS JOIN LATERAL (SELECT * FROM dead_letter_queue"
-                " x WHERE x.event_id = p.event_id OFFSET 0) d", [self.provider])
-
 
 def list_dead_letters(cur: Cursor, status: str | None = "open", limit: int = 50, *,
                       matching: DeadLetterFilter | None = None,
                       before_id: int | None = None) -> list[dict[str, Any]]:
     """Newest first: those `matching` (else of `status`), below `before_id` (a page)."""
-    matching = matching or DeadLetterFilter(status=status)
-    source, params = matching.source()
-    where, more = matching.where()
-    params += more
+    where, params = (matching or DeadLetterFilter(status=status)).where()
     if before_id is not None:
         where += " AND d.id < %s"
         params.append(before_id)
     columns = ", ".join(f"d.{c}" for c in LIST_COLUMNS)
-    cur.execute(f"SELECT {columns} FROM {source} WHERE {where}"
+    cur.execute(f"SELECT {columns} FROM dead_letter_queue d WHERE {where}"
                 " ORDER BY d.id DESC LIMIT %s", (*params, limit))
     return [dict(zip(LIST_COLUMNS, row, strict=True)) for row in cur.fetchall()]
 
 
 def matching_ids(cur: Cursor, matching: DeadLetterFilter, limit: int) -> list[int]:
     """The ids of the dead letters `matching`, oldest first, at most `limit`."""
-    source, params = matching.source()
-    where, more = matching.where()
-    cur.execute(f"SELECT d.id FROM {source} WHERE {where} ORDER BY d.id LIMIT %s",
-                (*params, *more, limit))
+    where, params = matching.where()
+    cur.execute(f"SELECT d.id FROM dead_letter_queue d WHERE {where} ORDER BY d.id"
+                " LIMIT %s", (*params, limit))
     return [int(r[0]) for r in cur.fetchall()]
 
 

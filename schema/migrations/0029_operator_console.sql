@@ -50,11 +50,14 @@ CREATE INDEX dead_letter_queue_status_idx ON dead_letter_queue (status, id DESC)
 CREATE INDEX dead_letter_queue_status_reason_idx
     ON dead_letter_queue (status, error_reason, id DESC);
 CREATE INDEX dead_letter_queue_reason_idx ON dead_letter_queue (error_reason, id DESC);
--- The open dead letters of one provider: their stored events, dead-lettered, by provider.
--- Partial, so an event that is never dead-lettered costs this index nothing (an update
--- enters a partial index only when the new row matches it).
-CREATE INDEX payment_events_dead_lettered_idx ON payment_events (provider, event_id)
-    WHERE status = 'dead_lettered';
+-- The provider of a dead letter's stored event, recorded by the mirror when it marks the
+-- event dead-lettered (the contents matched: a forged record names no provider), and
+-- kept through replay and discard: the page's provider filter reads its index alone.
+ALTER TABLE dead_letter_queue ADD COLUMN provider TEXT;
+UPDATE dead_letter_queue d SET provider = p.provider FROM payment_events p
+    WHERE p.event_id = d.event_id AND p.status = 'dead_lettered';
+CREATE INDEX dead_letter_queue_provider_idx ON dead_letter_queue (provider, status, id DESC);
+GRANT UPDATE (provider) ON dead_letter_queue TO paystream_mirror;
 
 -- Search: an event by its trace id, a user's events newest first, a chain transfer by
 -- its hash or recipient, an address without its network, a merchant's idempotency key.

@@ -75,7 +75,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "consumer_stops": {"SELECT": ALL, "INSERT": ALL},
         "dead_letter_queue": {"SELECT": ALL, "INSERT": ALL,
                               "UPDATE": {"attempts", "error_reason", "error_detail",
-                                         "last_seen_at"}},
+                                         "last_seen_at", "provider"}},
         "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
     },
     "finality": {
