@@ -32,6 +32,8 @@ from selenium.webdriver.common.by import By
 
 from paystream.consumers import dlq
 from paystream.launch import paystream_argv
+from paystream.notify import endpoints
+from paystream.notify.intents import IntentType, intent_id
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.stack.kafka import start_group_at_end
@@ -70,7 +72,10 @@ MAIN_PAGES = (
     ("user", "/users/{user}", "User {user}"),
     ("dead-letters", "/dead-letters?status=all", "Dead letters"),
     ("dead-letter", "/dead-letters/{dlq}", "Dead letter {dlq}"),
+    ("dead-letters-bulk", "/dead-letters-bulk?status=open&reason={reason}",
+     "Replay open dead letters"),
     ("notifications", "/notifications?state=all", "Notifications"),
+    ("notification", "/notifications/{intent}", "Notification {intent}"),
     ("endpoints", "/endpoints", "Endpoints"),
     ("ledger", "/ledger", "Ledger"),
     ("health", "/health", "Health:"),
@@ -553,17 +558,47 @@ def test_the_console_listens_on_the_loopback_only(console: ConsoleServer) -> Non
     socket.create_connection(("127.0.0.1", console.port), timeout=5).close()
 
 
+def _failed_notification(db: Connection, event: PaymentEvent) -> str:
+    """The poison event's deposit.credited intent, as the notifier records one, with a
+    delivery that failed once (500) to an endpoint of its own, disabled: what the
+    notification page shows. No notifier group runs in this module."""
+    intent = intent_id(event.event_id, IntentType.DEPOSIT_CREDITED)
+    with db.cursor() as cur:
+        endpoint, _ = endpoints.add(cur, "http://127.0.0.1:9/console-shot", None, [])
+        endpoints.disable(cur, endpoint, "a browser test's endpoint")
+        cur.execute("INSERT INTO notification_intents (intent_id, type, user_id, created_at,"
+                    " data, trace_id) VALUES (%s, %s, %s, now(), %s, %s)"
+                    " ON CONFLICT DO NOTHING",
+                    (intent, IntentType.DEPOSIT_CREDITED.value, event.user_id,
+                     json.dumps({"event_id": event.event_id, "user_id": event.user_id,
+                                 "asset": event.asset, "amount": str(event.amount)}),
+                     "trace-" + event.event_id))
+        cur.execute("INSERT INTO notification_deliveries (intent_id, endpoint_id, state,"
+                    " attempts, last_status, last_error) VALUES (%s, %s, 'failed', 1, 500,"
+                    " 'HTTP 500')", (intent, endpoint))
+        cur.execute("INSERT INTO notification_attempts (intent_id, endpoint_id, attempt,"
+                    " started_at, latency_s, status_code, error) VALUES"
+                    " (%s, %s, 1, now(), 0.042, 500, 'HTTP 500')", (intent, endpoint))
+    return intent
+
+
 def test_the_main_pages_are_screenshot(operator: WebDriver, console: ConsoleServer,
-                                       poison: Poison, shots: Screenshots) -> None:
+                                       poison: Poison, shots: Screenshots,
+                                       db: Connection) -> None:
+    intent = _failed_notification(db, poison.event)
     names = {"user": quote(poison.event.user_id, safe=""),
-             "event": quote(poison.event.event_id, safe=""), "dlq": str(poison.dlq_id)}
+             "event": quote(poison.event.event_id, safe=""), "dlq": str(poison.dlq_id),
+             "reason": "unknown_user", "intent": intent}
     for name, path, heading in MAIN_PAGES:
         operator.get(console.url + path.format(**names))
         assert operator.find_elements(By.ID, "error") == [], (name, _text(operator, "error"))
         title = operator.find_element(By.TAG_NAME, "h1").text
         assert title.startswith(heading.format(user=poison.event.user_id,
                                                event=poison.event.event_id,
-                                               dlq=poison.dlq_id)), (name, title)
+                                               dlq=poison.dlq_id, intent=intent)), \
+            (name, title)
+        if name == "notification":  # the attempt with its response code
+            assert "500" in operator.find_element(By.ID, "attempts").text
         if name == "search":
             assert operator.find_element(
                 By.CSS_SELECTOR, f'#events a[href="/events/{names["event"]}"]')
