@@ -100,7 +100,11 @@ def transactions(cur: Cursor, user_id: str, before: int | None, limit: int
     # Each account's newest postings below the cursor, at most a page of them, from
     # the end of its (account_id, transfer_id) index range (migration 0017); the page
     # is the newest of their union. A transfer posts to an account at most once
-    # (postings' primary key), so no account's top can crowd out a transfer.
+    # (postings' primary key), so no account's top can crowd out a transfer. Then each
+    # page transfer's entries, probed by its id: OFFSET 0 keeps that subquery from being
+    # merged into a join the planner could drive from the user's accounts instead,
+    # reading every posting of the user (it cannot know how many: the account is a
+    # join's parameter, so it guesses the average account's).
     cur.execute(
         "WITH page AS (SELECT DISTINCT p.transfer_id FROM accounts a"
         " CROSS JOIN LATERAL (SELECT q.transfer_id FROM postings q"
@@ -110,8 +114,9 @@ def transactions(cur: Cursor, user_id: str, before: int | None, limit: int
         " WHERE a.owner = %(user)s AND a.kind = ANY(%(books)s::text[])"
         " ORDER BY p.transfer_id DESC LIMIT %(limit)s)"
         " SELECT e.transfer_id, e.source_event_id, e.event_type, e.created_at, e.asset,"
-        " e.book, e.delta FROM user_entries e JOIN page USING (transfer_id)"
-        " WHERE e.user_id = %(user)s ORDER BY e.transfer_id DESC, e.asset, e.book",
+        " e.book, e.delta FROM page CROSS JOIN LATERAL (SELECT * FROM user_entries u"
+        "  WHERE u.transfer_id = page.transfer_id AND u.user_id = %(user)s OFFSET 0) e"
+        " ORDER BY e.transfer_id DESC, e.asset, e.book",
         {"user": user_id, "books": USER_BOOKS, "before": before, "limit": limit + 1})
     items: list[dict[str, Any]] = []
     for transfer_id, event_id, event_type, created_at, asset, book, delta in cur.fetchall():

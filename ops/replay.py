@@ -75,14 +75,17 @@ class DeadLetterFilter:
 def list_dead_letters(cur: Cursor, status: str | None = "open", limit: int = 50, *,
                       matching: DeadLetterFilter | None = None,
                       before_id: int | None = None) -> list[dict[str, Any]]:
-    """Newest first: those `matching` (else of `status`), below `before_id` (a page)."""
+    """Newest first: those `matching` (else of `status`), below `before_id` (a page).
+    The page's ids come from an index alone (each filter's carries what it tests,
+    migration 0029), then their rows by id: never a walk of every newer row's heap."""
     where, params = (matching or DeadLetterFilter(status=status)).where()
     if before_id is not None:
         where += " AND d.id < %s"
         params.append(before_id)
-    columns = ", ".join(f"d.{c}" for c in LIST_COLUMNS)
-    cur.execute(f"SELECT {columns} FROM dead_letter_queue d WHERE {where}"
-                " ORDER BY d.id DESC LIMIT %s", (*params, limit))
+    columns = ", ".join(f"r.{c}" for c in LIST_COLUMNS)
+    cur.execute(f"SELECT {columns} FROM dead_letter_queue r WHERE r.id = ANY(ARRAY("
+                f"SELECT d.id FROM dead_letter_queue d WHERE {where}"
+                " ORDER BY d.id DESC LIMIT %s)) ORDER BY r.id DESC", (*params, limit))
     return [dict(zip(LIST_COLUMNS, row, strict=True)) for row in cur.fetchall()]
 
 
