@@ -12,6 +12,15 @@ work) with as many processes, then with one; prints the rates, the ratios at equ
 process count and the CPU per event of Python and of Postgres. Needs the stack
 (`paystream stack up`); Kafka and Connect run during the measurement. Run as root on the
 database host (Postgres CPU is read from /proc).
+
+The CPU budget: after a warm-up run that is not counted, the group drains
+`--rounds` topics (3); the CPU per event of each component is their median, printed
+against its target with the host's pure-Python speed. Then the double-entry ceiling's
+work (bench/double_entry_ceiling.py, the shared anchor: claim, lock, transfers and
+postings by COPY, balances, statuses, durable commits) runs on the same database, in a
+schema of its own, with as many workers and the same batch size, and its Postgres CPU
+per event is printed beside ours. `--ab` skips the single-process run, the baselines
+and the ceiling: an interleaved A/B runs the bench once per side, alternating.
 """
 
 from __future__ import annotations
@@ -21,7 +30,11 @@ import json
 import os
 import platform
 import random
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +45,7 @@ from bench import cpu_usage, per_event_ledger, results
 from paystream.consumers.settings import ConsumerSettings
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
+from paystream.stack.postgres import OS_USER, superuser_sql
 from paystream.stack.settings import StackSettings
 from tests.support.consumers import (
     ConsumerProcess,
@@ -104,6 +118,24 @@ def cdc_settled(probe: OffsetProbe, quiet_s: float = 1.5, limit_s: float = 120.0
         time.sleep(0.25)
 
 
+def autovacuum_settled(limit_s: float = 120.0) -> None:
+    """Wait (up to `limit_s`) until no autovacuum worker runs: one that the previous run's
+    writes started would land in the next run's CPU, or in the ceiling's. Each measured
+    run starts from this same quiet; what a run's own writes start is its own cost."""
+    conn = connect(database_url("owner"))
+    conn.autocommit = True
+    deadline = time.monotonic() + limit_s
+    with conn.cursor() as cur:
+        while time.monotonic() < deadline:
+            cur.execute("SELECT count(*) FROM pg_stat_activity"
+                        " WHERE backend_type = 'autovacuum worker'")
+            row = cur.fetchone()
+            if not row or row[0] == 0:
+                break
+            time.sleep(0.5)
+    conn.close()
+
+
 def since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     return {k: after[k] - before[k] for k in before}
 
@@ -153,6 +185,7 @@ def run_group(topic: str, group: str, total: int, processes: int, batch_size: in
     partitions one process may work alone (the first to join takes all twelve), and on
     a short run that start-up was up to half of it. `wall` keeps it all, process start
     included."""
+    autovacuum_settled()
     launched = time.perf_counter()
     procs = [ConsumerProcess.start("ledger", topic=topic, group=group, dlq_topic=topic + ".dlq",
                                    log_dir=log_dir, name=f"bench-{i}",
@@ -256,14 +289,61 @@ def outcomes_of(run: str) -> dict[str, int]:
     return found
 
 
+# The CPU budget, µs of CPU per applied event (2 cores at 20,000 events/s is 100).
+TARGETS_US: dict[str, float] = {"python": 30, "postgres": 50, "broker+connect": 20, "all": 100}
+CEILING_RATIO_TARGET = 2.0
+
+
+def budget(cpu: dict[str, float], events: int) -> dict[str, float]:
+    """A run's CPU seconds per component as µs per event, in the budget's parts."""
+    us = {name: seconds / events * 1e6 for name, seconds in cpu.items()}
+    return {**us, "broker+connect": us["kafka"] + us["connect"], "all": sum(us.values())}
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the runs (each on its own: the parts' medians need not
+    add up to the median of `all`)."""
+    return {name: statistics.median(run[name] for run in runs) for name in runs[0]}
+
+
+def ceiling_run(stack: StackSettings, workers: int, batch: int, events: int) -> dict:
+    """The double-entry ceiling's work on this database (schema `ceiling`, its tables
+    created anew), as the cluster's superuser on the socket (its prepare checkpoints);
+    its result: us_per_event py / backend / pg_all (every Postgres process, as ours)."""
+    script = Path(__file__).with_name("double_entry_ceiling.py")
+    autovacuum_settled()
+    superuser_sql(stack, "CREATE SCHEMA IF NOT EXISTS ceiling", database=stack.pg_db)
+    out_dir = Path(tempfile.mkdtemp(prefix="ceiling-"))
+    shutil.chown(out_dir, OS_USER)
+    out = out_dir / "ceiling.json"
+    dsn = (f"host=/tmp port={stack.pg_port} user={OS_USER} dbname={stack.pg_db}"
+           " options='-c search_path=ceiling'")
+    done = subprocess.run(
+        ["runuser", "-u", OS_USER, "--", sys.executable, str(script), "--dsn", dsn, "--init",
+         "--impl", "best", "--batch", str(batch), "--workers", str(workers),
+         "--events", str(events), "--json", str(out)],
+        capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise SystemExit(f"the ceiling run failed:\n{done.stdout}\n{done.stderr}")
+    found: dict = json.loads(out.read_text())[-1]
+    shutil.rmtree(out_dir)
+    superuser_sql(stack, "DROP SCHEMA ceiling CASCADE", database=stack.pg_db)
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--events", type=int, default=100_000, help="events of each group run")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="measured group runs after the warm-up (their median is the figure)")
+    ap.add_argument("--warmup-events", type=int, default=30_000)
     ap.add_argument("--users", type=int, default=1_000)
     ap.add_argument("--baseline-events", type=int, default=6_000)
     ap.add_argument("--processes", type=int, default=3, help="ledger processes in the group")
     ap.add_argument("--batch-size", type=int, default=SHIPPED_BATCH_SIZE,
                     help="the ledger's --batch-size (default: the shipped default)")
+    ap.add_argument("--ab", action="store_true", help="the group runs only: one side of an"
+                    " interleaved A/B (no single-process run, baselines or ceiling)")
     ap.add_argument("--results", metavar="FILE", help="also write the figures as JSON"
                     " (bench/results.py; bench/ledger_scale.py and bench/report.py read it)")
     args = ap.parse_args()
@@ -279,29 +359,41 @@ def main() -> int:
     stamp = f"bench-{int(time.time())}-{random.randrange(1 << 16):04x}"
     print("preparing (every event in payment_events, status received, as the ingest"
           " leaves it):")
-    group_topic, group_msgs = prepare(f"{stamp}-g", args.users, args.events, 42, True)
-    single_topic, single_msgs = prepare(f"{stamp}-s", args.users, args.events // 2, 43, True)
-    _, base_msgs = prepare(f"{stamp}-b", args.users, args.baseline_events, 44, False)
-    _, base1_msgs = prepare(f"{stamp}-c", args.users, args.baseline_events // 2, 45, False)
+    warm_topic, warm_msgs = prepare(f"{stamp}-w", args.users, args.warmup_events, 41, True)
+    rounds = [prepare(f"{stamp}-g{i}", args.users, args.events, 42 + 10 * i, True)
+              for i in range(args.rounds)]
+    if not args.ab:
+        single_topic, single_msgs = prepare(f"{stamp}-s", args.users, args.events // 2, 43,
+                                            True)
+        _, base_msgs = prepare(f"{stamp}-b", args.users, args.baseline_events, 44, False)
+        _, base1_msgs = prepare(f"{stamp}-c", args.users, args.baseline_events // 2, 45, False)
     size = database_size()
     with OffsetProbe() as probe:
         cdc_settled(probe)
     rest = at_rest(stack)
 
-    group = run_group(group_topic, f"{stamp}-g-ledger", len(group_msgs), p, args.batch_size,
-                      Path("/tmp") / stamp, stack)
-    single = run_group(single_topic, f"{stamp}-s-ledger", len(single_msgs), 1,
-                       args.batch_size, Path("/tmp") / stamp, stack)
-    other0 = components_cpu(stack)
-    base, base_py = per_event_ledger.run([m[1] for m in base_msgs], p)
-    base_cpu = {"python": base_py, **since(other0, components_cpu(stack))}
-    other0 = components_cpu(stack)
-    base1, base1_py = per_event_ledger.run([m[1] for m in base1_msgs], 1)
-    base1_cpu = {"python": base1_py, **since(other0, components_cpu(stack))}
+    log_dir = Path("/tmp") / stamp
+    run_group(warm_topic, f"{stamp}-w-ledger", len(warm_msgs), p, args.batch_size, log_dir,
+              stack)
+    groups = [run_group(topic, f"{stamp}-g{i}-ledger", len(msgs), p, args.batch_size,
+                        log_dir, stack) for i, (topic, msgs) in enumerate(rounds)]
+    runs: list[tuple[str, list[Message]]] = [(f"{stamp}-w", warm_msgs)]
+    runs += [(f"{stamp}-g{i}", msgs) for i, (_, msgs) in enumerate(rounds)]
+    if not args.ab:
+        single = run_group(single_topic, f"{stamp}-s-ledger", len(single_msgs), 1,
+                           args.batch_size, log_dir, stack)
+        other0 = components_cpu(stack)
+        base, base_py = per_event_ledger.run([m[1] for m in base_msgs], p)
+        base_cpu = {"python": base_py, **since(other0, components_cpu(stack))}
+        other0 = components_cpu(stack)
+        base1, base1_py = per_event_ledger.run([m[1] for m in base1_msgs], 1)
+        base1_cpu = {"python": base1_py, **since(other0, components_cpu(stack))}
+        ceiling = ceiling_run(stack, p, args.batch_size, args.events)
+        runs += [(f"{stamp}-s", single_msgs), (f"{stamp}-b", base_msgs),
+                 (f"{stamp}-c", base1_msgs)]
 
     failed = False
-    for run, msgs in ((f"{stamp}-g", group_msgs), (f"{stamp}-s", single_msgs),
-                      (f"{stamp}-b", base_msgs), (f"{stamp}-c", base1_msgs)):
+    for run, msgs in runs:
         outcomes = outcomes_of(run)
         print(f"check {run}: outcomes {outcomes}")
         if sum(outcomes.values()) != len(msgs):
@@ -314,43 +406,61 @@ def main() -> int:
         return (f"cpu/event {label}: " + ", ".join(parts)
                 + f"; all {sum(cpu.values()) / events * 1e6:,.0f} us")
 
-    steady_events = len(group_msgs)
-    print(f"ledger group ({p} processes, batch {args.batch_size}): {group.steady:,.0f} events/s"
-          f" ({group.wall:,.0f} events/s including start and group join)")
-    print(f"ledger single process (batch {args.batch_size}): {single.steady:,.0f} events/s")
-    print(f"per-event baseline, {p} processes: {base:,.0f} events/s")
-    print(f"per-event baseline, 1 process: {base1:,.0f} events/s")
-    print(f"ratio at {p} processes: {group.steady / base:.1f}x")
-    print(f"ratio at 1 process: {single.steady / base1:.1f}x")
-    print(cpu_line(f"ledger group ({p})", steady_events, group.cpu))
-    print(cpu_line("ledger single", len(single_msgs), single.cpu))
-    print(cpu_line(f"baseline ({p})", len(base_msgs), base_cpu))
-    print(cpu_line("baseline (1)", len(base1_msgs), base1_cpu))
-    print(f"postgres by process, ledger group ({p}): " + ", ".join(
-        f"{role} {seconds / steady_events * 1e6:,.0f} us"
-        for role, seconds in group.postgres_roles.items()))
+    per_run = [budget(g.cpu, args.events) for g in groups]
+    roles = medians([{role: seconds / args.events * 1e6
+                      for role, seconds in g.postgres_roles.items()} for g in groups])
+    mid = medians(per_run)
+    rate = statistics.median(g.steady for g in groups)
+    print(f"ledger group ({p} processes, batch {args.batch_size}), {args.rounds} runs of"
+          f" {args.events:,} events: " + ", ".join(f"{g.steady:,.0f}" for g in groups)
+          + f" events/s (median {rate:,.0f})")
+    for i, g in enumerate(groups):
+        print(cpu_line(f"ledger group run {i + 1}", args.events, g.cpu))
+    print(f"cpu/event, median of {args.rounds} warm runs (target): " + ", ".join(
+        f"{name} {mid[name]:,.1f} us (<= {target:g} {'met' if mid[name] <= target else 'NOT met'})"
+        for name, target in TARGETS_US.items()))
+    print("postgres by process, median: " + ", ".join(
+        f"{role} {us:,.1f} us" for role, us in roles.items()))
+    if not args.ab:
+        print(f"ledger single process (batch {args.batch_size}): {single.steady:,.0f}"
+              " events/s")
+        print(f"per-event baseline, {p} processes: {base:,.0f} events/s")
+        print(f"per-event baseline, 1 process: {base1:,.0f} events/s")
+        print(f"ratio at {p} processes: {rate / base:.1f}x")
+        print(f"ratio at 1 process: {single.steady / base1:.1f}x")
+        print(cpu_line("ledger single", len(single_msgs), single.cpu))
+        print(cpu_line(f"baseline ({p})", len(base_msgs), base_cpu))
+        print(cpu_line("baseline (1)", len(base1_msgs), base1_cpu))
+        ceil_us = ceiling["us_per_event"]
+        ratio = mid["postgres"] / ceil_us["pg_all"]
+        print(f"double-entry ceiling on this database ({p} workers, batch {args.batch_size},"
+              f" {ceiling['events']:,} events): {ceiling['ev_s']:,.0f} events/s; cpu/event"
+              f" python {ceil_us['py']:,.1f} us, postgres {ceil_us['pg_all']:,.1f} us"
+              f" (backends {ceil_us['backend']:,.1f});"
+              f" ours {mid['postgres']:,.1f} us = {ratio:.2f}x"
+              f" (target <= {CEILING_RATIO_TARGET:g}x"
+              f" {'met' if ratio <= CEILING_RATIO_TARGET else 'NOT met'})")
     print("at rest before the runs (5 s, nothing sent): " + ", ".join(
         f"{name} {share:.1%}" for name, share in rest.items())
         + f" of a core; at the group's rate Kafka's and Connect's are"
-        f" {cpu_usage.fixed_us_per_event(rest, group.steady):,.0f} us of its CPU per event")
+        f" {cpu_usage.fixed_us_per_event(rest, rate):,.0f} us of its CPU per event")
     print(f"database: ~{size['payment_events'] / 1e6:.1f} M payment events, the ledger tables'"
           f" indexes {size['ledger_index_gib']:.2f} GiB (shared_buffers 1 GB)")
-    print("targets: ledger group >= 20,000 events/s; >= 20x the baseline at equal processes")
+    print("targets: ledger group >= 20x the baseline at equal processes; the CPU budget above")
+    figures: dict = {"processes": p, "batch_size": args.batch_size, "events": args.events,
+                     "rounds": args.rounds, "ledger": rate,
+                     "ledger_runs": [g.steady for g in groups],
+                     "cpu_us_per_event": {f"ledger_{name}": us for name, us in mid.items()},
+                     "cpu_us_per_event_runs": per_run,
+                     "at_rest_core_share": rest, "python_loop_s": loop_s,
+                     "interpreter": os.path.realpath(sys.executable), "database": size,
+                     "postgres_us_per_event_by_role": roles}
+    if not args.ab:
+        figures.update(single=single.steady, baseline=base, baseline_single=base1,
+                       ceiling=ceiling)
     results.write(args.results, "ledger", f"the per-event double-entry applier with {p}"
-                  " process(es) and with 1, on other events of the same mix, in the same run",
-                  {"processes": p, "batch_size": args.batch_size, "events": len(group_msgs),
-                   "ledger": group.steady, "single": single.steady, "baseline": base,
-                   "baseline_single": base1,
-                   "cpu_us_per_event": {
-                       f"ledger_{name}": seconds / steady_events * 1e6
-                       for name, seconds in group.cpu.items()},
-                   "at_rest_core_share": rest,
-                   "python_loop_s": loop_s,
-                   "interpreter": os.path.realpath(sys.executable),
-                   "database": size,
-                   "postgres_us_per_event_by_role": {
-                       role: seconds / steady_events * 1e6
-                       for role, seconds in group.postgres_roles.items()}})
+                  " process(es) and with 1, on other events of the same mix, and the"
+                  " double-entry ceiling's work, in the same run", figures)
     return 1 if failed else 0
 
 
