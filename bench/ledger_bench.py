@@ -318,16 +318,18 @@ def ceiling_run(stack: StackSettings, workers: int, batch: int, events: int) -> 
     out = out_dir / "ceiling.json"
     dsn = (f"host=/tmp port={stack.pg_port} user={OS_USER} dbname={stack.pg_db}"
            " options='-c search_path=ceiling'")
-    done = subprocess.run(
-        ["runuser", "-u", OS_USER, "--", sys.executable, str(script), "--dsn", dsn, "--init",
-         "--impl", "best", "--batch", str(batch), "--workers", str(workers),
-         "--events", str(events), "--json", str(out)],
-        capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise SystemExit(f"the ceiling run failed:\n{done.stdout}\n{done.stderr}")
-    found: dict = json.loads(out.read_text())[-1]
-    shutil.rmtree(out_dir)
-    superuser_sql(stack, "DROP SCHEMA ceiling CASCADE", database=stack.pg_db)
+    try:  # its tables go whatever happens: nothing of the ceiling stays in the database
+        done = subprocess.run(
+            ["runuser", "-u", OS_USER, "--", sys.executable, str(script), "--dsn", dsn,
+             "--init", "--impl", "best", "--batch", str(batch), "--workers", str(workers),
+             "--events", str(events), "--json", str(out)],
+            capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit(f"the ceiling run failed:\n{done.stdout}\n{done.stderr}")
+        found: dict = json.loads(out.read_text())[-1]
+    finally:
+        shutil.rmtree(out_dir)
+        superuser_sql(stack, "DROP SCHEMA ceiling CASCADE", database=stack.pg_db)
     return found
 
 
