@@ -53,10 +53,14 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child of ours is dead for our purposes.
+    # A zombie child of ours is dead for our purposes, once its last thread is gone: a
+    # killed JVM's main thread turns zombie while its other threads still exit, holding
+    # its files (a listening port) until the last one does.
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
+            if fh.read().split(") ", 1)[1][0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except (FileNotFoundError, IndexError):
         return False
 

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
 
 from paystream.stack.kafka import render
-from paystream.stack.process import StackError, read_pid, start_detached, stop_pid, wait_until
+from paystream.stack.process import (
+    StackError,
+    pid_alive,
+    read_pid,
+    start_detached,
+    stop_pid,
+    wait_until,
+)
 
 
 def test_wait_until_fails_fast_with_log_tail_when_the_process_dies(tmp_path):
@@ -45,3 +53,25 @@ def test_render_fills_placeholders_and_refuses_missing_ones(tmp_path):
     assert out.read_text() == "listeners=PLAINTEXT://127.0.0.1:9999\n"
     with pytest.raises(KeyError):
         render(template, tmp_path / "out2.properties")
+
+
+def test_a_process_whose_main_thread_exited_is_alive_until_its_last_thread_is(tmp_path):
+    # The main thread leaves with pthread_exit (as a killed JVM's main thread is reaped
+    # first): the kernel shows it as a zombie while the other thread still runs.
+    code = ("import ctypes, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(30,)).start()\n"
+            "ctypes.CDLL(None).pthread_exit(None)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_until("test", "main thread gone", lambda: _state(proc.pid) == "Z",
+                   timeout=10, interval=0.05)
+        assert pid_alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not pid_alive(proc.pid)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(") ", 1)[1][0]
