@@ -42,7 +42,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from bench import cpu_usage, per_event_ledger, results
-from paystream.consumers.settings import ConsumerSettings
+from paystream.consume import GROUPS
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
 from paystream.stack.postgres import OS_USER, superuser_sql
@@ -81,8 +81,8 @@ def make_stream(run: str, users: int, count: int, seed: int = 42) -> list[Paymen
     return out
 
 
-# The ledger's --batch-size when none is given (consumers/settings.py).
-SHIPPED_BATCH_SIZE: int = ConsumerSettings.__dataclass_fields__["batch_size"].default  # type: ignore[assignment]
+# The ledger's --batch-size when none is given.
+SHIPPED_BATCH_SIZE: int = GROUPS["ledger"].batch_size
 
 
 def committed_total(probe: OffsetProbe, topic: str) -> int:

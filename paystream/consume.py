@@ -19,7 +19,7 @@ import argparse
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from paystream.consumers.settings import ConfigError, ConsumerSettings
 from paystream.env import default_text, variable_name
@@ -27,13 +27,27 @@ from paystream.finality.settings import FinalitySettings
 from paystream.operator_cli import EXIT_CANNOT_RUN
 from paystream.schema.events import NOTIFICATIONS_TOPIC, PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 
-# group -> (default topic, default DLQ topic, default metrics port, default DLQ limit)
-GROUPS: dict[str, tuple[str, str, int, int]] = {
-    "ledger": (PAYMENTS_TOPIC, PAYMENTS_DLQ_TOPIC, 9401, 100),
+
+class GroupDefaults(NamedTuple):
+    topic: str
+    dlq_topic: str
+    metrics_port: int
+    dlq_limit: int
+    batch_size: int
+
+
+# What each group runs with unless told otherwise.
+GROUPS: dict[str, GroupDefaults] = {
+    # Batches of 5,000: per applied event, fewer commits, offset commits and intents
+    # records than 1,000 (Postgres and broker + Connect CPU: docs/benchmarks.md). A batch
+    # is only as large as what is waiting, so a quiet ledger still applies one at a time.
+    "ledger": GroupDefaults(PAYMENTS_TOPIC, PAYMENTS_DLQ_TOPIC, 9401, 100, 5000),
     # The mirror must never lose a dead letter: limit 0 stops it at the first message
     # it cannot store, and its own DLQ topic is never written.
-    "dlq-mirror": (PAYMENTS_DLQ_TOPIC, PAYMENTS_DLQ_TOPIC + ".unmirrorable", 9402, 0),
-    "notifier": (NOTIFICATIONS_TOPIC, NOTIFICATIONS_TOPIC + ".dlq", 9405, 100),
+    "dlq-mirror": GroupDefaults(PAYMENTS_DLQ_TOPIC, PAYMENTS_DLQ_TOPIC + ".unmirrorable",
+                                9402, 0, 1000),
+    "notifier": GroupDefaults(NOTIFICATIONS_TOPIC, NOTIFICATIONS_TOPIC + ".dlq", 9405, 100,
+                              1000),
 }
 
 
@@ -55,7 +69,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume.add_argument("--no-deliver", action="store_true",
                          help="notifier only: record the deliveries, send none (separate "
                               "`paystream notify deliver` processes send)")
-    consume.add_argument("--batch-size", type=int, default=1000)
+    consume.add_argument("--batch-size", type=int,
+                         help="most records per batch (default: " + ", ".join(
+                             f"{d.batch_size} {kind}" for kind, d in GROUPS.items()) + ")")
     consume.add_argument("--batch-timeout", type=float, default=0.5,
                          help="the longest wait for a batch's first record (a batch is "
                               "handed over as soon as a record is in hand)")
@@ -79,7 +95,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
-    topic, dlq_topic, port, limit = GROUPS[args.kind]
+    defaults = GROUPS[args.kind]
     overrides = []
     for item in args.kafka_config:
         key, sep, value = item.partition("=")
@@ -88,15 +104,16 @@ def settings_from_args(args: argparse.Namespace) -> ConsumerSettings:
         overrides.append((key.strip(), value.strip()))
     return ConsumerSettings(
         group=args.group or args.kind,
-        topics=tuple(args.topic or [topic]),
-        dlq_topic=args.dlq_topic or dlq_topic,
-        batch_size=args.batch_size,
+        topics=tuple(args.topic or [defaults.topic]),
+        dlq_topic=args.dlq_topic or defaults.dlq_topic,
+        batch_size=defaults.batch_size if args.batch_size is None else args.batch_size,
         batch_timeout_s=args.batch_timeout,
         session_timeout_ms=args.session_timeout_ms,
         max_poll_interval_ms=args.max_poll_interval_ms,
         group_protocol=args.group_protocol,
-        metrics_port=port if args.metrics_port is None else args.metrics_port,
-        dlq_limit=limit if args.dlq_limit is None else args.dlq_limit,
+        metrics_port=(defaults.metrics_port if args.metrics_port is None
+                      else args.metrics_port),
+        dlq_limit=defaults.dlq_limit if args.dlq_limit is None else args.dlq_limit,
         dlq_window_s=args.dlq_window,
         backoff_max_s=args.backoff_max,
         kafka_overrides=tuple(overrides),
