@@ -38,10 +38,11 @@ class GroupDefaults(NamedTuple):
 
 # What each group runs with unless told otherwise.
 GROUPS: dict[str, GroupDefaults] = {
-    # Batches of 5,000: per applied event, fewer commits, offset commits and intents
-    # records than 1,000 (Postgres and broker + Connect CPU: docs/benchmarks.md). A batch
-    # is only as large as what is waiting, so a quiet ledger still applies one at a time.
-    "ledger": GroupDefaults(PAYMENTS_TOPIC, PAYMENTS_DLQ_TOPIC, 9401, 100, 5000),
+    # Batches of 2,000: fewer commits, offset commits and intents records per applied
+    # event than 1,000 (Postgres -3 to -4 us an event); 5,000 saved no more Postgres and
+    # cost the ledger's Python ~2 us more (docs/benchmarks.md). A batch is only as large
+    # as what is waiting, so a quiet ledger still applies one at a time.
+    "ledger": GroupDefaults(PAYMENTS_TOPIC, PAYMENTS_DLQ_TOPIC, 9401, 100, 2000),
     # The mirror must never lose a dead letter: limit 0 stops it at the first message
     # it cannot store, and its own DLQ topic is never written.
     "dlq-mirror": GroupDefaults(PAYMENTS_DLQ_TOPIC, PAYMENTS_DLQ_TOPIC + ".unmirrorable",

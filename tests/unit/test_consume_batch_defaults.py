@@ -15,7 +15,7 @@ def _settings(*argv: str) -> int:
     return consume.settings_from_args(parser.parse_args(["consume", *argv])).batch_size
 
 
-@pytest.mark.parametrize(("kind", "size"), [("ledger", 5000), ("dlq-mirror", 1000),
+@pytest.mark.parametrize(("kind", "size"), [("ledger", 2000), ("dlq-mirror", 1000),
                                              ("notifier", 1000)])
 def test_each_kind_has_its_own_default(kind: str, size: int) -> None:
     assert _settings(kind) == size
@@ -31,5 +31,5 @@ def test_the_help_names_every_default() -> None:
     sub = parser.add_subparsers()
     consume.register(sub)
     text = sub.choices["consume"].format_help()
-    assert "5000 ledger" in " ".join(text.split())
+    assert "2000 ledger" in " ".join(text.split())
     assert "1000 notifier" in " ".join(text.split())
