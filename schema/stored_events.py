@@ -45,22 +45,23 @@ def suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
     """Of `wanted` (event id, idempotency key, content hash) triples, those whose stored
     row is missing (None), holds another content hash, or is past `received`, by
     idempotency key; the others (every honest first delivery) are not returned, so the
-    hot path reads nothing back. One query: a join on unnest by the primary keys (the
-    event and its status row, which the outbox write inserts together: an event without
-    one is not believed), and processed_events probed only for rows past `received` (a
-    redelivery)."""
+    hot path reads nothing back. One query: a join on unnest by the primary keys of
+    payment_events and event_status (the outbox write inserts both rows together; an
+    event without its status row is not believed: None), and processed_events probed
+    only for rows past `received` (a redelivery)."""
     if not wanted:
         return {}
     cur.execute(
         "SELECT x.k, p.content_hash, s.status, s.status <> 'received' AND EXISTS"
         " (SELECT 1 FROM processed_events q WHERE q.idempotency_key = x.k)"
         " FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(e, k, h)"
-        " LEFT JOIN (payment_events p JOIN event_status s USING (event_id))"
-        " ON p.event_id = x.e"
-        " WHERE p.event_id IS NULL OR p.content_hash <> x.h OR s.status <> 'received'",
+        " LEFT JOIN payment_events p ON p.event_id = x.e"
+        " LEFT JOIN event_status s ON s.event_id = x.e"
+        " WHERE p.event_id IS NULL OR s.event_id IS NULL OR p.content_hash <> x.h"
+        " OR s.status <> 'received'",
         (text_array([w[0] for w in wanted]), text_array([w[1] for w in wanted]),
          text_array([w[2] for w in wanted])))
-    return {row[0]: None if row[1] is None
+    return {row[0]: None if row[1] is None or row[2] is None
             else StoredEvent(row[1], EventStatus(row[2]), bool(row[3]))
             for row in cur.fetchall()}
 
