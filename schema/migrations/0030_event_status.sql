@@ -10,6 +10,13 @@
 -- statement (schema/outbox.py), so every payment_events row has its status row; nothing
 -- deletes payment_events rows in the pipeline, the cascade is for the tests' and
 -- benchmarks' clean-ups (a status row means nothing without its event).
+--
+-- One transaction holding payment_events exclusively from the copy of every row's status
+-- to the drop of the columns (a time proportional to the table), so no event inserted
+-- in between is left without its status row. The previous release reads and writes
+-- payment_events.status: stop its processes before migrating, start this one's after.
+LOCK TABLE payment_events IN ACCESS EXCLUSIVE MODE;
+
 CREATE TABLE event_status (
     event_id          TEXT PRIMARY KEY REFERENCES payment_events (event_id) ON DELETE CASCADE,
     -- The lifecycle is schema/status.py's EventStatus (its ALLOWED_TRANSITIONS).
