@@ -57,8 +57,9 @@ def balance_answers(rows: list[books.BalanceRow]) -> list[dict[str, str]]:
 def event(cur: Cursor, event_id: str) -> dict[str, Any] | None:
     """An event's record, its ledger outcome (None until the ledger judged it) and the
     entries it posted to user accounts; None if no such event was received."""
-    cur.execute("SELECT event_id, event_type, user_id, asset, amount, provider, status,"
-                " trace_id, received_at, status_changed_at FROM payment_events"
+    cur.execute("SELECT event_id, p.event_type, p.user_id, p.asset, p.amount, p.provider,"
+                " s.status, p.trace_id, p.received_at, s.status_changed_at"
+                " FROM payment_events p JOIN event_status s USING (event_id)"
                 " WHERE event_id = %s", (event_id,))
     row = cur.fetchone()
     if row is None:
@@ -136,9 +137,10 @@ def withdrawal(cur: Cursor, withdrawal_id: str) -> dict[str, Any] | None:
     its hold (None until the ledger placed it); None if the API requested no such one."""
     cur.execute(
         "SELECT w.withdrawal_id, w.user_id, w.asset, w.amount, w.destination, w.created_at,"
-        " e.status, e.trace_id, h.state, h.settled_amount, h.closed_by, h.closed_at,"
+        " s.status, e.trace_id, h.state, h.settled_amount, h.closed_by, h.closed_at,"
         " (SELECT outcome FROM processed_events p WHERE p.idempotency_key = %(key)s)"
         " FROM api_withdrawals w JOIN payment_events e ON e.event_id = w.withdrawal_id"
+        " JOIN event_status s ON s.event_id = w.withdrawal_id"
         " LEFT JOIN holds h ON h.hold_id = w.withdrawal_id WHERE w.withdrawal_id = %(id)s",
         {"id": withdrawal_id,
          "key": idempotency_key(withdrawal_id, EventType.WITHDRAWAL_REQUESTED.value)})

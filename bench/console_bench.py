@@ -156,12 +156,15 @@ _FILL = [
      " FROM bench_plan GROUP BY user_id"),
     ("payment_events",
      "INSERT INTO payment_events (event_id, provider, event_type, user_id, asset, amount,"
-     " status, content_hash, trace_id, payload, received_at, status_changed_at)"
-     " SELECT event_id, provider, event_type, user_id, asset, amount, status,"
+     " content_hash, trace_id, payload, received_at)"
+     " SELECT event_id, provider, event_type, user_id, asset, amount,"
      # Not the wire's hash (canonical JSON): a replay refuses these dead letters.
      " encode(sha256(convert_to(payload::text, 'UTF8')), 'hex'),"
-     " md5('bench-console-trace' || i), payload, received_at,"
-     " received_at + interval '80 milliseconds' FROM bench_plan ORDER BY i"),
+     " md5('bench-console-trace' || i), payload, received_at FROM bench_plan ORDER BY i"),
+    ("event_status",
+     "INSERT INTO event_status (event_id, status, status_changed_at)"
+     " SELECT event_id, status, received_at + interval '80 milliseconds'"
+     " FROM bench_plan ORDER BY i"),
     ("processed_events",
      f"INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome,"
      f" processed_at) SELECT {_KEY.format(e='event_id', t='event_type')}, event_id,"
@@ -248,8 +251,8 @@ _FILL = [
 # counts its own uncommitted rows): without them the planner sees empty tables and
 # picks nested loops over a million rows.
 _ANALYZE_AFTER = {"accounts": "accounts", "transfers": "bench_transfers"}
-FILLED_TABLES = ("users", "payment_events", "processed_events", "accounts", "transfers",
-                 "postings", "balances", "deposit_addresses", "chain_deposits",
+FILLED_TABLES = ("users", "payment_events", "event_status", "processed_events", "accounts",
+                 "transfers", "postings", "balances", "deposit_addresses", "chain_deposits",
                  "dead_letter_queue", "notification_intents", "notification_endpoints",
                  "notification_deliveries")
 
@@ -332,6 +335,8 @@ _DROP = [
     ("deposit_addresses", "DELETE FROM deposit_addresses WHERE network = %(network)s"),
     ("processed_events",
      "DELETE FROM processed_events WHERE event_id >= %(elow)s AND event_id < %(ehigh)s"),
+    ("event_status",
+     "DELETE FROM event_status WHERE event_id >= %(elow)s AND event_id < %(ehigh)s"),
     ("payment_events",
      "DELETE FROM payment_events WHERE event_id >= %(elow)s AND event_id < %(ehigh)s"),
     ("users", "DELETE FROM users WHERE user_id >= %(low)s AND user_id < %(high)s"),

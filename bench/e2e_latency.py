@@ -2,7 +2,7 @@
 
 Runs a real `paystream ingest` and `paystream consume ledger` with `paystream run`'s own
 defaults (a fresh group starting at the topic's end, nothing tuned for the bench), and
-watches `payment_events.status` flip to `applied` with a 10 ms poll (2 ms one at a
+watches `event_status.status` flip to `applied` with a 10 ms poll (2 ms one at a
 time: the resolution of the figures). Phase 1: one webhook at a time (each sent once
 the previous one is applied), then signed deposits at each fixed rate from separate
 sender processes; an accepted event not applied within `--timeout` s of the last send
@@ -110,7 +110,7 @@ class Watcher:
                 self.conn = connect(database_url("owner"))
                 self.conn.autocommit = True
             with self.conn.cursor() as cur:
-                cur.execute("SELECT event_id FROM payment_events WHERE event_id = ANY(%s)"
+                cur.execute("SELECT event_id FROM event_status WHERE event_id = ANY(%s)"
                             " AND status = 'applied'", (list(self.pending),))
                 now = time.time()
                 for (event_id,) in cur.fetchall():
@@ -160,7 +160,7 @@ def one_at_a_time(url: str, secret: bytes, user: str, prefix: str, count: int,
                     raise SystemExit(f"one-at-a-time: {event_id} was not accepted")
                 answered = time.time()
                 while time.time() - answered < timeout_s:
-                    cur.execute("SELECT 1 FROM payment_events WHERE event_id = %s"
+                    cur.execute("SELECT 1 FROM event_status WHERE event_id = %s"
                                 " AND status = 'applied'", (event_id,))
                     if cur.fetchone():
                         latencies.append((time.time() - answered) * 1000)

@@ -45,8 +45,8 @@ def apply_one(conn: Connection, event: PaymentEvent) -> Outcome | None:
     """One event in one transaction; None when it was not applied (a duplicate, or a
     record that does not match its stored event)."""
     cur = conn.cursor()
-    cur.execute("SELECT content_hash, status FROM payment_events WHERE event_id = %s",
-                (event.event_id,))
+    cur.execute("SELECT content_hash, status FROM payment_events"
+                " JOIN event_status USING (event_id) WHERE event_id = %s", (event.event_id,))
     stored = cur.fetchone()
     cur.execute("SELECT 1 FROM users WHERE user_id = %s", (event.user_id,))
     if stored is None or stored[0] != event.content_hash() or cur.fetchone() is None:
@@ -78,7 +78,7 @@ def apply_one(conn: Connection, event: PaymentEvent) -> Outcome | None:
         cur.execute("UPDATE balances SET balance = balance + %s, updated_at = now()"
                     " WHERE user_id = %s AND asset = %s", (delta, event.user_id, event.asset))
     status = "applied" if outcome is Outcome.APPLIED else "rejected"
-    cur.execute("UPDATE payment_events SET status = %s, status_changed_at = now()"
+    cur.execute("UPDATE event_status SET status = %s, status_changed_at = now()"
                 " WHERE event_id = %s AND status = 'received'", (status, event.event_id))
     intent = intents.of_outcome(event, outcome, intents.now_text())
     if intent is not None:

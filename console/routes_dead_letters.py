@@ -77,7 +77,8 @@ def _detail(cur: Any, dlq_id: int) -> dict[str, Any]:
         raise Refused(404, f"no dead letter with id {dlq_id}")
     stored = None
     if row.get("event_id"):
-        cur.execute("SELECT status, provider, payload FROM payment_events"
+        cur.execute("SELECT status, provider, payload"
+                    " FROM payment_events JOIN event_status USING (event_id)"
                     " WHERE event_id = %s", (row["event_id"],))
         found = cur.fetchone()
         if found is not None:

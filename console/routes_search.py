@@ -50,8 +50,8 @@ async def user_page(request: Request, _: Operator, user_id: str,
             return None
         page, next_cursor = transactions(cur, user_id, cursor, HISTORY_PAGE)
         cur.execute("SELECT event_id, event_type, asset, amount, status, received_at"
-                    " FROM payment_events WHERE user_id = %s ORDER BY received_at DESC"
-                    " LIMIT 20", (user_id,))
+                    " FROM payment_events JOIN event_status USING (event_id)"
+                    " WHERE user_id = %s ORDER BY received_at DESC LIMIT 20", (user_id,))
         recent = cur.fetchall()
         return {"created_at": row[0], "balances": balances.read(cur, user_id),
                 "history": page, "next": next_cursor,

@@ -19,7 +19,7 @@ HEX64 = re.compile(r"(0x)?[0-9a-fA-F]{64}")
 ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
 INTENT = re.compile(r"ntf_[0-9a-f]{32}")
 _EVENT_COLUMNS = ("p.event_id, p.user_id, p.provider, p.event_type, p.asset, p.amount,"
-                  " p.status, p.received_at")
+                  " s.status, p.received_at")
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ def find(cur: Cursor, query: str) -> Found:
     seen: set[str] = set()
 
     def events(sql: str, params: tuple[object, ...], found_as: str) -> None:
-        cur.execute(f"SELECT {_EVENT_COLUMNS} FROM payment_events p {sql} LIMIT {PAGE}",
-                    params)
+        cur.execute(f"SELECT {_EVENT_COLUMNS} FROM payment_events p"
+                    f" JOIN event_status s USING (event_id) {sql} LIMIT {PAGE}", params)
         for row in cur.fetchall():
             if row[0] not in seen:
                 seen.add(row[0])

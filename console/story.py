@@ -43,7 +43,8 @@ def _rows(cur: Cursor, columns: tuple[str, ...] | None = None) -> list[dict[str,
 
 
 def story(cur: Cursor, event_id: str) -> Story | None:
-    cur.execute(f"SELECT {', '.join(EVENT_COLUMNS)}, payload FROM payment_events"
+    cur.execute(f"SELECT {', '.join(EVENT_COLUMNS)}, payload"
+                " FROM payment_events JOIN event_status USING (event_id)"
                 " WHERE event_id = %s", (event_id,))
     row = cur.fetchone()
     if row is None:

@@ -6,7 +6,7 @@ move it (so a dead consumer or a stopped Connect worker is still seen):
 | check            | where                                   | what stuck looks like            |
 |------------------|-----------------------------------------|----------------------------------|
 | database         | SELECT 1                                | unreachable                      |
-| stuck_events     | payment_events status `received`        | older than the threshold         |
+| stuck_events     | event_status `received`                 | older than the threshold         |
 | oldest_unapplied | the same rows                           | the oldest one's age             |
 | replication_slot | pg_replication_slots `paystream_outbox` | missing, inactive, WAL piling up |
 | consumer_lag     | committed offsets vs high watermarks    | lag, or lag with no member       |
@@ -241,12 +241,13 @@ class HealthChecker:
     def _event_checks(self, cur: Cursor) -> list[CheckResult]:
         s = self.settings
         # status_changed_at, not received_at: a DLQ replay makes an old event `received`
-        # again, and its wait starts then. The partial index holds only received rows.
+        # again, and its wait starts then. Read from event_status alone: its partial
+        # index (event_status_received_idx) holds only the received rows' times.
         cur.execute(
             "SELECT count(*) FILTER (WHERE status_changed_at"
             "                        < now() - make_interval(secs => %s)),"
             "       coalesce(extract(epoch FROM now() - min(status_changed_at)), 0)"
-            " FROM payment_events WHERE status = 'received'", (s.stuck_after_s,))
+            " FROM event_status WHERE status = 'received'", (s.stuck_after_s,))
         stuck, oldest = one_row(cur)
         stuck, oldest = int(stuck), max(0.0, float(oldest))
         return [

@@ -1,7 +1,8 @@
 """The transactional outbox write: the one place events enter the pipeline.
 
 Both ingest (new events) and the DLQ replay (events sent again) write here, inside the
-caller's transaction, so an event row and its outbox row commit together or not at all.
+caller's transaction, so an event row, its status row (event_status, `received`) and its
+outbox row commit together or not at all.
 The outbox row is inserted and deleted in the same transaction: Debezium reads the
 insert from the WAL, the Event Router ignores the delete, the table stays empty.
 """
@@ -26,6 +27,16 @@ class WriteOutcome(StrEnum):
     CONFLICT = "conflict"    # same event id, other content: caller must roll back
 
 
+# The tail of both writes' one statement: each payment_events row the INSERT named `e`
+# wrote gets its event_status row (`received`, status_changed_at = received_at: one
+# transaction's now()) in the same statement, so an event never exists without its
+# status and the ingest pays no extra round trip. The statement returns e's ids, not the
+# status rows' (RETURNING there would need SELECT on event_status, which the ingest has
+# no use for).
+_STATUS_ROWS = ("s AS (INSERT INTO event_status (event_id) SELECT event_id FROM e)"
+                " SELECT event_id FROM e")
+
+
 def emit(cur: Cursor, *, aggregatetype: str, aggregateid: str, event_type: str, event_id: str,
          payload: dict[str, Any], trace_id: str) -> uuid.UUID:
     """Insert and delete one outbox row in the caller's transaction; return its id."""
@@ -46,9 +57,10 @@ def write_event(cur: Cursor, event: PaymentEvent, trace_id: str) -> WriteOutcome
     wire = event.to_wire()
     content_hash = event.content_hash()
     cur.execute(
-        "INSERT INTO payment_events (event_id, provider, event_type, user_id, asset, amount,"
-        " content_hash, trace_id, payload) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+        "WITH e AS (INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+        " asset, amount, content_hash, trace_id, payload)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (event_id) DO NOTHING RETURNING event_id), " + _STATUS_ROWS,
         (event.event_id, event.provider, event.event_type.value, event.user_id, event.asset,
          wire["amount"], content_hash, trace_id, json.dumps(wire, separators=(",", ":"))),
     )
@@ -85,13 +97,13 @@ def write_events(cur: Cursor, events: Sequence[tuple[PaymentEvent, str]]) -> lis
     wires = [event.to_wire() for event, _ in events]
     hashes = [wire_hash(w) for w in wires]
     cur.execute(
-        "INSERT INTO payment_events (event_id, provider, event_type, user_id, asset, amount,"
-        " content_hash, trace_id, payload)"
+        "WITH e AS (INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+        " asset, amount, content_hash, trace_id, payload)"
         " SELECT event_id, provider, event_type, user_id, asset, amount, content_hash,"
         " trace_id, payload FROM jsonb_to_recordset(%s::jsonb) AS r(event_id text,"
         " provider text, event_type text, user_id text, asset text, amount numeric,"
         " content_hash text, trace_id text, payload jsonb)"
-        " ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+        " ON CONFLICT (event_id) DO NOTHING RETURNING event_id), " + _STATUS_ROWS,
         (_json_rows([{"event_id": e.event_id, "provider": e.provider,
                       "event_type": w["event_type"], "user_id": e.user_id, "asset": e.asset,
                       "amount": w["amount"], "content_hash": h, "trace_id": t, "payload": w}

@@ -32,9 +32,10 @@ def originals(cur: Cursor, event_ids: Iterable[str]) -> dict[str, Original]:
     if not wanted:
         return {}
     cur.execute(
-        "SELECT p.event_id, p.payload, p.status, coalesce((SELECT sum(r.amount)"
+        "SELECT p.event_id, p.payload, s.status, coalesce((SELECT sum(r.amount)"
         " FROM event_reversals r WHERE r.reverses = p.event_id), 0)"
-        " FROM payment_events p WHERE p.event_id = ANY(%s)", (wanted,))
+        " FROM payment_events p JOIN event_status s USING (event_id)"
+        " WHERE p.event_id = ANY(%s)", (wanted,))
     found: dict[str, Original] = {}
     for event_id, payload, status, so_far in cur.fetchall():
         try:

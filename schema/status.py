@@ -1,4 +1,9 @@
-"""Event status: the one transition function every status change goes through."""
+"""Event status: the one transition function every status change goes through.
+
+The status lives in `event_status` (migration 0030), one narrow row per payment event,
+inserted `received` with the event (schema/outbox.py); payment_events itself is only
+inserted. Readers join the two on event_id.
+"""
 
 from __future__ import annotations
 
@@ -68,7 +73,7 @@ def transition(cur: Cursor, event_ids: list[str], target: EventStatus | str) -> 
     if not event_ids or not sources:
         return 0
     cur.execute(
-        "UPDATE payment_events SET status = %s, status_changed_at = now()"
+        "UPDATE event_status SET status = %s, status_changed_at = now()"
         " WHERE event_id = ANY(%s::text[]) AND status = ANY(%s::text[])",
         (tgt.value, text_array(event_ids), text_array(sources)),
     )

@@ -6,7 +6,7 @@ together with its payment_events row, whose content_hash is
 PaymentEvent.content_hash() of the event as written; the finality watcher's settlement
 events have no payment_events row: they are checked against chain_deposits instead.
 So a record is believed only if the row exists, holds the same content hash, and has a
-status that explains why the record is on the topic (`judge`).
+status (in event_status) that explains why the record is on the topic (`judge`).
 """
 
 from __future__ import annotations
@@ -45,19 +45,23 @@ def suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
     """Of `wanted` (event id, idempotency key, content hash) triples, those whose stored
     row is missing (None), holds another content hash, or is past `received`, by
     idempotency key; the others (every honest first delivery) are not returned, so the
-    hot path reads nothing back. One query: a join on unnest by the primary key, and
-    processed_events probed only for rows past `received` (a redelivery)."""
+    hot path reads nothing back. One query: a join on unnest by the primary keys of
+    payment_events and event_status (the outbox write inserts both rows together; an
+    event without its status row is not believed: None), and processed_events probed
+    only for rows past `received` (a redelivery)."""
     if not wanted:
         return {}
     cur.execute(
-        "SELECT x.k, p.content_hash, p.status, p.status <> 'received' AND EXISTS"
+        "SELECT x.k, p.content_hash, s.status, s.status <> 'received' AND EXISTS"
         " (SELECT 1 FROM processed_events q WHERE q.idempotency_key = x.k)"
         " FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(e, k, h)"
         " LEFT JOIN payment_events p ON p.event_id = x.e"
-        " WHERE p.event_id IS NULL OR p.content_hash <> x.h OR p.status <> 'received'",
+        " LEFT JOIN event_status s ON s.event_id = x.e"
+        " WHERE p.event_id IS NULL OR s.event_id IS NULL OR p.content_hash <> x.h"
+        " OR s.status <> 'received'",
         (text_array([w[0] for w in wanted]), text_array([w[1] for w in wanted]),
          text_array([w[2] for w in wanted])))
-    return {row[0]: None if row[1] is None
+    return {row[0]: None if row[1] is None or row[2] is None
             else StoredEvent(row[1], EventStatus(row[2]), bool(row[3]))
             for row in cur.fetchall()}
 
@@ -101,9 +105,11 @@ class RecordedEvent:
 
 
 def recorded(cur: Cursor, event_id: str) -> RecordedEvent | None:
-    """The stored event `event_id`, locked FOR UPDATE (a replay moves its status)."""
-    cur.execute("SELECT content_hash, status, payload, trace_id FROM payment_events"
-                " WHERE event_id = %s FOR UPDATE", (event_id,))
+    """The stored event `event_id`, its status row locked FOR UPDATE (a replay moves
+    its status; payment_events itself is never updated)."""
+    cur.execute("SELECT p.content_hash, s.status, p.payload, p.trace_id"
+                " FROM payment_events p JOIN event_status s USING (event_id)"
+                " WHERE p.event_id = %s FOR UPDATE OF s", (event_id,))
     row = cur.fetchone()
     if row is None:
         return None

@@ -53,7 +53,7 @@ def forge(cur: Cursor, bootstrap: str, run_id: str, n: int, users: list[str],
           rng: random.Random) -> list[Forgery]:
     """Produce one batch (acknowledged by the broker) and return what was forged."""
     cur.execute("SELECT event_id, user_id, asset, amount, payload->>'invoice_id'"
-                " FROM payment_events"
+                " FROM payment_events JOIN event_status USING (event_id)"
                 " WHERE event_id LIKE %s AND provider = 'payments' AND event_type = 'deposit'"
                 " AND status = 'applied' ORDER BY random() LIMIT 2",
                 (f"chaos-{run_id}-e%",))

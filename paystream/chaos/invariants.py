@@ -145,7 +145,7 @@ def _replay(req: Request, amount: Decimal, balance: Decimal, open_holds: dict[st
 def pending_count(cur: Cursor, sent: list[Request]) -> int:
     """Accepted events without a final status yet."""
     accepted = accepted_events(sent)
-    cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+    cur.execute("SELECT count(*) FROM event_status WHERE event_id = ANY(%s)"
                 " AND status = ANY(%s)", (list(accepted), list(FINAL_STATUSES)))
     return len(accepted) - _count(cur)
 
@@ -182,7 +182,9 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
     v = InvariantReport()
     accepted = accepted_events(sent)
     ids = list(accepted)
-    cur.execute("SELECT event_id, status, amount FROM payment_events WHERE event_id = ANY(%s)",
+    # LEFT JOIN: what was written is the payment_events row, with its status or not.
+    cur.execute("SELECT event_id, status, amount FROM payment_events"
+                " LEFT JOIN event_status USING (event_id) WHERE event_id = ANY(%s)",
                 (ids + [r.event_id for r in sent
                         if r.kind in (Kind.INVALID, Kind.CONFLICT, *UNKNOWN_USER)],))
     rows = {r[0]: (r[1], r[2]) for r in cur.fetchall()}
@@ -377,7 +379,7 @@ def due_chain(deposits: list[ChainDeposit], on_chain: set[str]) -> list[str]:
 
 def chain_pending_count(cur: Cursor, due: list[str]) -> int:
     """Chain deposits due (due_chain) the ledger has not yet credited or released."""
-    cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+    cur.execute("SELECT count(*) FROM event_status WHERE event_id = ANY(%s)"
                 " AND status = ANY(%s)", (due, list(CHAIN_FINAL_STATUSES)))
     return len(due) - _count(cur)
 
@@ -395,7 +397,7 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
     cur.execute("SELECT event_id, state, final_block_hash, amount FROM chain_deposits"
                 " WHERE event_id = ANY(%s)", (ids,))
     held = {r[0]: r[1:] for r in cur.fetchall()}
-    cur.execute("SELECT event_id, status FROM payment_events WHERE event_id = ANY(%s)",
+    cur.execute("SELECT event_id, status FROM event_status WHERE event_id = ANY(%s)",
                 (ids,))
     status = dict(cur.fetchall())
     # The deposit itself only moves the pending book; its settlement moves available.

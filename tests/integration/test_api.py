@@ -365,7 +365,8 @@ def test_a_withdrawal_is_written_once_per_idempotency_key(
     assert other.status_code == 202 and other.json()["withdrawal_id"] != withdrawal_id
     with db.cursor() as cur:
         cur.execute("SELECT event_type, provider, amount, status, trace_id, payload"
-                    " FROM payment_events WHERE user_id = %s ORDER BY received_at", (user,))
+                    " FROM payment_events JOIN event_status USING (event_id)"
+                    " WHERE user_id = %s ORDER BY received_at", (user,))
         rows = cur.fetchall()
     assert len(rows) == 2
     event_type, provider, amount, status, trace_id, payload = rows[0]

@@ -77,14 +77,14 @@ def assert_drained(db: Connection, ledger: ConsumerProcess, event_ids: list[str]
 
         def final() -> bool:
             assert ledger.alive(), ledger.tail()
-            cur.execute("SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+            cur.execute("SELECT count(*) FROM event_status WHERE event_id = ANY(%s)"
                         " AND status IN ('applied', 'rejected')", (event_ids,))
             return cur.fetchone()[0] == len(event_ids)
 
         try:
             wait_until(final, DEADLINE_S, "every bench event final")
         except AssertionError:
-            cur.execute("SELECT event_id, status FROM payment_events WHERE event_id = ANY(%s)"
+            cur.execute("SELECT event_id, status FROM event_status WHERE event_id = ANY(%s)"
                         " AND status NOT IN ('applied', 'rejected')", (event_ids,))
             raise AssertionError(f"not final: {cur.fetchall()[:5]}\n{ledger.tail()}") from None
         cur.execute("SELECT event_id, outcome FROM processed_events WHERE event_id = ANY(%s)"

@@ -270,7 +270,7 @@ def _post(url: str, endpoint: str, body: bytes) -> httpx.Response:
 
 def _status_of(db, event_ids: list[str]) -> dict[str, str]:
     with db.cursor() as cur:
-        cur.execute("SELECT event_id, status FROM payment_events WHERE event_id = ANY(%s)",
+        cur.execute("SELECT event_id, status FROM event_status WHERE event_id = ANY(%s)",
                     (event_ids,))
         return dict(cur.fetchall())
 

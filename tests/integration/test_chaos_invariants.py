@@ -38,9 +38,10 @@ def _applied_deposit(cur, event_id: str, user: str, amount: str, *, journal_user
     cur.execute("INSERT INTO users (user_id) VALUES (%s), (%s) ON CONFLICT DO NOTHING",
                 (user, journal_user))
     cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
-                " amount, status, content_hash, trace_id, payload) VALUES (%s, 'payments',"
-                " 'deposit', %s, 'USD', %s, 'applied', 'h', 't', '{}')",
-                (event_id, user, amount))
+                " amount, content_hash, trace_id, payload) VALUES (%s, 'payments',"
+                " 'deposit', %s, 'USD', %s, 'h', 't', '{}');"
+                " INSERT INTO event_status (event_id, status) VALUES (%s, 'applied')",
+                (event_id, user, amount, event_id))
     cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
                 " outcome) VALUES (%s, %s, 'deposit', 'applied')",
                 (idempotency_key(event_id, "deposit"), event_id))
@@ -125,8 +126,10 @@ def test_a_forged_record_that_was_credited_is_a_violation(db):
 def _ghost_event(cur, event_id: str, user: str, *, status: str, outcome: str) -> None:
     """A deposit for `user` (never created) the ingest let in, and how the ledger ended it."""
     cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
-                " amount, status, content_hash, trace_id, payload) VALUES (%s, 'payments',"
-                " 'deposit', %s, 'USD', 5, %s, 'h', 't', '{}')", (event_id, user, status))
+                " amount, content_hash, trace_id, payload) VALUES (%s, 'payments',"
+                " 'deposit', %s, 'USD', 5, 'h', 't', '{}');"
+                " INSERT INTO event_status (event_id, status) VALUES (%s, %s)",
+                (event_id, user, event_id, status))
     cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
                 " outcome) VALUES (%s, %s, 'deposit', %s)",
                 (idempotency_key(event_id, "deposit"), event_id, outcome))
@@ -168,9 +171,10 @@ def test_an_unknown_user_deposit_dead_lettered_is_a_violation(db):
     ghost = _request(Kind.FLOOD, f"{unique('chaos-dl')}-e1", unique("ghost"))
     with db.cursor() as cur:
         cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id,"
-                    " asset, amount, status, content_hash, trace_id, payload) VALUES (%s,"
-                    " 'payments', 'deposit', %s, 'USD', 5, 'dead_lettered', 'h', 't', '{}')",
-                    (ghost.event_id, ghost.user_id))
+                    " asset, amount, content_hash, trace_id, payload) VALUES (%s,"
+                    " 'payments', 'deposit', %s, 'USD', 5, 'h', 't', '{}');"
+                    " INSERT INTO event_status (event_id, status) VALUES (%s, 'dead_lettered')",
+                    (ghost.event_id, ghost.user_id, ghost.event_id))
         cur.execute("INSERT INTO dead_letter_queue (source_topic, source_partition,"
                     " source_offset, event_id, error_reason, error_detail) VALUES"
                     " ('chaos-t', 0, (SELECT coalesce(max(source_offset), 0) + 1 FROM"
@@ -197,9 +201,10 @@ def _chain_deposit(cur, *, state: str, status: str, credits: list[str]) -> Chain
     cur.execute("INSERT INTO balances (user_id, asset, balance) VALUES (%s, 'CHAOS_T:native', %s)",
                 (user, d.amount * len(credits)))
     cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
-                " amount, status, content_hash, trace_id, payload) VALUES"
-                " (%s, 'alchemy', 'deposit', %s, 'CHAOS_T:native', %s, %s, 'h', 't', '{}')",
-                (event_id, user, d.amount, status))
+                " amount, content_hash, trace_id, payload) VALUES"
+                " (%s, 'alchemy', 'deposit', %s, 'CHAOS_T:native', %s, 'h', 't', '{}');"
+                " INSERT INTO event_status (event_id, status) VALUES (%s, %s)",
+                (event_id, user, d.amount, event_id, status))
     cur.execute("INSERT INTO chain_deposits (event_id, network, tx_hash, block_number,"
                 " recipient, raw_value, chain, user_id, asset, amount, trace_id, state,"
                 " final_block_hash) VALUES (%s, 'CHAOS_T', %s, 7, %s, %s, '{}', %s,"

@@ -169,7 +169,7 @@ def poison(owner: Connection, tmp_path_factory: pytest.TempPathFactory) -> Itera
         headers = cast("list[tuple[str, bytes]]", dlq.dlq_headers(letter, group))
         produce(dlq_topic, [(message[0], message[1], headers)])
         try:
-            wait_until(lambda: _one(owner, "SELECT status FROM payment_events"
+            wait_until(lambda: _one(owner, "SELECT status FROM event_status"
                                            " WHERE event_id = %s", event.event_id)
                        == ("dead_lettered",), 60, "the poison event mirrored, dead_lettered")
         except AssertionError:
@@ -411,7 +411,7 @@ def test_a_poison_event_is_found_fixed_replayed_and_applied(
                 event.user_id) == (POISON_AMOUNT,)
     assert _one(db, "SELECT count(*) FROM user_entries WHERE book = 'available'"
                     " AND source_event_id = %s", event.event_id) == (1,)
-    assert _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
+    assert _one(db, "SELECT status FROM event_status WHERE event_id = %s",
                 event.event_id) == ("applied",)
     assert _one(db, "SELECT status FROM dead_letter_queue WHERE id = %s", dlq_id) == \
         ("replayed",)

@@ -52,7 +52,8 @@ HISTORY_PAGE = routes_search.HISTORY_PAGE
 DLQ_PAGE = routes_dead_letters.PAGE + 1  # the page asks for one more: is there a next?
 # A page's ids from an index alone, then its rows by id: each row read twice.
 DLQ_READ = 2 * DLQ_PAGE + SLACK
-BIG = frozenset({"payment_events", "processed_events", "dead_letter_queue", "chain_deposits",
+BIG = frozenset({"payment_events", "event_status", "processed_events", "dead_letter_queue",
+                 "chain_deposits",
                  "transfers", "postings", "notification_intents", "notification_deliveries",
                  "operator_actions"})
 # Not big, but read per user on the user page: reading every user's is a scan all the same.
@@ -243,10 +244,9 @@ def world() -> Iterator[World]:
         with conn.cursor() as cur:
             cur.execute("INSERT INTO users (user_id) VALUES (%s), (%s)", (user, other))
             # The event, NOISE of its user's history (older), NOISE of the other user.
+            # Each with its status row (event_status), as the outbox writes them.
             cur.execute(
-                "INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
-                " amount, status, content_hash, trace_id, payload, received_at)"
-                " SELECT e, pr, 'deposit', u, 'USDC', 1, st, md5(e), t, '{}', at FROM ("
+                "WITH v(e, pr, u, st, t, at) AS ("
                 "  SELECT %(event)s, %(provider)s, %(user)s, 'applied', %(p)s || '-trace',"
                 "   now()"
                 "  UNION ALL SELECT %(p)s || '-h' || g, %(provider)s, %(user)s, 'applied',"
@@ -267,7 +267,11 @@ def world() -> Iterator[World]:
                 # ids sorting first: a merge join walking the key from its start reads them
                 "  UNION ALL SELECT '0' || %(p)s || '-f' || g, %(other_provider)s, %(other)s,"
                 "   'applied', %(p)s || '-ft' || g, now() - interval '3 days'"
-                "   FROM generate_series(0, %(n)s - 1) g) AS v(e, pr, u, st, t, at)",
+                "   FROM generate_series(0, %(n)s - 1) g),"
+                " i AS (INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+                "  asset, amount, content_hash, trace_id, payload, received_at)"
+                "  SELECT e, pr, 'deposit', u, 'USDC', 1, md5(e), t, '{}', at FROM v)"
+                " INSERT INTO event_status (event_id, status) SELECT e, st FROM v",
                 {"event": event, "provider": provider, "user": user, "p": p, "n": NOISE,
                  "other_provider": other_provider, "other": other})
             keys = [idempotency_key(event, "deposit"),
@@ -285,10 +289,11 @@ def world() -> Iterator[World]:
                         " amount, destination) VALUES (%s, %s, %s, 'USDC', 1, 'x')",
                         (withdrawal, key_id, user))
             cur.execute("INSERT INTO payment_events (event_id, provider, event_type, user_id,"
-                        " asset, amount, status, content_hash, trace_id, payload, received_at)"
-                        " VALUES (%s, 'api', 'withdrawal_requested', %s, 'USDC', 1, 'rejected',"
-                        " md5(%s), %s, '{}', now() - interval '3 days')",
-                        (withdrawal, user, withdrawal, f"{p}-wt"))
+                        " asset, amount, content_hash, trace_id, payload, received_at)"
+                        " VALUES (%s, 'api', 'withdrawal_requested', %s, 'USDC', 1,"
+                        " md5(%s), %s, '{}', now() - interval '3 days');"
+                        " INSERT INTO event_status (event_id, status) VALUES (%s, 'rejected')",
+                        (withdrawal, user, withdrawal, f"{p}-wt", withdrawal))
             cur.execute("INSERT INTO api_idempotency (key_id, idempotency_key, request_hash,"
                         " status_code, response, withdrawal_id) VALUES (%s, %s, %s, 201, '{}',"
                         " %s)", (key_id, merchant_key, _hex(64), withdrawal))
@@ -380,8 +385,9 @@ def world() -> Iterator[World]:
             # The provider of each dead letter whose event is dead-lettered, as the mirror
             # records it (consumers/dlq_mirror.py).
             cur.execute("UPDATE dead_letter_queue d SET provider = p.provider"
-                        " FROM payment_events p WHERE p.event_id = d.event_id"
-                        " AND p.status = 'dead_lettered' AND d.source_topic = %s", (topic,))
+                        " FROM payment_events p JOIN event_status s USING (event_id)"
+                        " WHERE p.event_id = d.event_id"
+                        " AND s.status = 'dead_lettered' AND d.source_topic = %s", (topic,))
             # The user page's per-user reads: NOISE open holds and resolved shortfalls of
             # the other user.
             cur.execute("INSERT INTO holds (hold_id, user_id, asset, provider, amount,"

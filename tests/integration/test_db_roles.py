@@ -26,7 +26,7 @@ NOTIFY_TABLES = ("notification_endpoints", "notification_intents", "notification
                  "notification_attempts", "notification_reminders")
 LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc",
                                    "api", "notifier")
-TABLES = ("users", "balances", "deposit_addresses", "payment_events", "outbox",
+TABLES = ("users", "balances", "deposit_addresses", "payment_events", "event_status", "outbox",
           "processed_events", "accounts", "transfers", "postings", "user_entries",
           "dead_letter_queue", "debezium_heartbeat", "ingest_notices", "chain_deposits",
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
@@ -41,6 +41,7 @@ Grants = dict[str, dict[str, object]]
 EXPECTED: dict[DbRole, Grants] = {
     "ingest": {
         "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        "event_status": {"INSERT": ALL},  # an event's `received` row, with the event (0030)
         "ingest_notices": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
@@ -54,7 +55,9 @@ EXPECTED: dict[DbRole, Grants] = {
         "users": {"SELECT": ALL},
         "balances": {"SELECT": ALL, "INSERT": {"user_id", "asset"},
                      "UPDATE": {"balance", "pending", "held", "updated_at"}},
-        "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
+        # payment_events is insert-only: the status moved to event_status (0030).
+        "payment_events": {"SELECT": ALL},
+        "event_status": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
         "accounts": {"SELECT": ALL, "INSERT": {"kind", "owner", "asset"}},
         "transfers": {"SELECT": ALL, "INSERT": ALL},
         "postings": {"SELECT": ALL, "INSERT": ALL},
@@ -76,7 +79,8 @@ EXPECTED: dict[DbRole, Grants] = {
         "dead_letter_queue": {"SELECT": ALL, "INSERT": ALL,
                               "UPDATE": {"attempts", "error_reason", "error_detail",
                                          "last_seen_at", "provider"}},
-        "payment_events": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
+        "payment_events": {"SELECT": ALL},
+        "event_status": {"SELECT": ALL, "UPDATE": {"status", "status_changed_at"}},
     },
     "finality": {
         "chain_deposits": {"SELECT": ALL,
@@ -88,6 +92,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         # The chain scanner (0023): records deposits as the ingest does, moves its cursor.
         "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        "event_status": {"INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL},
         "chain_scan_cursors": {"SELECT": ALL, "INSERT": ALL,
                                "UPDATE": {"block_number", "block_hash", "updated_at"}},
@@ -138,8 +143,10 @@ EXPECTED: dict[DbRole, Grants] = {
                               "UPDATE": {"status", "last_seen_at", "discard_reason"}},
         "consumer_stops": {"SELECT": ALL, "DELETE": ALL},  # consume resume GROUP
         # The operator's adjust / revert and the hold expiry scheduler record events.
-        "payment_events": {"SELECT": ALL, "INSERT": ALL,
-                           "UPDATE": {"status", "status_changed_at"}},
+        "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        # ... and a DLQ replay moves the event's status back to received.
+        "event_status": {"SELECT": ALL, "INSERT": ALL,
+                         "UPDATE": {"status", "status_changed_at"}},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         "account_shortfalls": {"SELECT": ALL, "UPDATE": {"resolved_at", "resolution"}},
         "holds": {"SELECT": ALL, "UPDATE": {"state"}},
@@ -163,6 +170,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "chain_scan_backfills": {"SELECT": ALL, "INSERT": ALL},  # scan_from_block (0024)
         "payment_events": {"SELECT": ALL, "INSERT": ALL},
+        "event_status": {"SELECT": ALL, "INSERT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         "api_withdrawals": {"SELECT": ALL, "INSERT": ALL},
         "api_idempotency": {"SELECT": ALL, "INSERT": ALL},
@@ -277,7 +285,13 @@ REFUSED = [
     ("ingest", "UPDATE balances SET balance = balance + 1"),
     ("ingest", "SELECT pg_drop_replication_slot('paystream_no_such_slot')"),
     ("ingest", "SELECT * FROM balances"),
-    ("ingest", "UPDATE payment_events SET status = 'applied' WHERE false"),
+    ("ingest", "UPDATE event_status SET status = 'applied' WHERE false"),
+    ("ingest", "SELECT * FROM event_status"),
+    # Nobody updates payment_events: its status is event_status's (0030).
+    *((role, "UPDATE payment_events SET trace_id = 'x' WHERE false")
+      for role in ("ledger", "mirror", "ops", "ingest", "api", "finality")),
+    ("ledger", "INSERT INTO event_status (event_id) VALUES ('x')"),
+    ("finality", "UPDATE event_status SET status = 'applied' WHERE false"),
     ("cdc", "SELECT * FROM balances"),
     ("cdc", "SELECT * FROM payment_events"),
     ("cdc", "INSERT INTO outbox (id, aggregatetype, aggregateid, type, event_id, payload,"
@@ -304,7 +318,7 @@ REFUSED = [
     ("api", "UPDATE balances SET balance = balance + 1 WHERE false"),
     ("api", "INSERT INTO postings (transfer_id, account_id, asset, amount)"
             " VALUES (1, 1, 'USD', 1)"),
-    ("api", "UPDATE payment_events SET status = 'applied' WHERE false"),
+    ("api", "UPDATE event_status SET status = 'applied' WHERE false"),
     ("api", "UPDATE api_keys SET revoked_at = NULL WHERE false"),
     ("api", "INSERT INTO api_keys (key_id, name, key_hash, scopes) VALUES"
             " ('ak_0000000000000000', 'x', repeat('0', 64), '{read}')"),

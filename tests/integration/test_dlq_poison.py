@@ -103,7 +103,7 @@ def test_poison_messages_are_dead_lettered_and_the_partition_continues(
         assert "1.5" in by_offset[2][3] and "JSON number" in by_offset[2][2]
         assert by_offset[1][4]["event_id"] == "garbage"
         assert all(r[6] == user for r in rows)
-        cur.execute("SELECT p.outcome, e.status FROM processed_events p JOIN payment_events e"
+        cur.execute("SELECT p.outcome, e.status FROM processed_events p JOIN event_status e"
                     " USING (event_id) WHERE event_id = %s", (ghostly.event_id,))
         assert cur.fetchall() == [("unknown_user", "rejected")]
         cur.execute("SELECT count(*) FROM balances WHERE user_id = %s", (ghost,))

@@ -69,7 +69,7 @@ def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -
 
     try:
         wait_until(lambda: dead_letter() is not None, 60, "the dead letter in the table")
-        wait_until(lambda: _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
+        wait_until(lambda: _one(db, "SELECT status FROM event_status WHERE event_id = %s",
                                 event.event_id) == ("dead_lettered",), 30, "dead_lettered")
     except AssertionError:
         raise AssertionError(pool.logs()) from None
@@ -98,7 +98,7 @@ def test_replay_after_the_user_is_created_applies_once(db, pool, topic_reader) -
     assert headers_of(sent[0])["trace_id"] == trace
     assert json.loads(sent[0].value()) == event.to_wire()
     try:
-        wait_until(lambda: _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
+        wait_until(lambda: _one(db, "SELECT status FROM event_status WHERE event_id = %s",
                                 event.event_id) == ("applied",), 60, "the replay applied")
     except AssertionError:
         raise AssertionError(pool.logs()) from None

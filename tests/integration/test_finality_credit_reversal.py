@@ -82,7 +82,7 @@ def _payment(pipe: Pipeline, user: str, event_type: str, amount: str) -> str:
 
 
 def _status(pipe: Pipeline, event_id: str) -> str | None:
-    rows = pipe.query("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))
+    rows = pipe.query("SELECT status FROM event_status WHERE event_id = %s", (event_id,))
     return rows[0][0] if rows else None
 
 

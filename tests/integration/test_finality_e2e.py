@@ -76,7 +76,8 @@ def test_pending_until_final_then_credited_once(pipe: Pipeline, chain: Chain,
     wait_for("pending balances", lambda: pipe.balances(user) == {
         eth: (0, Decimal(wei) / 10**18), pusd: (0, Decimal(raw) / 10**6)})
     statuses = {s for (s,) in pipe.query(
-        "SELECT status FROM payment_events WHERE user_id = %s", (user,))}
+        "SELECT status FROM payment_events JOIN event_status USING (event_id)"
+        " WHERE user_id = %s", (user,))}
     assert statuses == {"pending_finality"}
     # Several watcher ticks with the chain standing still: nothing becomes final.
     time.sleep(4 * pipe.tick_seconds)
@@ -88,7 +89,8 @@ def test_pending_until_final_then_credited_once(pipe: Pipeline, chain: Chain,
     wait_for("credited balances", lambda: pipe.balances(user) == {
         eth: (Decimal(wei) / 10**18, 0), pusd: (Decimal(raw) / 10**6, 0)})
     assert {s for (s,) in pipe.query(
-        "SELECT status FROM payment_events WHERE user_id = %s", (user,))} == {"applied"}
+        "SELECT status FROM payment_events JOIN event_status USING (event_id)"
+        " WHERE user_id = %s", (user,))} == {"applied"}
     # Credited exactly once: one journal row per deposit, settlement ids derived from it.
     rows = pipe.query("SELECT source_event_id, event_type FROM user_entries"
                       " WHERE book = 'available' AND user_id = %s ORDER BY 1", (user,))
@@ -130,7 +132,8 @@ def test_reorg_removing_the_tx_before_finality_is_never_credited(
     assert _count(pipe, "SELECT count(*) FROM user_entries"
                         " WHERE book = 'available' AND user_id = %s", user) == 0
     assert {s for (s,) in pipe.query(
-        "SELECT status FROM payment_events WHERE user_id = %s", (user,))} == {"reorged"}
+        "SELECT status FROM payment_events JOIN event_status USING (event_id)"
+        " WHERE user_id = %s", (user,))} == {"reorged"}
     assert {d["verdict_reason"] for d in pipe.deposits(user).values()} == {"tx_not_in_chain"}
     _reconciled(pipe, user)
     assert (pipe.metric("paystream_finality_reorgs_total", reason="tx_not_in_chain")

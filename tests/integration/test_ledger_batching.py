@@ -25,7 +25,7 @@ BATCH_TIMEOUT_S = 5.0  # far above what a lone record may wait
 def _applied(db, event_id: str) -> bool:
     """Final: applied, or rejected (a withdrawal larger than the balance)."""
     with db.cursor() as cur:
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))
+        cur.execute("SELECT status FROM event_status WHERE event_id = %s", (event_id,))
         return cur.fetchone() in (("applied",), ("rejected",))
 
 

@@ -65,7 +65,7 @@ def test_same_event_ten_times_by_ten_processes_credits_once(db, pool) -> None:
         cur.execute("SELECT outcome FROM processed_events WHERE idempotency_key = %s",
                     (idempotency_key(event.event_id, "deposit"),))
         assert cur.fetchall() == [("applied",)]
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event.event_id,))
+        cur.execute("SELECT status FROM event_status WHERE event_id = %s", (event.event_id,))
         assert cur.fetchone() == ("applied",)
     for proc in procs:
         assert proc.terminate() == 0, proc.tail()

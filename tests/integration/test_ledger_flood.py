@@ -101,12 +101,12 @@ def test_a_flood_of_unknown_users_and_forged_records_never_stops_the_ledger(db, 
     assert applied_after_s < 30
     print(f"flood: {HONEST} ordinary deposits applied {applied_after_s:.1f} s after the start,"
           f" behind {GHOSTS} unknown users and {FORGED} forged records")
-    assert _one(db, "SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+    assert _one(db, "SELECT count(*) FROM event_status WHERE event_id = ANY(%s)"
                     " AND status = 'applied'", [e.event_id for e in honest]) == (HONEST,)
 
     # Every ghost: rejected, once, with its outcome; no balance row, nothing moved.
     ghost_ids = [e.event_id for e in ghosts]
-    assert _one(db, "SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+    assert _one(db, "SELECT count(*) FROM event_status WHERE event_id = ANY(%s)"
                     " AND status = 'rejected'", ghost_ids) == (GHOSTS,)
     assert _one(db, "SELECT count(*), min(outcome), max(outcome) FROM processed_events"
                     " WHERE event_id = ANY(%s)", ghost_ids) == (GHOSTS, "unknown_user",
@@ -133,7 +133,7 @@ def test_a_flood_of_unknown_users_and_forged_records_never_stops_the_ledger(db, 
         assert cur.fetchall() == [("content_mismatch", FORGED // 2),
                                   ("unknown_event", FORGED // 2)]
     # The altered events' own rows are untouched: the forged copy is no redelivery.
-    assert _one(db, "SELECT count(*) FROM payment_events WHERE event_id = ANY(%s)"
+    assert _one(db, "SELECT count(*) FROM event_status WHERE event_id = ANY(%s)"
                     " AND status = 'received'", [e.event_id for e in altered]) == (FORGED // 2,)
 
     # Nothing lost: every record was applied, rejected or dead-lettered, and no more.
@@ -199,7 +199,7 @@ def test_unexpected_failures_past_the_limit_stop_the_group_once_until_resumed(db
     assert committed(group, topic, [0]) == {0: 3}
     assert [{k: v.decode() for k, v in m.headers()}[dlq.H_KIND]
             for m in read_all(dlq_topic, timeout_s=2)] == ["unexpected"] * 2
-    assert _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
+    assert _one(db, "SELECT status FROM event_status WHERE event_id = %s",
                 first.event_id) == ("applied",)
     assert _one(db, "SELECT count(*) FROM processed_events WHERE event_id = ANY(%s)",
                 [over[2].event_id, after.event_id]) == (0,)
@@ -229,7 +229,7 @@ def test_unexpected_failures_past_the_limit_stop_the_group_once_until_resumed(db
                              text=True, timeout=60)
     assert resumed.returncode == 0 and f"resumed group {group}" in resumed.stdout, resumed
     try:
-        wait_until(lambda: _one(db, "SELECT status FROM payment_events WHERE event_id = %s",
+        wait_until(lambda: _one(db, "SELECT status FROM event_status WHERE event_id = %s",
                                 after.event_id) == ("applied",), 30, "progress after resume")
     except AssertionError:
         raise AssertionError(ledger.tail(40) + second.tail(20)) from None

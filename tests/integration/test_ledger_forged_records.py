@@ -56,7 +56,7 @@ def test_forged_records_are_dead_letters_and_credit_nothing(db, pool) -> None:
         create_users(cur, [user])
         store_events(cur, [honest, altered, final])  # `unknown` is never recorded
         # Already final, and no processed_events row explains a record of it.
-        cur.execute("UPDATE payment_events SET status = 'applied' WHERE event_id = %s",
+        cur.execute("UPDATE event_status SET status = 'applied' WHERE event_id = %s",
                     (final.event_id,))
     forged = PaymentEvent(altered.event_id, EventType.DEPOSIT, user, "USDC",
                           Decimal("1000000"), "test")  # a real event id, another amount
@@ -94,7 +94,7 @@ def test_forged_records_are_dead_letters_and_credit_nothing(db, pool) -> None:
         assert {o: r[1] for o, r in rows.items()} == expected
         # The mirror marks an event dead_lettered only if the dead letter is that event:
         # the forged copy leaves the real event waiting, the final one stays final.
-        cur.execute("SELECT event_id, status FROM payment_events WHERE event_id = ANY(%s)",
+        cur.execute("SELECT event_id, status FROM event_status WHERE event_id = ANY(%s)",
                     ([honest.event_id, altered.event_id, final.event_id],))
         assert dict(cur.fetchall()) == {honest.event_id: "applied",
                                         altered.event_id: "received",
@@ -109,7 +109,7 @@ def test_forged_records_are_dead_letters_and_credit_nothing(db, pool) -> None:
         assert done.returncode == 1 and words in done.stderr, (offset, done)
     # Marked dead_lettered by hand, the forged copy is still not the stored event.
     with db.cursor() as cur:
-        cur.execute("UPDATE payment_events SET status = 'dead_lettered' WHERE event_id = %s",
+        cur.execute("UPDATE event_status SET status = 'dead_lettered' WHERE event_id = %s",
                     (altered.event_id,))
     done = _replay(rows[1][0])
     assert done.returncode == 1 and "another content hash" in done.stderr, done
@@ -162,5 +162,5 @@ def test_a_settlement_the_watcher_did_not_decide_credits_nothing(db, ledger_db) 
         assert cur.fetchall() == [(Decimal(0), Decimal("1.5"))]
         cur.execute("SELECT state FROM chain_deposits WHERE event_id = %s", (deposit_id,))
         assert cur.fetchone() == ("pending",)
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (deposit_id,))
+        cur.execute("SELECT status FROM event_status WHERE event_id = %s", (deposit_id,))
         assert cur.fetchone() == ("pending_finality",)

@@ -72,7 +72,7 @@ class Books:
 
     def status(self, event: PaymentEvent) -> str:
         with self.db.cursor() as cur:
-            cur.execute("SELECT status FROM payment_events WHERE event_id = %s",
+            cur.execute("SELECT status FROM event_status WHERE event_id = %s",
                         (event.event_id,))
             return cur.fetchone()[0]
 

@@ -11,7 +11,6 @@ the shared test database's books.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -21,11 +20,10 @@ from paystream.ops import users as admin
 from paystream.schema.db import Connection, PostgresAddress, connect
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.migrate import apply_pending, migration_files
-from paystream.stack.postgres import superuser_sql
-from paystream.stack.settings import StackSettings
 from tests.support.consumers import record_of, store_events, wire_message
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
+from tests.support.migrations import database_at
 
 ETH = "ETH_MAINNET:native"
 T0 = "2026-11-01 10:00:00+00"
@@ -83,21 +81,8 @@ VALUES ('dave', '{ETH}', 'd1:reversed', 'd1', 0.7), ('frank', '{ETH}', 'f1:rever
 @pytest.fixture
 def v1_database() -> Iterator[PostgresAddress]:
     """A scratch database at migration 0007 holding the v1 story; dropped afterwards."""
-    settings = StackSettings.from_env()
-    name = unique("paystream_v1").replace("-", "_")
-    superuser_sql(settings, f'CREATE DATABASE "{name}" OWNER paystream')
-    address = replace(PostgresAddress.direct_from_env(), db=name)
-    try:
-        owner = connect(address.dsn("owner"))
-        try:
-            assert apply_pending(owner, upto="0007_roles")[-1] == "0007_roles"
-            with owner.cursor() as cur:
-                cur.execute(V1_SQL)
-        finally:
-            owner.close()
+    with database_at("0007_roles", V1_SQL) as address:
         yield address
-    finally:
-        superuser_sql(settings, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _rows(conn: Connection, sql: str) -> list[tuple]:

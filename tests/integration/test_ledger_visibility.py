@@ -62,7 +62,7 @@ def test_an_event_whose_row_commits_while_its_batch_runs_is_applied(db, ledger_d
     assert result.outcomes["applied"] == 1
     assert _balance(db, user, "USD") == Decimal("12.5")
     with db.cursor() as cur:
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s",
+        cur.execute("SELECT status FROM event_status WHERE event_id = %s",
                     (event.event_id,))
         assert cur.fetchone() == ("applied",)
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psycopg2.extensions
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -53,11 +54,13 @@ def stuck_event(db):
     with db.cursor() as cur:
         cur.execute(
             "INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
-            " amount, content_hash, trace_id, payload, received_at, status_changed_at)"
+            " amount, content_hash, trace_id, payload, received_at)"
             " VALUES (%s, 'test', 'deposit', 'ops-nobody', 'USDC', 1, 'h', 't', '{}',"
-            " now() - interval '10 years', now() - interval '10 years')", (event_id,))
+            " now() - interval '10 years');"
+            " INSERT INTO event_status (event_id, status_changed_at)"
+            " VALUES (%s, now() - interval '10 years')", (event_id, event_id))
     yield event_id
-    with db.cursor() as cur:
+    with db.cursor() as cur:  # its event_status row goes with it (ON DELETE CASCADE)
         cur.execute("DELETE FROM payment_events WHERE event_id = %s", (event_id,))
 
 
@@ -85,7 +88,7 @@ def test_stuck_event_shows_in_health_and_metric_then_clears(db, stuck_event) -> 
 
     # Resolved: the consumer applied it.
     with db.cursor() as cur:
-        cur.execute("UPDATE payment_events SET status = 'applied', status_changed_at = now()"
+        cur.execute("UPDATE event_status SET status = 'applied', status_changed_at = now()"
                     " WHERE event_id = %s", (stuck_event,))
     code, rows = health_json(*checks, "--stuck-after", STUCK_AFTER)
     assert code == 0
@@ -99,10 +102,48 @@ def test_stuck_event_shows_in_health_and_metric_then_clears(db, stuck_event) -> 
 def test_replayed_event_waits_from_its_status_change(db, stuck_event) -> None:
     # A DLQ replay makes an old event `received` again: it is not stuck until it waits.
     with db.cursor() as cur:
-        cur.execute("UPDATE payment_events SET status_changed_at = now() WHERE event_id = %s",
+        cur.execute("UPDATE event_status SET status_changed_at = now() WHERE event_id = %s",
                     (stuck_event,))
     code, rows = health_json("--check", "stuck_events", "--stuck-after", STUCK_AFTER)
     assert code == 0 and rows["stuck_events"][0]["value"] == "0"
+
+
+SENT: list[bytes] = []  # every statement a _Recording cursor executed, as sent
+
+
+class _Recording(psycopg2.extensions.cursor):
+    def execute(self, query, vars=None) -> None:  # type: ignore[no-untyped-def]
+        super().execute(query, vars)
+        assert self.query is not None
+        SENT.append(self.query)
+
+
+def _plan_nodes(plan: dict) -> list[tuple[str, str | None, str | None]]:
+    nodes = [(plan["Node Type"], plan.get("Relation Name"), plan.get("Index Name"))]
+    for child in plan.get("Plans", ()):
+        nodes += _plan_nodes(child)
+    return nodes
+
+
+def test_the_stuck_events_check_reads_the_received_index_alone(db, stuck_event) -> None:
+    """The stuck-events query reads event_status's partial index of the received rows:
+    never payment_events (its status moved out), never a walk of every status row."""
+    settings = HealthSettings.from_env(stuck_after_s=float(STUCK_AFTER))
+    SENT.clear()
+    with db.cursor(cursor_factory=_Recording) as cur:
+        HealthChecker(settings)._event_checks(cur)
+    (statement,) = SENT
+    with db.cursor() as cur:
+        cur.execute("BEGIN; SET LOCAL enable_seqscan = off")
+        try:
+            cur.execute(b"EXPLAIN (FORMAT JSON) " + statement)
+            plan = cur.fetchone()[0]
+        finally:
+            cur.execute("ROLLBACK")
+    nodes = _plan_nodes((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
+    assert {table for _, table, _ in nodes if table} == {"event_status"}, nodes
+    assert any(index == "event_status_received_idx" for _, _, index in nodes), nodes
+    assert not any(node == "Seq Scan" for node, _, _ in nodes), nodes
 
 
 def test_serve_metrics_publishes_every_gauge(stuck_event) -> None:

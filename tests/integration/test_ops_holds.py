@@ -85,7 +85,8 @@ def test_an_expired_hold_is_claimed_once_and_voided_by_the_ledger(db, ledger_db)
     done = paystream("holds", "expire")
     assert done.returncode == 0 and "voided" in done.stdout, done.stdout + done.stderr
     assert _one(db, "SELECT state FROM holds WHERE hold_id = %s", hold_id) == ("expiring",)
-    assert _one(db, "SELECT event_type, status FROM payment_events WHERE event_id = %s",
+    assert _one(db, "SELECT event_type, status FROM payment_events"
+                " JOIN event_status USING (event_id) WHERE event_id = %s",
                 expired_id) == ("hold_expired", "received")
     # A second round (or a restarted scheduler) finds it claimed: no second event.
     paystream("holds", "expire")

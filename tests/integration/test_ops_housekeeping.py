@@ -193,7 +193,7 @@ def test_replay_after_ttl_purge_moves_no_money(db) -> None:
                     " WHERE book = 'available' AND source_event_id = %s",
                     (event_id,))
         assert cur.fetchone()[0] == 1
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))
+        cur.execute("SELECT status FROM event_status WHERE event_id = %s", (event_id,))
         assert cur.fetchone() == ("applied",)
     assert reconcile(db, users=[user]).clean
 
@@ -231,7 +231,7 @@ def test_a_rejection_replayed_after_the_ttl_stays_a_rejection(db):
     with db.cursor() as cur:
         cur.execute("SELECT balance FROM balances WHERE user_id = %s", (user,))
         assert cur.fetchone()[0] == Decimal(100)
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s",
+        cur.execute("SELECT status FROM event_status WHERE event_id = %s",
                     (withdrawal_id,))
         assert cur.fetchone() == ("rejected",)
 

@@ -95,5 +95,5 @@ def _serving(port: int) -> bool:
 
 def _status(db, event_id: str) -> str:
     with db.cursor() as cur:
-        cur.execute("SELECT status FROM payment_events WHERE event_id = %s", (event_id,))
+        cur.execute("SELECT status FROM event_status WHERE event_id = %s", (event_id,))
         return cur.fetchone()[0]

@@ -68,10 +68,14 @@ def test_constraints_that_protect_money(db):
     assert _fails(db, "INSERT INTO accounts (kind, owner, asset) VALUES ('cash', %s, 'USD')",
                   (user,)) == "23514"
     # status is one of the lifecycle's values
-    assert _fails(db, "INSERT INTO payment_events (event_id, provider, event_type, user_id,"
-                  " asset, amount, status, content_hash, trace_id, payload) VALUES"
-                  " (%s, 'p', 'deposit', %s, 'USD', 1, 'pending', 'h', 't', '{}')",
-                  (unique("e"), user)) == "23514"
+    assert _fails(db, "WITH e AS (INSERT INTO payment_events (event_id, provider, event_type,"
+                  " user_id, asset, amount, content_hash, trace_id, payload) VALUES"
+                  " (%s, 'p', 'deposit', %s, 'USD', 1, 'h', 't', '{}') RETURNING event_id)"
+                  " INSERT INTO event_status (event_id, status) SELECT event_id, 'pending'"
+                  " FROM e", (unique("e"), user)) == "23514"
+    # ... and the status of an event that was recorded
+    assert _fails(db, "INSERT INTO event_status (event_id) VALUES (%s)",
+                  (unique("e"),)) == "23503"
     # NUMERIC(38,18): 10^20 does not fit
     assert _fails(db, "UPDATE balances SET balance = 100000000000000000000"
                   " WHERE user_id = %s AND asset = 'USD'", (user,)) == "22003"

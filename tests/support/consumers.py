@@ -79,7 +79,8 @@ def record_of(message: Message, partition: int = 0, offset: int = 0,
 
 def store_events(cur: Any, events: Iterable[PaymentEvent]) -> int:
     """Record `events` in payment_events as the ingest does (schema.outbox.write_events:
-    the same columns, the wire as payload, PaymentEvent.content_hash, status received),
+    the same columns, the wire as payload, PaymentEvent.content_hash, and the event's
+    `received` row in event_status, in the same statement),
     without the outbox row: the tests and the bench then produce the records themselves
     (wire_message), on topics of their own. The ledger credits only records that match
     such a row. An event id already stored is left as it is; returns how many were new."""
@@ -94,12 +95,13 @@ def store_events(cur: Any, events: Iterable[PaymentEvent]) -> int:
     stored = 0
     for start in range(0, len(rows), 5_000):
         cur.execute(
-            "INSERT INTO payment_events (event_id, provider, event_type, user_id, asset,"
-            " amount, content_hash, trace_id, payload) SELECT event_id, provider, event_type,"
-            " user_id, asset, amount, content_hash, trace_id, payload"
+            "WITH e AS (INSERT INTO payment_events (event_id, provider, event_type, user_id,"
+            " asset, amount, content_hash, trace_id, payload) SELECT event_id, provider,"
+            " event_type, user_id, asset, amount, content_hash, trace_id, payload"
             " FROM jsonb_to_recordset(%s::jsonb) AS r(event_id text, provider text,"
             " event_type text, user_id text, asset text, amount numeric, content_hash text,"
-            " trace_id text, payload jsonb) ON CONFLICT (event_id) DO NOTHING",
+            " trace_id text, payload jsonb) ON CONFLICT (event_id) DO NOTHING"
+            " RETURNING event_id) INSERT INTO event_status (event_id) SELECT event_id FROM e",
             (json.dumps(rows[start:start + 5_000], separators=(",", ":")),))
         stored += cur.rowcount
     return stored
