@@ -169,8 +169,8 @@ def database_size() -> dict[str, float]:
         row = cur.fetchone()
         cur.execute("SELECT coalesce(sum(pg_relation_size(indexrelid)), 0) FROM pg_index"
                     " WHERE indrelid IN ('payment_events'::regclass,"
-                    " 'processed_events'::regclass, 'transfers'::regclass,"
-                    " 'postings'::regclass)")
+                    " 'event_status'::regclass, 'processed_events'::regclass,"
+                    " 'transfers'::regclass, 'postings'::regclass)")
         size = cur.fetchone()
     conn.close()
     return {"payment_events": float(row[0] if row else 0),
