@@ -14,7 +14,8 @@ export PATH := $(BIN):$(PATH)
 
 # Debian's python3 has no `venv` (ensurepip) until python3-venv is installed: a name that
 # exists on Debian 12 and 13 (tests/unit/test_stack_packages.py checks it). uv installs
-# the dependencies (8 s into a fresh venv, pip 36 s); pip stays in the venv.
+# the dependencies (8 s into a fresh venv, pip 36 s); pip stays in the venv. uv trusts
+# the system's certificates, as pip does (its own list lacks a proxy's CA).
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
 	  echo "installing python3-venv (Debian's python3 lacks venv)"; \
@@ -22,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	    apt-get install -y -q --no-install-recommends python3-venv; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q uv==0.13.8
-	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]'
+	$(BIN)/uv pip install -q --system-certs --python $(BIN)/python -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
