@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import orjson
 
@@ -141,3 +142,24 @@ def latest(cur: Cursor, code: str | None = None, user_id: str | None = None,
         " ORDER BY last_refused_at DESC LIMIT %(limit)s",
         {"code": code, "user": user_id, "limit": limit})
     return [tuple(row) for row in cur.fetchall()]
+
+
+def purge_older(cur: Cursor, cutoff: datetime, limit: int) -> int:
+    """Delete up to `limit` refusals last retried before `cutoff`, oldest first, in one
+    statement (housekeeping's batch; its index is refused_deliveries_last_idx). A row
+    is only a record: one retried while its batch runs may go with it, and the
+    provider's next retry records it anew (no lock beyond the batch's own rows, so the
+    operator needs no UPDATE grant)."""
+    cur.execute("DELETE FROM refused_deliveries WHERE (provider, event_id, code) IN ("
+                " SELECT provider, event_id, code FROM refused_deliveries"
+                " WHERE last_refused_at < %s ORDER BY last_refused_at LIMIT %s)",
+                (cutoff, limit))
+    return max(int(cur.rowcount), 0)
+
+
+def count_older(cur: Cursor, cutoff: datetime) -> int:
+    """How many refusals purge_older would delete with this cutoff (no limit)."""
+    cur.execute("SELECT count(*) FROM refused_deliveries WHERE last_refused_at < %s",
+                (cutoff,))
+    row = cur.fetchone()
+    return 0 if row is None else int(row[0])

@@ -98,13 +98,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     health.set_defaults(func=_health)
 
     hk = sub.add_parser("housekeeping",
-                        help="delete final processed_events entries and delivered "
-                             "notifications older than their TTLs")
+                        help="delete final processed_events entries, delivered "
+                             "notifications and refused deliveries older than their TTLs")
     hk.add_argument("--ttl-days", type=float, default=None,
                     help="keep processed_events entries younger than this (default 14)")
     hk.add_argument("--notifications-ttl-days", type=float, default=None,
                     help="keep notifications younger than this (default 30; at least the"
                          " notifications topic's 7-day retention)")
+    hk.add_argument("--refusals-ttl-days", type=float, default=None,
+                    help="keep deliveries refused at the door (`refusals list`) retried"
+                         " more recently than this (default 30)")
     hk.add_argument("--batch-size", type=int, default=None,
                     help="rows per transaction (default 1000)")
     hk.add_argument("--pause", type=float, default=0.0,
@@ -276,19 +279,23 @@ def _housekeeping(args: argparse.Namespace) -> int:
     from paystream.ops.housekeeping import (
         DEFAULT_BATCH_SIZE,
         DEFAULT_NOTIFICATION_TTL_DAYS,
+        DEFAULT_REFUSALS_TTL_DAYS,
         DEFAULT_TTL_DAYS,
         FINAL_OUTCOMES,
         PurgeResult,
         purge_notifications,
         purge_processed_events,
+        purge_refusals,
     )
     ttl = DEFAULT_TTL_DAYS if args.ttl_days is None else args.ttl_days
     notify_ttl = (DEFAULT_NOTIFICATION_TTL_DAYS if args.notifications_ttl_days is None
                   else args.notifications_ttl_days)
+    refusals_ttl = (DEFAULT_REFUSALS_TTL_DAYS if args.refusals_ttl_days is None
+                    else args.refusals_ttl_days)
     batch = DEFAULT_BATCH_SIZE if args.batch_size is None else args.batch_size
-    if ttl < 0 or notify_ttl < 0 or batch < 1:
-        print("paystream housekeeping: --ttl-days and --notifications-ttl-days must be >= 0,"
-              " --batch-size >= 1", file=sys.stderr)
+    if min(ttl, notify_ttl, refusals_ttl) < 0 or batch < 1:
+        print("paystream housekeeping: --ttl-days, --notifications-ttl-days and"
+              " --refusals-ttl-days must be >= 0, --batch-size >= 1", file=sys.stderr)
         return EXIT_CANNOT_RUN
 
     def report(result: PurgeResult, what: str, days: float) -> None:
@@ -310,6 +317,10 @@ def _housekeeping(args: argparse.Namespace) -> int:
                                    dry_run=args.dry_run),
                "notifications delivered or failed for good (with their deliveries and"
                " attempts)", notify_ttl)
+        report(purge_refusals(conn, ttl_days=refusals_ttl, batch_size=batch,
+                              pause_s=args.pause, max_batches=args.max_batches,
+                              dry_run=args.dry_run),
+               "refused deliveries not retried", refusals_ttl)
     return EXIT_OK
 
 

@@ -1,5 +1,6 @@
 """Housekeeping: forget idempotency rows whose outcome is final and older than a TTL,
-and notifications whose deliveries are all final and older than theirs.
+notifications whose deliveries are all final and older than theirs, and deliveries
+refused at the door (ingest/refusals.py) not retried within theirs.
 
 processed_events grows by one row per event. Past the TTL a redelivery is no longer
 plausible (Kafka retention, Debezium and consumer replays all act within hours), and if
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from paystream.ingest import refusals
 from paystream.notify import slots
 from paystream.schema import processed_events
 from paystream.schema.db import Connection, Cursor
@@ -42,6 +44,9 @@ DEFAULT_TTL_DAYS = 14.0
 # Notifications: a month of delivery history for operators, and well above the
 # notifications topic's 7-day retention (see purge_notifications).
 DEFAULT_NOTIFICATION_TTL_DAYS = 30.0
+# Refused deliveries: a month to answer "why was my webhook refused?"; a provider's
+# retries of one refusal keep its row young (last_refused_at).
+DEFAULT_REFUSALS_TTL_DAYS = 30.0
 DEFAULT_BATCH_SIZE = 1000
 
 
@@ -77,6 +82,15 @@ def purge_notifications(conn: Connection, *,
     must stay above the notifications topic's retention (7 days): an intent read again
     after its purge would be sent again."""
     return _purge(conn, slots.purge_final, slots.count_final,
+                  ttl_days, batch_size, pause_s, max_batches, dry_run)
+
+
+def purge_refusals(conn: Connection, *, ttl_days: float = DEFAULT_REFUSALS_TTL_DAYS,
+                   batch_size: int = DEFAULT_BATCH_SIZE, pause_s: float = 0.0,
+                   max_batches: int | None = None, dry_run: bool = False) -> PurgeResult:
+    """Delete refused deliveries last retried more than `ttl_days` ago, `batch_size` at
+    a time (ingest.refusals.purge_older)."""
+    return _purge(conn, refusals.purge_older, refusals.count_older,
                   ttl_days, batch_size, pause_s, max_batches, dry_run)
 
 

@@ -142,6 +142,8 @@ EXPECTED: dict[DbRole, Grants] = {
         "dead_letter_queue": {"SELECT": ALL,
                               "UPDATE": {"status", "last_seen_at", "discard_reason"}},
         "consumer_stops": {"SELECT": ALL, "DELETE": ALL},  # consume resume GROUP
+        # housekeeping forgets refusals not retried within its TTL (0031).
+        "refused_deliveries": {"SELECT": ALL, "DELETE": ALL},
         # The operator's adjust / revert and the hold expiry scheduler record events.
         "payment_events": {"SELECT": ALL, "INSERT": ALL},
         # ... and a DLQ replay moves the event's status back to received.

@@ -342,3 +342,34 @@ def _blocked_by(db, pid: int) -> bool:
         cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
                     (pid,))
         return int(cur.fetchone()[0]) > 0
+
+
+def test_refusals_not_retried_within_their_ttl_are_forgotten_in_batches(db) -> None:
+    """A refused delivery last retried 40 days ago goes; one refused 40 days ago but
+    retried yesterday stays (its retries keep it young), and so does yesterday's."""
+    prefix = unique("ops-hk-refused")
+
+    def refusal(event_id: str, first_days: float, last_days: float) -> None:
+        cur.execute("INSERT INTO refused_deliveries (provider, event_id, code, user_id,"
+                    " detail, trace_id, event, first_refused_at, last_refused_at)"
+                    " VALUES ('payments', %s, 'unknown_user', 'nobody', 'no such user', 't',"
+                    " '{}', now() - make_interval(days => %s),"
+                    " now() - make_interval(days => %s))",
+                    (event_id, first_days, last_days))
+
+    with db.cursor() as cur:
+        old = [f"{prefix}-old-{i}" for i in range(5)]
+        for event_id in old:
+            refusal(event_id, 40, 40)
+        refusal(f"{prefix}-retried", 40, 1)
+        refusal(f"{prefix}-new", 1, 1)
+        done = subprocess.run(paystream_argv("housekeeping", "--refusals-ttl-days", "30",
+                                             "--batch-size", "2"), cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        said = re.search(r"deleted (\d+) refused deliveries not retried older than 30 days",
+                         done.stdout)
+        assert said and int(said.group(1)) >= 5, done.stdout
+        cur.execute("SELECT event_id FROM refused_deliveries WHERE event_id LIKE %s",
+                    (prefix + "%",))
+        assert {r[0] for r in cur.fetchall()} == {f"{prefix}-retried", f"{prefix}-new"}
