@@ -41,7 +41,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = ApiSettings.from_env(
         overrides=None if args.port is None else {"port": args.port})
-    serve(uvicorn_config(FACTORY, args.host, settings.port, args.workers),
+    serve(uvicorn_config(FACTORY, args.host, settings.port, args.workers,
+                         trusted_proxies=settings.trusted_proxies),
           admin_host=settings.admin_host, admin_port=settings.admin_port,
           admin_port_variable=variable_name(ApiSettings, "admin_port"))
     return EXIT_OK

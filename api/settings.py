@@ -31,6 +31,12 @@ class ApiSettings(RoleSettings):
     admin_port: int = Field(8101, alias="PAYSTREAM_API_ADMIN_PORT", ge=1,
                             description="the admin listener's port, Prometheus' `api` target")
     # Token bucket per API key (paystream/rate_limit.py): sustained rate and burst.
+    # Peers whose X-Forwarded-For names the client (the request log's address); none by
+    # default, so a caller cannot pick the address it is logged under.
+    trusted_proxies: Words = Field(
+        (), alias="PAYSTREAM_API_TRUSTED_PROXIES",
+        description="comma list of proxy IPs or CIDRs whose `X-Forwarded-For` names the "
+                    "client; from anyone else the header is ignored")
     rate_per_second: float = Field(100.0, alias="PAYSTREAM_API_RATE_PER_SECOND", gt=0,
                                    description="sustained rate of the token bucket per API "
                                                "key (429 with `Retry-After` when empty)")

@@ -22,7 +22,7 @@ from paystream.console import (
     routes_notifications,
     routes_search,
 )
-from paystream.console.database import ConsoleDatabase, DatabaseUnavailable
+from paystream.console.database import ConsoleDatabase, DatabaseUnavailable, ValueRefused
 from paystream.console.settings import ConsoleSettings
 from paystream.console.web import (
     Console,
@@ -39,8 +39,6 @@ from paystream.logs import configure_logging
 from paystream.rate_limit import TokenBuckets
 
 FACTORY = "paystream.console.app:create_app_from_env"
-LOGIN_FAILURES_BURST = 10
-LOGIN_FAILURES_PER_MINUTE = 10
 ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications,
            routes_ledger, routes_health, routes_audit)
 
@@ -51,7 +49,8 @@ def create_app(settings: ConsoleSettings) -> ASGIApp:
     app = FastAPI(title="paystream console", docs_url=None, redoc_url=None,
                   openapi_url=None, on_shutdown=[db.close])
     app.state.console = Console(settings, db, templates(), TokenBuckets(
-        LOGIN_FAILURES_PER_MINUTE / 60.0, LOGIN_FAILURES_BURST, "failed logins"))
+        settings.login_failures_per_minute / 60.0, settings.login_failure_burst,
+        "failed logins"))
     css = stylesheet()
 
     @app.get("/static/console.css", include_in_schema=False)
@@ -73,6 +72,10 @@ def create_app(settings: ConsoleSettings) -> ASGIApp:
     @app.exception_handler(DatabaseUnavailable)
     async def no_database(request: Request, exc: DatabaseUnavailable) -> Response:
         return render(request, "error.html", 503, reason=str(exc))
+
+    @app.exception_handler(ValueRefused)
+    async def value_refused(request: Request, exc: ValueRefused) -> Response:
+        return render(request, "error.html", 400, reason=str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:

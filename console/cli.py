@@ -39,7 +39,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = ConsoleSettings.from_env(overrides=overrides)
-    uvicorn.Server(uvicorn_config(FACTORY, settings.host, settings.port, 1)).run()
+    uvicorn.Server(uvicorn_config(FACTORY, settings.host, settings.port, 1,
+                                  trusted_proxies=settings.trusted_proxies)).run()
     return EXIT_OK
 
 

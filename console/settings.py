@@ -30,6 +30,21 @@ class ConsoleSettings(RoleSettings):
                                  alias="PAYSTREAM_CONSOLE_ALLOWED_HOSTS", description=(
         "the host names a request may address (comma-separated; the port is not part "
         "of it)"))
+    # Peers whose X-Forwarded-For names the client, the failed-login limit's key; none by
+    # default: the console is on loopback, where uvicorn would otherwise believe anyone.
+    trusted_proxies: Words = Field(
+        (), alias="PAYSTREAM_CONSOLE_TRUSTED_PROXIES",
+        description="comma list of proxy IPs or CIDRs whose `X-Forwarded-For` names the "
+                    "client (a TLS terminator in front of the console); from anyone else "
+                    "the header is ignored")
+    # A key is 256 random bits: the limit bounds the audit rows and the work of a flood,
+    # not guessing. A person who mistypes ten times waits a minute per further try.
+    login_failure_burst: int = Field(10, alias="PAYSTREAM_CONSOLE_LOGIN_FAILURE_BURST", ge=1,
+                                     description=(
+        "failed logins one client address may make before it is limited"))
+    login_failures_per_minute: float = Field(
+        1.0, alias="PAYSTREAM_CONSOLE_LOGIN_FAILURES_PER_MINUTE", gt=0, le=600,
+        description="then one more failed login per 60/N seconds (the bucket's refill)")
     session_ttl_s: float = Field(8 * 3600.0, alias="PAYSTREAM_CONSOLE_SESSION_TTL_S",
                                  gt=0, description=(
         "a login lasts this long, then the operator logs in again"))

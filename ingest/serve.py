@@ -22,12 +22,8 @@ PROTOCOL = "paystream.ingest.http_edge:EdgeProtocol"
 
 def uvicorn_config(settings: IngestSettings, host: str, port: int, workers: int,
                    app: str = FACTORY) -> uvicorn.Config:
-    trusted = list(settings.trusted_proxies)
-    return edge.uvicorn_config(
-        app, host, port, workers, http=PROTOCOL,
-        # X-Forwarded-For is believed only from the configured proxies (none by
-        # default): otherwise a sender picks the address its limits are charged to.
-        proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None)
+    return edge.uvicorn_config(app, host, port, workers,
+                               trusted_proxies=settings.trusted_proxies, http=PROTOCOL)
 
 
 def serve(settings: IngestSettings, host: str, port: int, workers: int) -> None:

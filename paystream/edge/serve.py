@@ -22,11 +22,18 @@ App = TypeVar("App")
 
 
 def uvicorn_config(factory: str, host: str, port: int, workers: int,
-                   **options: Any) -> uvicorn.Config:
-    """The edges' uvicorn settings; `options`: an edge's own (its protocol, proxies)."""
+                   trusted_proxies: tuple[str, ...] = (), **options: Any) -> uvicorn.Config:
+    """The edges' uvicorn settings; `options`: an edge's own (its protocol).
+
+    X-Forwarded-For is believed only from `trusted_proxies` (IPs or CIDRs; none by
+    default). uvicorn's own default trusts 127.0.0.1, and an edge on loopback would then
+    let every client pick the address its limits are charged to."""
+    trusted = list(trusted_proxies)
     return uvicorn.Config(factory, factory=True, host=host, port=port, workers=workers,
                           access_log=False, log_level="warning", lifespan="on",
-                          timeout_keep_alive=KEEP_ALIVE_S, server_header=False, **options)
+                          timeout_keep_alive=KEEP_ALIVE_S, server_header=False,
+                          proxy_headers=bool(trusted), forwarded_allow_ips=trusted or None,
+                          **options)
 
 
 def serve(config: uvicorn.Config, *, admin_host: str, admin_port: int,

@@ -4,6 +4,7 @@ HTTP session (requests, the login form's own token included)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -68,11 +69,13 @@ class ConsoleServer:
             self.proc.kill()
 
 
-def start_console(name: str = "tests") -> ConsoleServer:
-    """The console on a free loopback port, answering; fails after 30 s otherwise."""
+def start_console(name: str = "tests", env: dict[str, str] | None = None) -> ConsoleServer:
+    """The console on a free loopback port, answering; fails after 30 s otherwise.
+    `env`: settings of this console's own (PAYSTREAM_CONSOLE_...)."""
     key_id, key = make_key(name)
     port = free_port()
-    proc = subprocess.Popen(paystream_argv("console", "--port", str(port)))
+    proc = subprocess.Popen(paystream_argv("console", "--port", str(port)),
+                            env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 30
     while True:
         try:
