@@ -4,11 +4,11 @@ the OpenAPI document. Amounts are strings (canonical decimal text), never JSON n
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from paystream.edge import params
 from paystream.invoices.create import (
     MAX_EXPIRES_IN_S,
     METADATA_MAX_BYTES,
@@ -251,7 +251,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (403, "the key lacks the scope"), (404, "no such resource"),
         (409, "conflict"), (429, "rate limited (Retry-After)"),
         (503, "database unavailable (Retry-After)"))}
-# A user id in a path: the users table's own rule (schema/events.py USER_ID_PATTERN).
-UserId = Annotated[str, Path(pattern=f"^{USER_ID}$", max_length=64)]
-# An event's or a withdrawal's id in a path: 1 to 200 printable ASCII characters.
-PrintableId = Annotated[str, Path(pattern=r"^[!-~]{1,200}$")]
+# Ids in a path: the edges' shared rules (paystream/edge/params.py).
+UserId = params.UserIdPath
+PrintableId = params.PrintableIdPath

@@ -22,6 +22,12 @@ class DatabaseUnavailable(Exception):  # noqa: N818 - a condition, the message s
     """Postgres did not answer; the page says so (503)."""
 
 
+class ValueRefused(Exception):  # noqa: N818 - a refusal, the message says why
+    """Postgres refused a value a request carried (out of range, not storable): the
+    page answers 400. The edge's checks (edge/params.py) should have refused it first;
+    this is the backstop, so such a value is never a 500."""
+
+
 class ConsoleDatabase:
     def __init__(self, settings: ConsoleSettings) -> None:
         self._settings = settings
@@ -39,9 +45,15 @@ class ConsoleDatabase:
             return await self._threads.run(lambda conn: self._transaction(conn, work,
                                                                           read_only))
         except (psycopg2.OperationalError, psycopg2.InterfaceError, WaitedTooLong) as exc:
-            first = (str(exc).strip().splitlines() or [""])[0][:200]
             raise DatabaseUnavailable(f"the database did not answer: {type(exc).__name__}"
-                                      f" {first}".rstrip()) from None
+                                      f" {_first_line(exc)}".rstrip()) from None
+        except psycopg2.DataError as exc:
+            raise ValueRefused(f"a value the database cannot take: {_first_line(exc)}"
+                               ) from None
+        except ValueError as exc:  # psycopg2's own refusal to send a NUL character
+            if "NUL" not in str(exc):
+                raise
+            raise ValueRefused(f"a value the database cannot take: {exc}") from None
 
     def _transaction(self, conn: Connection, work: Callable[[Cursor], T],
                      read_only: bool) -> T:
@@ -58,3 +70,7 @@ class ConsoleDatabase:
 
     def close(self) -> None:
         self._threads.close()
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]

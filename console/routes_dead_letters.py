@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from paystream.console.web import Form, Operator, Posted, Refused, act, console_of, render
+from paystream.edge.params import RowIdPath, RowIdQuery, text_query
 from paystream.ops.replay import (
     DeadLetterFilter,
     ReplayRefused,
@@ -28,6 +29,7 @@ from paystream.schema.db import Cursor
 
 router = APIRouter()
 PAGE = 100
+Filter = Annotated[str, text_query(200)]  # a status, reason, provider or age
 STATUSES = ("open", "replayed", "discarded")
 AGES = {"": None, "1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
 
@@ -52,9 +54,9 @@ def _query(status: str, reason: str, provider: str, age: str) -> str:
 
 
 @router.get("/dead-letters")
-async def dead_letters(request: Request, _: Operator, status: str = "open", reason: str = "",
-                       provider: str = "", age: str = "", before: int | None = None
-                       ) -> Response:
+async def dead_letters(request: Request, _: Operator, status: Filter = "open",
+                       reason: Filter = "", provider: Filter = "", age: Filter = "",
+                       before: RowIdQuery = None) -> Response:
     matching = _filter(status, reason, provider, age)
 
     def read(cur: Cursor) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
@@ -91,7 +93,7 @@ def _detail(cur: Any, dlq_id: int) -> dict[str, Any]:
 
 
 @router.get("/dead-letters/{dlq_id}")
-async def dead_letter(request: Request, _: Operator, dlq_id: int) -> Response:
+async def dead_letter(request: Request, _: Operator, dlq_id: RowIdPath) -> Response:
     seen = await console_of(request).db.read(lambda cur: _detail(cur, dlq_id))
     return render(request, "dead_letter.html", message="", **seen)
 
@@ -110,12 +112,12 @@ def _replayed(cur: Cursor, dlq_id: int) -> str:
 
 
 @router.post("/dead-letters/{dlq_id}/replay")
-async def replay_one(request: Request, form: Posted, dlq_id: int) -> Response:
+async def replay_one(request: Request, form: Posted, dlq_id: RowIdPath) -> Response:
     return await _act(request, form, dlq_id, "dlq_replay", partial(_replayed, dlq_id=dlq_id))
 
 
 @router.post("/dead-letters/{dlq_id}/discard")
-async def discard_one(request: Request, form: Posted, dlq_id: int) -> Response:
+async def discard_one(request: Request, form: Posted, dlq_id: RowIdPath) -> Response:
     reason = form.get("reason")
 
     def work(cur: Cursor) -> str:
@@ -126,8 +128,9 @@ async def discard_one(request: Request, form: Posted, dlq_id: int) -> Response:
 
 
 @router.get("/dead-letters-bulk")
-async def bulk_confirm(request: Request, _: Operator, status: str = "open", reason: str = "",
-                       provider: str = "", age: str = "") -> Response:
+async def bulk_confirm(request: Request, _: Operator, status: Filter = "open",
+                       reason: Filter = "", provider: Filter = "", age: Filter = ""
+                       ) -> Response:
     """The confirm step: how many a bulk replay of this filter would send."""
     if status != "open":
         raise Refused(400, "only open dead letters can be replayed")
@@ -145,12 +148,15 @@ async def bulk_replay(request: Request, form: Posted) -> Response:
     """Replay every open dead letter matching the filter, oldest first, at most the count
     the operator confirmed."""
     matching = _filter("open", form.get("reason"), form.get("provider"), form.get("age"))
-    try:
-        confirmed = int(form.get("count"))
-    except ValueError:
-        raise Refused(400, "the confirmed count is missing") from None
+    count = form.get("count")
+    if not (count.isascii() and count.isdigit()):
+        raise Refused(400, "the confirmed count is missing or not a number")
     db = console_of(request).db
-    ids = await db.read(lambda cur: matching_ids(cur, matching, max(confirmed, 0)))
+    # Never more than the console's limit, whatever count the form claims (and no
+    # int() of a 60,000-digit string: Python refuses past 4,300 digits).
+    limit = console_of(request).settings.bulk_replay_limit
+    confirmed = limit if len(count) > 12 else min(int(count), limit)
+    ids = await db.read(lambda cur: matching_ids(cur, matching, confirmed))
     replayed: list[int] = []
     refused: list[tuple[int, str]] = []
     for dlq_id in ids:  # each its own transaction: one refusal stops nothing else

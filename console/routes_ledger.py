@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from paystream.console import audit
 from paystream.console.web import Operator, Posted, act, console_of, render
+from paystream.edge.params import RowIdPath
 from paystream.ops import shortfalls
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
@@ -36,7 +37,7 @@ async def ledger(request: Request, _: Operator) -> Response:
 
 
 @router.post("/shortfalls/{shortfall_id}/resolve")
-async def resolve(request: Request, form: Posted, shortfall_id: int) -> Response:
+async def resolve(request: Request, form: Posted, shortfall_id: RowIdPath) -> Response:
     resolution = form.get("resolution")
 
     def work(cur: Cursor) -> str:

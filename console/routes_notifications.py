@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from paystream.console.web import Form, Operator, Posted, Refused, act, console_of, render
+from paystream.edge.params import PrintableIdPath, text_query
 from paystream.notify import endpoints, operator
 from paystream.schema.db import Cursor
 
@@ -22,8 +23,9 @@ PAGE = 100
 
 
 @router.get("/notifications")
-async def deliveries(request: Request, _: Operator, state: str = "failed", user: str = ""
-                     ) -> Response:
+async def deliveries(request: Request, _: Operator,
+                     state: Annotated[str, text_query(20)] = "failed",
+                     user: Annotated[str, text_query(200)] = "") -> Response:
     if state not in (*STATES, "all"):
         raise Refused(400, f"state is one of {', '.join(STATES)} or all")
     slots = await console_of(request).db.read(lambda cur: operator.list_slots(
@@ -46,7 +48,7 @@ async def _show(request: Request, intent_id: str) -> dict[str, Any]:
 
 
 @router.get("/notifications/{intent_id}")
-async def intent_page(request: Request, _: Operator, intent_id: str) -> Response:
+async def intent_page(request: Request, _: Operator, intent_id: PrintableIdPath) -> Response:
     return render(request, "intent.html", message="", **await _show(request, intent_id))
 
 
@@ -58,7 +60,7 @@ async def _act(request: Request, form: Form, action: str, target: str,
 
 
 @router.post("/notifications/{intent_id}/redeliver")
-async def redeliver(request: Request, form: Posted, intent_id: str) -> Response:
+async def redeliver(request: Request, form: Posted, intent_id: PrintableIdPath) -> Response:
     endpoint_id = form.get("endpoint_id").strip() or None
     message = await _act(request, form, "notify_redeliver", f"notification {intent_id}",
                          lambda cur: f"{operator.redeliver(cur, intent_id, endpoint_id)}"
@@ -90,7 +92,7 @@ async def endpoint_list(request: Request, _: Operator) -> Response:
 
 
 @router.post("/endpoints/{endpoint_id}/disable")
-async def disable(request: Request, form: Posted, endpoint_id: str) -> Response:
+async def disable(request: Request, form: Posted, endpoint_id: PrintableIdPath) -> Response:
     reason = form.get("reason").strip()
     if not reason:
         raise Refused(400, "say why the endpoint is disabled: it is the record")
@@ -105,7 +107,7 @@ async def disable(request: Request, form: Posted, endpoint_id: str) -> Response:
 
 
 @router.post("/endpoints/{endpoint_id}/enable")
-async def enable(request: Request, form: Posted, endpoint_id: str) -> Response:
+async def enable(request: Request, form: Posted, endpoint_id: PrintableIdPath) -> Response:
     def work(cur: Cursor) -> str:
         endpoints.enable(cur, endpoint_id)
         return f"endpoint {endpoint_id} enabled: its pending deliveries are sent again"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -11,6 +11,7 @@ from paystream.api.reads import parse_cursor, transactions
 from paystream.console import search, story
 from paystream.console.web import Operator, Refused, console_of, render
 from paystream.edge.errors import InvalidRequestError
+from paystream.edge.params import PrintableIdPath, UserIdPath, text_query
 from paystream.ops.shortfalls import list_shortfalls
 from paystream.schema import balances
 from paystream.schema.db import Cursor
@@ -21,13 +22,14 @@ HISTORY_PAGE = 50
 
 
 @router.get("/search")
-async def search_page(request: Request, _: Operator, q: str = "") -> Response:
+async def search_page(request: Request, _: Operator,
+                      q: Annotated[str, text_query(search.MAX_QUERY)] = "") -> Response:
     found = await console_of(request).db.read(lambda cur: search.find(cur, q))
     return render(request, "search.html", found=found)
 
 
 @router.get("/events/{event_id:path}")
-async def event_page(request: Request, _: Operator, event_id: str) -> Response:
+async def event_page(request: Request, _: Operator, event_id: PrintableIdPath) -> Response:
     told = await console_of(request).db.read(lambda cur: story.story(cur, event_id))
     if told is None:
         raise Refused(404, "no stored event with that id (a refused delivery is not "
@@ -36,8 +38,8 @@ async def event_page(request: Request, _: Operator, event_id: str) -> Response:
 
 
 @router.get("/users/{user_id}")
-async def user_page(request: Request, _: Operator, user_id: str,
-                    before: str | None = None) -> Response:
+async def user_page(request: Request, _: Operator, user_id: UserIdPath,
+                    before: Annotated[str | None, text_query(40)] = None) -> Response:
     try:
         cursor = parse_cursor(before)
     except InvalidRequestError:

@@ -89,7 +89,7 @@ def find(cur: Cursor, query: str) -> Found:
     if INTENT.fullmatch(q):
         cur.execute("SELECT intent_id FROM notification_intents WHERE intent_id = %s", (q,))
         found.intents = [r[0] for r in cur.fetchall()]
-    if q.isdigit() and len(q) < 19:
+    if q.isascii() and q.isdigit() and len(q) < 19:  # '²'.isdigit() is true too
         cur.execute("SELECT id FROM dead_letter_queue WHERE id = %s", (int(q),))
         found.dead_letters = [int(r[0]) for r in cur.fetchall()]
     return found

@@ -10,6 +10,7 @@ No page runs script: the Content-Security-Policy allows no script at all (`defau
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from paystream.console import access
 from paystream.console.database import ConsoleDatabase
 from paystream.console.settings import ConsoleSettings
+from paystream.edge.params import form_refusal, url_refusal
 from paystream.rate_limit import TokenBuckets
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
@@ -54,8 +56,8 @@ class Console:
     settings: ConsoleSettings
     db: ConsoleDatabase
     templates: Environment
-    # Failed logins per client address: a few, then 429 until the bucket refills (a key
-    # is 256 random bits, so this bounds the audit rows and the work, not guessing).
+    # Failed logins per client address (the socket's peer, or what a trusted proxy says):
+    # a few, then 429 until the bucket refills (settings.login_failure_burst, ...).
     failed_logins: TokenBuckets
 
 
@@ -112,7 +114,8 @@ async def _operator(request: Request) -> access.Session:
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """A urlencoded form body, at most MAX_FORM_BYTES; a field sent twice keeps its first."""
+    """A urlencoded form body, at most MAX_FORM_BYTES, UTF-8 and without control
+    characters (edge/params.py); a field sent twice keeps its first."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise Refused(415, "a form is sent as application/x-www-form-urlencoded")
@@ -121,14 +124,17 @@ async def read_form(request: Request) -> dict[str, str]:
         body += chunk
         if len(body) > MAX_FORM_BYTES:
             raise Refused(413, f"a form is at most {MAX_FORM_BYTES} bytes")
-    try:
+    try:  # strict: a percent-escape that is not UTF-8 is refused, not replaced
         pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
-                          max_num_fields=100)
+                          max_num_fields=100, errors="strict")
     except (UnicodeDecodeError, ValueError) as exc:
         raise Refused(400, f"an unreadable form: {type(exc).__name__}") from None
     fields: dict[str, str] = {}
     for name, value in pairs:
         fields.setdefault(name, value)
+    refusal = form_refusal(fields)
+    if refusal is not None:
+        raise Refused(400, refusal)
     return fields
 
 
@@ -202,9 +208,25 @@ def same_origin(request_host: str | None, origin: str) -> bool:
                for scheme in ("http", "https"))
 
 
+# RFC 9110's Host: a reg-name or an IP literal, then an optional port; nothing else
+# (no user info, no path: "localhost:1@evil.example" names no host of ours).
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
+
+
+def host_name(host: str | None) -> str | None:
+    """The lower-cased name of a Host header (an IPv6 literal keeps its brackets), or
+    None when the header is missing or is not a host and an optional port."""
+    found = _HOST.fullmatch(host or "")
+    if found is None or (found.group(2) is not None and int(found.group(2)) > 65535):
+        return None
+    return found.group(1).lower()
+
+
 class Guard:
-    """The outermost layer: a request to a host name not allowed is refused 400 (DNS
-    rebinding); a POST from another origin 403; every answer gets SECURITY_HEADERS."""
+    """The outermost layer: a Host that is not a host name and a port, or names a host
+    not allowed, is refused 400 (DNS rebinding); so is a URL whose values are not UTF-8
+    or hold a control character (edge/params.py); a POST from another origin 403; every
+    answer gets SECURITY_HEADERS."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...]) -> None:
         self.app = app
@@ -217,10 +239,18 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in reversed(scope.get("headers", []))}
         host = headers.get("host")
-        name = (host or "").rsplit(":", 1)[0] if not (host or "").startswith("[") \
-            else (host or "").split("]")[0] + "]"
-        if name.lower() not in self._allowed:
+        name = host_name(host)
+        if name is None:
+            await _plain(send, 400, "the Host header is a host name and an optional port,"
+                                    " nothing else")
+            return
+        if name not in self._allowed:
             await _plain(send, 400, "this console does not answer to that host name")
+            return
+        refusal = url_refusal(scope.get("raw_path") or scope.get("path", "").encode(),
+                              scope.get("query_string", b""))
+        if refusal is not None:
+            await _plain(send, 400, f"a bad request: {refusal}")
             return
         if scope.get("method") == "POST":
             origin = headers.get("origin")

@@ -9,7 +9,10 @@
   handlers.py    a FastAPI app's errors (refusals, 404/405, validation, bugs) answered
                  in the one body
   probes.py      the admin port's /healthz, /readyz and /metrics
-  serve.py       uvicorn with a public and an admin listener; the worker factory's freeze
+  params.py      the rules for values in a URL or a form (ids, row numbers, free text
+                 without control characters), shared by the API and the console
+  serve.py       uvicorn with a public and an admin listener (X-Forwarded-For believed
+                 only from named proxies); the worker factory's freeze
   db_threads.py  psycopg2 work for an asyncio server: a few threads, each with its own
                  connection, fed from one queue (the merchant API's transactions)
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import subprocess
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -76,6 +78,16 @@ def test_every_answer_carries_the_security_headers_and_other_hosts_are_refused(
     rebound = requests.get(console.url + "/login", headers={"Host": "evil.example"},
                            timeout=10)
     assert rebound.status_code == 400
+    # A Host is a name and an optional port, nothing else: user info, a path, a second
+    # port or a port past 65535 name no host of ours, whatever the allowed name they hold.
+    for host in ("localhost:1@evil.example", "localhost@evil.example", "127.0.0.1/x",
+                 "localhost:80:81", "localhost:99999", "localhost:", "localhost evil",
+                 "[::1", "", f"127.0.0.1:{console.port}#"):
+        refused = requests.get(console.url + "/login", headers={"Host": host}, timeout=10)
+        assert refused.status_code == 400, (host, refused.status_code)
+    for host in (f"127.0.0.1:{console.port}", "LOCALHOST", f"localhost:{console.port}"):
+        allowed = requests.get(console.url + "/login", headers={"Host": host}, timeout=10)
+        assert allowed.status_code == 200, (host, allowed.status_code)
     # A form posted from another origin, even with a session's cookie.
     foreign = requests.post(console.url + "/login", data={"key": console.key},
                             headers={"Origin": "http://evil.example"}, timeout=10)
@@ -248,23 +260,65 @@ def test_an_endpoint_is_disabled_with_a_reason_and_enabled_again(
     assert "endpoint_disable" in audit and "endpoint_enable" in audit
 
 
-def test_failed_logins_from_one_address_are_limited(db: Connection) -> None:
-    """A console of its own: the limit would refuse the other tests' logins too."""
+def _fail_logins(server: ConsoleServer, count: int, forwarded: bool = False
+                 ) -> list[requests.Response]:
+    """`count` logins with a key nobody made, each (if `forwarded`) naming another client
+    in X-Forwarded-For; the answers."""
+    wrong = "pck_" + secrets.token_urlsafe(32)
+    answers = []
+    with requests.Session() as http:
+        for i in range(count):
+            token = re.search(r'name="login_csrf" value="([^"]+)"',
+                              http.get(server.url + "/login", timeout=10).text)
+            assert token
+            answers.append(http.post(
+                server.url + "/login", data={"key": wrong, "login_csrf": token.group(1)},
+                headers={"X-Forwarded-For": f"203.0.113.{i}"} if forwarded else {},
+                allow_redirects=False, timeout=10))
+    return answers
+
+
+def test_failed_logins_from_one_address_are_limited_whatever_it_forwards(
+        db: Connection) -> None:
+    """A console of its own: the limit would refuse the other tests' logins too. Each
+    attempt names another client in X-Forwarded-For, and the limit is the socket's."""
     server = start_console(unique("limited-operator"))
     try:
-        refused, wrong = [], "pck_" + secrets.token_urlsafe(32)  # a key nobody made
-        for _ in range(12):
-            try:
-                server.login(wrong)
-            except AssertionError as exc:
-                refused.append(str(exc).split(",")[0].strip("(' "))
-        assert refused[:10] == ["401"] * 10 and refused[10:] == ["429", "429"], refused
+        audit_before = _login_refusals(db)
+        answers = _fail_logins(server, 12, forwarded=True)
+        codes = [a.status_code for a in answers]
+        assert codes == [401] * 10 + [429, 429], codes
+        # The default: one more failed login a minute (docs/console.md).
+        assert 55 <= int(answers[-1].headers["retry-after"]) <= 60, answers[-1].headers
         # While the bucket refills, the right key waits too (the limit is the address's).
         with pytest.raises(AssertionError, match="429"):
             server.login()
-        with db.cursor() as cur:  # the limited attempts write no audit row
-            cur.execute("SELECT count(*) FROM operator_actions WHERE action = 'login'"
-                        " AND target = %s", (wrong[:8] + "...",))
-            assert cur.fetchone()[0] == 10
+        # The limited attempts write no audit row.
+        assert _login_refusals(db) - audit_before == 10
     finally:
         server.stop()
+
+
+def test_the_failed_login_limit_refills_at_its_rate(db: Connection) -> None:
+    """Two failures, then one more per second (60 a minute): after Retry-After exactly
+    one attempt is let through, and the next is limited again."""
+    server = start_console(unique("refill-operator"), {
+        "PAYSTREAM_CONSOLE_LOGIN_FAILURE_BURST": "2",
+        "PAYSTREAM_CONSOLE_LOGIN_FAILURES_PER_MINUTE": "60"})
+    try:
+        codes = [a.status_code for a in _fail_logins(server, 3)]
+        assert codes == [401, 401, 429], codes
+        time.sleep(1.1)
+        codes = [a.status_code for a in _fail_logins(server, 2)]
+        assert codes == [401, 429], codes
+        time.sleep(1.1)
+        assert server.login() is not None  # the right key, once a token is back
+    finally:
+        server.stop()
+
+
+def _login_refusals(db: Connection) -> int:
+    with db.cursor() as cur:
+        cur.execute("SELECT count(*) FROM operator_actions WHERE action = 'login'"
+                    " AND result = 'refused'")
+        return int(cur.fetchone()[0])
