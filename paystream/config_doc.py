@@ -37,6 +37,7 @@ from paystream.ops.health_settings import HealthSettings
 from paystream.process_settings import ProcessSettings
 from paystream.run import RunSettings
 from paystream.schema.db import DatabaseRoleSettings, DatabaseSettings
+from paystream.schema.migrate import MigrateSettings
 from paystream.stack.pgbouncer import PgBouncerConfig
 from paystream.stack.postgres import SuperuserSettings
 from paystream.stack.prometheus import PrometheusConfig
@@ -51,6 +52,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     KafkaSecuritySettings,
     ConnectSettings,
     DatabaseRoleSettings,
+    MigrateSettings,
     SuperuserSettings,
     StateSettings,
     StackSettings,

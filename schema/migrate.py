@@ -1,19 +1,64 @@
-"""Numbered SQL migrations, applied once each and recorded in `schema_migrations`.
+"""Numbered SQL migrations, applied once each and recorded in `schema_migrations`,
+online: while the previous release keeps writing (docs/operations.md, "Upgrading").
 
-A file whose first line is `-- migrate: autocommit` runs outside a transaction (needed
-for statements such as creating a logical replication slot); every other file runs in
-one transaction together with its bookkeeping row, so it is applied fully or not at all.
+A file whose first line is `-- migrate: autocommit` runs outside a transaction, one
+statement at a time (needed for `CREATE INDEX CONCURRENTLY` and for creating a logical
+replication slot); its statements must be idempotent, end with `;` at the end of a line,
+and hold no function body. Every other file runs in one transaction together with its
+bookkeeping row, so it is applied fully or not at all.
+
+Every transaction and statement runs with a `lock_timeout` (MigrateSettings): a
+migration whose lock is not granted in time gives up and is tried again after a pause,
+instead of queueing for its lock while every query on the table queues behind it (a
+lock waiting in line blocks all later ones). So a webhook waits at most the timeout for
+a migration, however long the transaction holding the table runs.
 """
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Callable
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
-from paystream.schema.db import Connection, connect, database_url
+import psycopg2
+import psycopg2.errors
+import structlog
+from pydantic import Field
+
+from paystream.env import EnvSettings
+from paystream.schema.db import Connection, Cursor, connect, database_url
 
 AUTOCOMMIT_MARKER = "-- migrate: autocommit"
 _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file twice
+# A statement of an autocommit file ends with `;` at the end of a line.
+_STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.M)
+log = structlog.get_logger("paystream.migrate")
+
+
+class MigrateSettings(EnvSettings):
+    """Read by `paystream migrate` and `paystream stack up`
+    ([operations](operations.md#upgrading))."""
+
+    doc_section = "Schema migrations"
+
+    lock_timeout_ms: int = Field(1000, alias="PAYSTREAM_MIGRATE_LOCK_TIMEOUT_MS", ge=10,
+                                 le=60_000, description=(
+        "the longest a migration waits for a lock before it gives up and tries again "
+        "(what a webhook may wait behind it)"))
+    lock_tries: int = Field(30, alias="PAYSTREAM_MIGRATE_LOCK_TRIES", ge=1, description=(
+        "tries of a migration (or an autocommit file's statement) whose lock was not "
+        "granted, before the run fails naming what held it"))
+    retry_pause_s: float = Field(1.0, alias="PAYSTREAM_MIGRATE_RETRY_PAUSE_S", ge=0,
+                                 le=60, description=(
+        "pause before the first retry, doubled each time up to 10 s"))
+
+
+class LockNotGranted(Exception):  # noqa: N818 - a condition, the message says why
+    """A migration did not get its lock within its tries; the message names it and what
+    held the lock at the last try."""
 
 
 def migration_files() -> list[tuple[str, str]]:
@@ -24,21 +69,26 @@ def migration_files() -> list[tuple[str, str]]:
     return [(Path(p.name).stem, p.read_text(encoding="utf-8")) for p in files]
 
 
-def apply_migrations(dsn: str | None = None) -> list[str]:
+def apply_migrations(dsn: str | None = None, settings: MigrateSettings | None = None
+                     ) -> list[str]:
     """Apply the pending migrations on a connection of its own (the owner's unless `dsn`
     says otherwise); return the names applied."""
     conn = connect(dsn or database_url("owner"), application_name="paystream-migrate")
     try:
-        return apply_pending(conn)
+        return apply_pending(conn, settings=settings)
     finally:
         conn.close()
 
 
-def apply_pending(conn: Connection, upto: str | None = None) -> list[str]:
+def apply_pending(conn: Connection, upto: str | None = None,
+                  settings: MigrateSettings | None = None,
+                  files: list[tuple[str, str]] | None = None) -> list[str]:
     """Apply the pending migrations on `conn` (left in autocommit); return the names
     applied in this call. `upto`: stop after the migration of that name (a database
-    built as an older release left it: the migration tests). An advisory lock keeps two
-    runners from applying one file twice."""
+    built as an older release left it: the migration tests); `files`: (name, sql) to
+    apply instead of the shipped ones (the runner's own tests). An advisory lock keeps
+    two runners from applying one file twice."""
+    settings = settings or MigrateSettings.from_env()
     applied: list[str] = []
     conn.autocommit = True
     with conn.cursor() as cur:
@@ -49,34 +99,100 @@ def apply_pending(conn: Connection, upto: str | None = None) -> list[str]:
         )
         cur.execute("SELECT name FROM schema_migrations")
         done = {row[0] for row in cur.fetchall()}
-    for name, sql in migration_files():
+    for name, sql in migration_files() if files is None else files:
         if upto is not None and name > upto:
             break
         if name in done:
             continue
-        _apply_one(conn, name, sql)
+        _apply_one(conn, name, sql, settings)
         applied.append(name)
     with conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
 
 
-def _apply_one(conn: Connection, name: str, sql: str) -> None:
+def _apply_one(conn: Connection, name: str, sql: str, settings: MigrateSettings) -> None:
     if sql.lstrip().startswith(AUTOCOMMIT_MARKER):
         # Autocommit files must be idempotent: a crash before the bookkeeping row
-        # below means the file runs again.
+        # below, or a statement tried again, means it runs again.
+        for statement in statements(sql):
+            _with_lock_tries(conn, name, settings, partial(_execute, sql=statement))
         with conn.cursor() as cur:
-            cur.execute(sql)
             cur.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (name,))
         return
+
+    def whole(cur: Cursor) -> None:
+        cur.execute(sql)
+        cur.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (name,))
+
     conn.autocommit = False
     try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            cur.execute("INSERT INTO schema_migrations (name) VALUES (%s)", (name,))
-        conn.commit()
-    except Exception:
-        conn.rollback()
-        raise
+        _with_lock_tries(conn, name, settings, whole)
     finally:
         conn.autocommit = True
+
+
+def _execute(cur: Cursor, sql: str) -> None:
+    cur.execute(sql)
+
+
+def statements(sql: str) -> list[str]:
+    """An autocommit file's statements (each ends with `;` at the end of a line)."""
+    parts = (part.strip() for part in _STATEMENT_END.split(sql))
+    return [part for part in parts
+            if any(line.strip() and not line.strip().startswith("--")
+                   for line in part.splitlines())]
+
+
+def _with_lock_tries(conn: Connection, name: str, settings: MigrateSettings,
+                     work: Callable[[Cursor], object]) -> None:
+    """`work` with the lock timeout; a lock not granted rolls back (in a transaction),
+    pauses and tries again, at most settings.lock_tries times."""
+    pause = settings.retry_pause_s
+    for attempt in range(1, settings.lock_tries + 1):
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT set_config('lock_timeout', %s, %s)",
+                            (f"{settings.lock_timeout_ms}ms", not conn.autocommit))
+                work(cur)
+            if not conn.autocommit:
+                conn.commit()
+            return
+        except psycopg2.errors.LockNotAvailable as exc:
+            if not conn.autocommit:
+                conn.rollback()
+            holders = _lock_holders(conn)
+            log.warning("migration_lock_not_granted", migration=name, attempt=attempt,
+                        lock_timeout_ms=settings.lock_timeout_ms, holders=holders)
+            if attempt == settings.lock_tries:
+                raise LockNotGranted(
+                    f"migration {name} did not get its lock within {settings.lock_tries}"
+                    f" tries of {settings.lock_timeout_ms} ms ({exc.pgerror or exc});"
+                    f" held by: {holders or 'nobody by now'}") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 10.0)
+        except Exception:
+            if not conn.autocommit:
+                conn.rollback()
+            raise
+        finally:
+            if conn.autocommit:
+                with conn.cursor() as cur:
+                    cur.execute("RESET lock_timeout")
+
+
+def _lock_holders(conn: Connection) -> str:
+    """The likely holders: the oldest other transactions of the database (pid,
+    application, state, seconds open, query, short)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT pid, application_name, state,"
+            " round(extract(epoch FROM now() - xact_start))::int, left(query, 80)"
+            " FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND datname = current_database() AND backend_type = 'client backend'"
+            " AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 3")
+        rows = cur.fetchall()
+    if not conn.autocommit:
+        conn.rollback()
+    return "; ".join(f"pid {pid} ({app or '?'}, {state}, {age} s in its transaction):"
+                     f" {query}" for pid, app, state, age, query in rows)
