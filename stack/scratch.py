@@ -61,6 +61,8 @@ class Scratch:
 
     data_dir: Path
     port: int
+    copy_s: float = 0.0  # pgBackRest's restore: the files copied, decrypted, unpacked
+    recovery_s: float = 0.0  # the server's start: WAL replayed, promoted
 
     def dsn(self, s: StackSettings, role: db.DbRole = "ops") -> str:
         """`role`'s DSN on the scratch cluster (the restored roles have the live
@@ -117,15 +119,17 @@ def restore(s: StackSettings, settings: BackupSettings, data_dir: Path, port: in
     is one) if it does not come up."""
     check_target(s, data_dir, port)
     _prepare(data_dir)
+    started = time.monotonic()
     try:
         backup.pgbackrest(settings, "restore", f"--pg1-path={data_dir.resolve()}",
                           "--target-action=promote", "--archive-mode=off", *target)
     except StackError as exc:
         raise RestoreFailedError(f"pgbackrest restore failed: {exc}") from None
+    copied = time.monotonic()
     scratch = Scratch(data_dir.resolve(), port)
     start(scratch)
     drop_slots(scratch)
-    return scratch
+    return Scratch(scratch.data_dir, port, copied - started, time.monotonic() - copied)
 
 
 def start(scratch: Scratch, timeout_s: float = 86400) -> None:
