@@ -202,6 +202,20 @@ def port_of(data_dir: Path) -> int | None:
         return None
 
 
+def stop_all(s: StackSettings) -> list[str]:
+    """Stop the scratch servers still running under the state dir's scratch folder (a
+    drill kept with --keep): `stack down` leaves no server of the stack behind. Their
+    folders stay (`paystream db discard DIR`). The names of those stopped."""
+    stopped = []
+    for data_dir in sorted((s.state_dir / "scratch").glob("*/postmaster.pid")):
+        pm = _postmaster_pid(data_dir.parent)
+        if pm is not None and pid_alive(pm):
+            run(["runuser", "-u", OS_USER, "--", _bin("pg_ctl"), "-D", str(data_dir.parent),
+                 "-m", "fast", "-w", "-t", "60", "stop"], COMPONENT, timeout=90)
+            stopped.append(data_dir.parent.name)
+    return stopped
+
+
 def discard(s: StackSettings, data_dir: Path) -> bool:
     """Stop the scratch server on `data_dir` (if it runs) and delete the folder. Refuses
     the live data dir. True if a server was stopped."""

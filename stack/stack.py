@@ -30,6 +30,7 @@ from paystream.stack import (
     postgres,
     prometheus,
     quorum,
+    scratch,
 )
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
@@ -181,6 +182,7 @@ def down(s: StackSettings) -> int:
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
         _step("pgbouncer stop", lambda: pgbouncer.stop(s))
+        _step("scratch clusters stop", lambda: ", ".join(scratch.stop_all(s)) or False)
         _step("postgres stop", lambda: postgres.stop(s))
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)

@@ -175,6 +175,27 @@ def test_stack_up_archives_wal_into_an_encrypted_repository_with_a_backup(
     assert shown["problems"] == []
 
 
+def test_the_health_exporter_publishes_archiving_and_the_newest_backups_age(
+        stack: StackSettings, settings: BackupSettings) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from paystream.ops.backup_metrics import BackupCollector
+
+    registry = CollectorRegistry()
+    registry.register(BackupCollector(database_url("ops"), settings))
+    samples = {s.name: s.value for family in text_string_to_metric_families(
+        generate_latest(registry).decode()) for s in family.samples}
+    archived = int(superuser(stack, "SELECT archived_count FROM pg_stat_archiver"))
+    assert archived - 5 <= samples["paystream_wal_archived_total"] <= archived
+    assert samples["paystream_wal_archive_failed_total"] == int(
+        superuser(stack, "SELECT failed_count FROM pg_stat_archiver"))
+    found = backups(settings)
+    assert samples["paystream_backups"] == len(found)
+    age = datetime.now(UTC).timestamp() - found[-1].stopped.timestamp()
+    assert abs(samples["paystream_backup_newest_age_seconds"] - age) < 30
+
+
 def test_restores_refuse_the_live_cluster(stack: StackSettings, tmp_path: Path) -> None:
     to = datetime.now(UTC).isoformat()
     live = paystream("db", "restore", "--to", to, "--into", str(stack.pg_data))
@@ -220,7 +241,9 @@ def test_drill_compares_the_exact_restored_moment_and_catches_a_tampered_balance
     # `balances --at T` on the live books counts the straddler's deposit; the restored
     # copy rightly lacks it (committed after the restore point), and the drill agrees.
     at = paystream("balances", "--user", straddler, "--at", mark.at)
-    assert at.returncode == 0 and "5" in at.stdout, at.stdout + at.stderr
+    assert at.returncode == 0, at.stdout + at.stderr
+    assert [straddler, "USDC", "5", "0", "0"] in [line.split() for line in
+                                                 at.stdout.splitlines()], at.stdout
     copy = connect(restored.dsn(stack, "owner"))
     try:
         with copy.cursor() as cur:
