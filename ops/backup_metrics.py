@@ -54,6 +54,7 @@ class BackupCollector(Collector):
         self._lock = threading.Lock()
         self._read_at = 0.0
         self._backups: list[Backup] | None = None
+        self._last_error = ""
         self.log = structlog.get_logger("ops.backup_metrics")
 
     def describe(self) -> list[Metric]:
@@ -101,7 +102,10 @@ class BackupCollector(Collector):
                 self._read_at = time.monotonic()
                 try:
                     self._backups = backups(self.settings)
+                    self._last_error = ""
                 except BackupInfoError as exc:
                     self._backups = None
-                    self.log.warning("backups_unreadable", error=str(exc)[:300])
+                    if str(exc) != self._last_error:  # once per cause, not every minute
+                        self._last_error = str(exc)
+                        self.log.warning("backups_unreadable", error=str(exc)[:300])
             return self._backups

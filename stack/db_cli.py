@@ -212,7 +212,7 @@ def _quiet_discard(s: StackSettings, into: Path) -> None:
     from paystream.stack.process import StackError
 
     try:
-        scratch.discard(s, into)
+        scratch.discard(s, into, restored_here=True)
     except (OSError, StackError, scratch.RestoreRefusedError) as exc:
         # The drill's verdict stands; say what is left behind.
         print(f"could not remove {into}: {exc}", file=sys.stderr)

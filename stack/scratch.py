@@ -82,15 +82,21 @@ def _bin(name: str) -> str:
     return os.path.join(bin_dir, name)
 
 
+def _is_live(s: StackSettings, data_dir: Path) -> bool:
+    """`data_dir` is the live data dir, inside it, or holds it."""
+    target, live = data_dir.resolve(), s.pg_data.resolve()
+    return target == live or live in target.parents or target in live.parents
+
+
 def check_target(s: StackSettings, data_dir: Path, port: int) -> None:
     """RestoreRefusedError unless `data_dir` and `port` may take a scratch cluster."""
     target, live = data_dir.resolve(), s.pg_data.resolve()
-    if target == live or live in target.parents or target in live.parents:
+    if _is_live(s, data_dir):
         raise RestoreRefusedError(f"{data_dir} is the live cluster's data dir ({live}) or "
-                             "holds it: restore into a scratch folder")
+                                  "holds it: restore into a scratch folder")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise RestoreRefusedError(f"{data_dir} is not an empty folder: restore into a new or "
-                             "empty one")
+        raise RestoreRefusedError(f"{data_dir} is not an empty folder: restore into a new "
+                                  "or empty one")
     taken = {s.pg_port: "the live server's", PgBouncerConfig.from_env().port: "PgBouncer's"}
     if port in taken:
         raise RestoreRefusedError(f"port {port} is {taken[port]} port: choose another (--port)")
@@ -202,6 +208,11 @@ def port_of(data_dir: Path) -> int | None:
         return None
 
 
+def _stop(data_dir: Path) -> None:
+    run(["runuser", "-u", OS_USER, "--", _bin("pg_ctl"), "-D", str(data_dir), "-m", "fast",
+         "-w", "-t", "60", "stop"], COMPONENT, timeout=90)
+
+
 def stop_all(s: StackSettings) -> list[str]:
     """Stop the scratch servers still running under the state dir's scratch folder (a
     drill kept with --keep): `stack down` leaves no server of the stack behind. Their
@@ -210,23 +221,26 @@ def stop_all(s: StackSettings) -> list[str]:
     for data_dir in sorted((s.state_dir / "scratch").glob("*/postmaster.pid")):
         pm = _postmaster_pid(data_dir.parent)
         if pm is not None and pid_alive(pm):
-            run(["runuser", "-u", OS_USER, "--", _bin("pg_ctl"), "-D", str(data_dir.parent),
-                 "-m", "fast", "-w", "-t", "60", "stop"], COMPONENT, timeout=90)
+            _stop(data_dir.parent)
             stopped.append(data_dir.parent.name)
     return stopped
 
 
-def discard(s: StackSettings, data_dir: Path) -> bool:
+def discard(s: StackSettings, data_dir: Path, *, restored_here: bool = False) -> bool:
     """Stop the scratch server on `data_dir` (if it runs) and delete the folder. Refuses
-    the live data dir. True if a server was stopped."""
-    target, live = data_dir.resolve(), s.pg_data.resolve()
-    if target == live or live in target.parents or target in live.parents:
+    the live data dir, and a folder that holds no cluster (a mistyped path must not be
+    deleted) unless the caller restored into it itself (`restored_here`: a restore that
+    failed half-way). True if a server was stopped."""
+    target = data_dir.resolve()
+    if _is_live(s, data_dir):
         raise RestoreRefusedError(f"{data_dir} is the live cluster's data dir: never discarded")
+    if (target.exists() and not restored_here and any(target.iterdir())
+            and not (target / "PG_VERSION").exists()):
+        raise RestoreRefusedError(f"{data_dir} holds no database cluster: not deleted")
     stopped = False
     pm = _postmaster_pid(target)
     if pm is not None and pid_alive(pm):
-        run(["runuser", "-u", OS_USER, "--", _bin("pg_ctl"), "-D", str(target), "-m",
-             "fast", "-w", "-t", "60", "stop"], COMPONENT, timeout=90)
+        _stop(target)
         stopped = True
     shutil.rmtree(target, ignore_errors=True)
     return stopped

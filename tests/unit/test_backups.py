@@ -98,3 +98,19 @@ def test_a_scratch_cluster_may_not_take_the_live_folder_or_port(tmp_path: Path) 
         scratch.check_target(s, occupied, 5998)
     with pytest.raises(scratch.RestoreRefusedError, match="live server's port"):
         scratch.check_target(s, tmp_path / "new", 5999)
+
+
+def test_discard_deletes_only_a_cluster_folder(tmp_path: Path) -> None:
+    s = StackSettings.from_env({"PAYSTREAM_STATE_DIR": str(tmp_path / "state")})
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(scratch.RestoreRefusedError, match="no database cluster"):
+        scratch.discard(s, precious)
+    assert (precious / "notes.txt").read_text() == "keep me"
+    with pytest.raises(scratch.RestoreRefusedError, match="live cluster"):
+        scratch.discard(s, s.pg_data)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "PG_VERSION").write_text("15")
+    assert scratch.discard(s, copy) is False and not copy.exists()
