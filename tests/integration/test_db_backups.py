@@ -214,6 +214,10 @@ def test_restores_refuse_the_live_cluster(stack: StackSettings, tmp_path: Path) 
 
 def test_drill_compares_the_exact_restored_moment_and_catches_a_tampered_balance(
         stack: StackSettings, settings: BackupSettings, scratch_dir: Path) -> None:
+    # The drill fails on a copy that does not reconcile: the shared live ledger must.
+    live = paystream("reconcile")
+    assert live.returncode == 0, ("the live ledger does not reconcile before the drill"
+                                  f" (an earlier test left it so):\n{live.stdout}")
     owner = connect(database_url("owner"))
     owner.autocommit = True
     ledger = Database(application_name="paystream-test-straddler")
