@@ -15,14 +15,17 @@ transaction that:
    transfers to end, and holds new writers back for the microseconds of steps 2-3;
 2. writes a named restore point (`pg_create_restore_point`), the recovery target;
 3. records the moment T (clock_timestamp()), its snapshot S (pg_current_snapshot())
-   and T0, the start of the oldest transaction then open (T when none).
+   and T0: the start of the oldest transaction then open (T when none), less a minute
+   (a transaction starts a few microseconds before pg_stat_activity shows it: the
+   minute covers one that had begun but was not shown yet).
 
 A transfer is in the restored copy if and only if its transaction committed before the
 restore point, which on the live cluster reads: `created_at < T0` (its transaction began
-before every transaction open at the mark, so it had ended) or its xmin is visible in S
-(`live_books`). Transfers with T0 <= created_at <= T that committed after the mark are
-what `balances --at T` counts and the restored copy rightly lacks: the drill reports
-their count ("in flight at the mark").
+before every transaction open at the mark, so it had ended, committing before the lock
+was granted) or its xmin is visible in S (`live_books`; S decides for everything
+younger, and xmin is exact for any transaction of the last minutes). Transfers created
+at or before T whose transaction committed after the mark are what `balances --at T`
+counts and the restored copy rightly lacks: the drill reports their count.
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ def mark(s: StackSettings) -> Mark:
         "LOCK TABLE public.transfers IN SHARE MODE;\n"
         "SELECT c.rp::text, pg_walfile_name(c.rp), c.now,"
         " least(c.now, (SELECT min(xact_start) FROM pg_stat_activity"
-        "               WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid())),"
+        "               WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()))"
+        "  - interval '1 minute',"
         " pg_current_snapshot()::text"
         f" FROM (SELECT pg_create_restore_point('{name}') AS rp,"
         "              clock_timestamp() AS now) c;\n"
