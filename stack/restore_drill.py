@@ -206,6 +206,12 @@ def compare(s: StackSettings, restored: scratch.Scratch, m: Mark,
     conn = connect(restored.dsn(s), application_name="paystream-verify-restore")
     try:
         conn.autocommit = True
+        with conn.cursor() as cur:  # the copy, never the live cluster compared with itself
+            cur.execute("SELECT current_setting('port')::int")
+            row = cur.fetchone()
+        if row is None or row[0] != restored.port or restored.port == s.pg_port:
+            raise DrillError(f"the connection to the copy reached port {row and row[0]}, "
+                             f"not the scratch cluster's {restored.port}")
         report = reconcile(conn)
         with snapshot(conn) as cur:
             books, rows = restored_books(cur)

@@ -66,9 +66,9 @@ class Scratch:
 
     def dsn(self, s: StackSettings, role: db.DbRole = "ops") -> str:
         """`role`'s DSN on the scratch cluster (the restored roles have the live
-        passwords, and the stack's passfile names any port)."""
-        return db.database_url(role, address=db.PostgresAddress("127.0.0.1", self.port,
-                                                                s.pg_db))
+        passwords, and the stack's passfile names any port). Never an explicit DSN
+        variable's (PAYSTREAM_DATABASE_URL names the live database)."""
+        return db.PostgresAddress("127.0.0.1", self.port, s.pg_db).dsn(role)
 
     @property
     def log(self) -> Path:
