@@ -137,6 +137,14 @@ def test_stack_up_archives_wal_into_an_encrypted_repository_with_a_backup(
     # The live server archives through pgBackRest, and it works: segments archived.
     assert superuser(stack, "SHOW archive_mode") == "on"
     assert "archive-push" in superuser(stack, "SHOW archive_command")
+    # From the command line, in no file a backup copies (a restored copy never pushes).
+    assert superuser(stack, "SELECT string_agg(DISTINCT source, ',') FROM pg_settings"
+                            " WHERE name IN ('archive_mode', 'archive_command')") == \
+        "command line"
+    for conf in ("postgresql.conf", "postgresql.auto.conf"):
+        settings_lines = [line.split("#")[0] for line in
+                          (stack.pg_data / conf).read_text().splitlines()]
+        assert not [line for line in settings_lines if "archive" in line], conf
     before = int(superuser(stack, "SELECT archived_count FROM pg_stat_archiver"))
     superuser(stack, "CREATE TEMP TABLE t (); SELECT pg_switch_wal()")  # a fresh segment
     deadline = time.monotonic() + 60
@@ -263,6 +271,8 @@ def test_drill_compares_the_exact_restored_moment_and_catches_a_tampered_balance
             assert cur.fetchone() == ("0", "off", False)
     finally:
         copy.close()
+    auto_conf = (scratch_dir / "postgresql.auto.conf").read_text()
+    assert "archive-get" in auto_conf and "archive-push" not in auto_conf
     assert restored_rows is not None and restored_rows[0] == outcome.balance_rows
     assert superuser(stack, "SELECT active FROM pg_replication_slots"
                             " WHERE slot_name = 'paystream_outbox'") in ("t", "f")
