@@ -117,7 +117,7 @@ BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
-	bench-cluster bench-scanner bench-invoices bench-console
+	bench-cluster bench-scanner bench-invoices bench-console bench-restore
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -155,6 +155,9 @@ bench-scanner: stack-up  ## chain scanner catch-up of 10,000 blocks: blocks/s, R
 
 bench-console: stack-up  ## console pages on 1 M events: p50/p99 vs the same queries bare
 	$(BENCH) bench/console_bench.py
+
+bench-restore: stack-up  ## a full backup of 1 GiB more restored to a scratch cluster: GB/min
+	$(BENCH) bench/restore_throughput.py
 
 # Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
 # --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`

@@ -11,6 +11,7 @@ refusals | invoices`).
   health_settings.py   its thresholds (PAYSTREAM_HEALTH_*, each overridden by a flag)
   health_exporter.py   `health --serve-metrics`: the checks as metrics, and the full
                        reconciliation on a schedule
+  backup_metrics.py    the exporter's WAL archiving and newest-backup metrics
   reconcile.py         `paystream reconcile`'s report of the ledger's self-check
   chain_reconcile.py   `reconcile --chain`: each deposit address's balance on chain
                        against the custody the books posted for it; its metrics

@@ -3,7 +3,8 @@ full reconciliation on a schedule (its metrics share the default registry).
 
 The checks run at each scrape (ops/health.py's HealthCollector), so a metric is never
 older than the scrape; the reconciliation is too heavy for that and runs every
-`reconcile_every_s` seconds instead (0: never).
+`reconcile_every_s` seconds instead (0: never). WAL archiving and the newest backup's
+age come from a collector of their own (ops/backup_metrics.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from prometheus_client import REGISTRY, start_http_server
 from paystream.consumers.ledger.reconcile import ERRORS, SCOPE_FULL, reconcile, record_full_check
 from paystream.logs import configure_logging
 from paystream.operator_cli import CannotRunError, database
+from paystream.ops.backup_metrics import BackupCollector
 from paystream.ops.health import HealthChecker, HealthCollector
 
 
@@ -27,6 +29,7 @@ def serve(checker: HealthChecker, checks: Sequence[str] | None, bind: str, port:
     """Serve /metrics on bind:port until SIGTERM or SIGINT."""
     configure_logging("health-exporter")
     REGISTRY.register(HealthCollector(checker, checks))
+    REGISTRY.register(BackupCollector(checker.settings.dsn))
     start_http_server(port, addr=bind)
     print(f"paystream health: serving metrics on {bind}:{port}/metrics", flush=True)
     stop = threading.Event()

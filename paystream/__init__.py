@@ -22,6 +22,7 @@ Shared by every part:
   kafka_nodes.py        where Kafka is: bootstrap servers, the local cluster's nodes
   kafka_security.py     how a Kafka client authenticates
   credentials.py        the credentials the local stack generates
+  backups.py            the backup repository: pgBackRest's configuration, the backups
   local_chain.py        the local chain (anvil) the stack runs
   edge/                 the HTTP edge kit the ingest and the merchant API are built on
   chaos/                `paystream chaos`: the invariants proven while parts crash

@@ -19,6 +19,7 @@ import annotated_types
 from pydantic.fields import FieldInfo
 
 from paystream.api.settings import ApiSettings
+from paystream.backups import BackupSettings
 from paystream.connectors.endpoint import ConnectSettings
 from paystream.console.settings import ConsoleSettings
 from paystream.consumers.crash_hooks import CrashHookSettings
@@ -60,6 +61,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     PrometheusConfig,
     MetricsPortSettings,
     PgBouncerConfig,
+    BackupSettings,
     IngestSettings,
     RunSettings,
     ApiSettings,

@@ -9,6 +9,10 @@ Connect with Debezium from Maven Central jars, anvil from npm.
   process.py      starting, watching and stopping long-running processes
   ports.py        who holds a port `stack up` needs
   postgres.py     the PostgreSQL cluster; huge_pages.py its shared memory
+  backup.py       pgBackRest: WAL archiving, the stanza, backups, the repository's WAL
+  db_cli.py       `paystream db ...`; db_status.py its nodes, archiving, newest backup
+  scratch.py      a scratch cluster restored from the repository (never the live one)
+  restore_drill.py  `db verify-restore`: the restored copy against the live books
   pgbouncer.py    PgBouncer in transaction pooling mode
   kafka.py        the KRaft nodes; quorum.py a running cluster's state
   connect.py      the Kafka Connect worker and the Debezium plugin

@@ -36,6 +36,7 @@ NEEDS = (
     # when asked (`stack up --prometheus`, stack/prometheus.py).
     Need("promtool", "prometheus", "the alert rules' checks and tests; the Prometheus server"),
     Need("wrk", "wrk", "the load generator of bench/ingest_bench.py at saturation"),
+    Need("pgbackrest", "pgbackrest", "WAL archiving, backups and restores (stack/backup.py)"),
 )
 POSTGRES_PACKAGE = "postgresql"
 

@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import os
 import pwd
+import shlex
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,9 +17,10 @@ import psycopg2
 from pydantic import Field
 
 from paystream import credentials
+from paystream.backups import BackupSettings
 from paystream.env import EnvSettings
 from paystream.schema import db
-from paystream.stack import huge_pages, ports
+from paystream.stack import backup, huge_pages, ports
 from paystream.stack.packages import postgres_bin_dir
 from paystream.stack.process import StackError, pid_alive, run, wait_until
 from paystream.stack.settings import StackSettings
@@ -74,6 +76,14 @@ def server_options() -> list[str]:
     """WRITE_PATH_SETTINGS as the server's `-c name=value` arguments."""
     return [arg for name, value in WRITE_PATH_SETTINGS.items()
             for arg in ("-c", f"{name}={value}")]
+
+
+def start_options() -> str:
+    """The live server's command-line settings (pg_ctl -o, read by a shell): the write
+    path's and WAL archiving's (stack/backup.py: on the command line, so no backup
+    carries them)."""
+    settings = {**WRITE_PATH_SETTINGS, **backup.server_settings(BackupSettings.from_env())}
+    return " ".join(f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items())
 
 
 def reserve_huge_pages(s: StackSettings) -> str | bool:
@@ -198,7 +208,7 @@ def start(s: StackSettings) -> bool:
         ports.ensure_free(COMPONENT, s.pg_port, "PAYSTREAM_PG_PORT")
         _as_postgres(["env", f"GLIBC_TUNABLES={MALLOC_TUNABLES}", _bin("pg_ctl"), "-D",
                       str(s.pg_data), "-l", str(log), "-w", "-t", "60",
-                      "-o", " ".join(server_options()), "start"], s, timeout=90)
+                      "-o", start_options(), "start"], s, timeout=90)
     except StackError:
         # A start that failed keeps no gigabyte of the machine's memory reserved.
         huge_pages.release(_huge_pages_added(s))
@@ -206,6 +216,20 @@ def start(s: StackSettings) -> bool:
     wait_until(COMPONENT, "accepting connections", lambda: _superuser_ping(s),
                timeout=30, log=log)
     return True
+
+
+def ensure_archiving(s: StackSettings) -> str | bool:
+    """A running server without WAL archiving, or with another archive_command (started
+    before archiving, or by an older paystream), is restarted with them: archive_mode
+    takes effect only at a start. False when it archives already."""
+    wanted = backup.server_settings(BackupSettings.from_env())
+    now = _psql(s, "SELECT current_setting('archive_mode') || E'\\n' ||"
+                   " current_setting('archive_command')").split("\n")
+    if now[:2] == [wanted["archive_mode"], wanted["archive_command"]]:
+        return False
+    stop(s)
+    start(s)
+    return "restarted with archive_mode=on"
 
 
 def stop(s: StackSettings) -> bool:

@@ -15,12 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from paystream import kafka_security
+from paystream.backups import BackupSettings
 from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import (
     anvil,
+    backup,
     compose,
     connect,
     kafka,
@@ -28,6 +30,7 @@ from paystream.stack import (
     postgres,
     prometheus,
     quorum,
+    scratch,
 )
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
@@ -56,14 +59,18 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
     try:
         prom = prometheus.PrometheusConfig.from_env()
         bouncer = pgbouncer.PgBouncerConfig.from_env()
+        backups = BackupSettings.from_env()
         s.state_dir.mkdir(parents=True, exist_ok=True)
         s.run_dir.mkdir(parents=True, exist_ok=True)
         s.logs_dir.mkdir(parents=True, exist_ok=True)
         _step("debian packages", lambda: ", ".join(ensure_packages()) or False)
         _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
+        _step("pgbackrest configuration", lambda: backup.ensure_config(s, backups))
         _step("postgres huge pages", lambda: postgres.reserve_huge_pages(s))
         _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
+        _step("postgres WAL archiving", lambda: postgres.ensure_archiving(s))
         _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
+        _step("pgbackrest stanza and check", lambda: backup.ensure_stanza(backups))
         if with_pgbouncer or bouncer.enabled:
             _step("pgbouncer (debian)", pgbouncer.ensure_installed)
             _step(f"pgbouncer start :{bouncer.port}", lambda: pgbouncer.start(s, bouncer))
@@ -81,6 +88,7 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         _step("anvil (npm)", lambda: anvil.ensure_installed(s))
         _step(f"anvil start :{anvil.AnvilConfig.from_env().port}", lambda: anvil.start(s))
         _configure(s)
+        _step("first full backup", lambda: backup.ensure_first_backup(backups))
         if with_prometheus or prom.enabled:
             _step(f"prometheus start :{prom.port}", lambda: prometheus.start(s, prom))
     except StackError as exc:
@@ -174,6 +182,7 @@ def down(s: StackSettings) -> int:
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
         _step("pgbouncer stop", lambda: pgbouncer.stop(s))
+        _step("scratch clusters stop", lambda: ", ".join(scratch.stop_all(s)) or False)
         _step("postgres stop", lambda: postgres.stop(s))
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)

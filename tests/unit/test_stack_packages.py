@@ -26,6 +26,9 @@ ON_BOTH_RELEASES = {
     "prometheus": ("2.42.0+ds-5+deb12u1", "2.53.3+ds1-2"),
     "wrk": ("4.1.0-3+b2", "4.1.0-4+b1"),
     "python3-venv": ("3.11.2-1+b1", "3.13.5-1"),  # the Makefile installs it
+    # 2026-12-07: bookworm's with apt-cache policy here, trixie's from Debian's package
+    # index (packages.debian.org, source pgbackrest), not from a chroot.
+    "pgbackrest": ("2.45-1", "2.55.1-1"),
 }
 
 ROOT = Path(__file__).resolve().parents[2]
