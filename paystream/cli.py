@@ -18,6 +18,7 @@ from paystream.operator_cli import EXIT_CANNOT_RUN, CannotRunError
 # whose parsers set `func` (a callable taking the parsed args and returning an exit code).
 COMMAND_MODULES = (
     "paystream.stack.cli",
+    "paystream.stack.alerts_cli",
     "paystream.ingest.cli",
     "paystream.ops.users_cli",
     "paystream.api.cli",

@@ -37,6 +37,7 @@ from paystream.ops.health_settings import HealthSettings
 from paystream.process_settings import ProcessSettings
 from paystream.run import RunSettings
 from paystream.schema.db import DatabaseRoleSettings, DatabaseSettings
+from paystream.stack.alertmanager import AlertmanagerConfig
 from paystream.stack.pgbouncer import PgBouncerConfig
 from paystream.stack.postgres import SuperuserSettings
 from paystream.stack.prometheus import PrometheusConfig
@@ -57,6 +58,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     AnvilSettings,
     PrometheusConfig,
     MetricsPortSettings,
+    AlertmanagerConfig,
     PgBouncerConfig,
     IngestSettings,
     RunSettings,

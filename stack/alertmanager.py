@@ -46,6 +46,8 @@ COMPONENT = "alertmanager"
 BINARY = "prometheus-alertmanager"  # Debian's name for it
 PAGER, CHAT, DEADMAN = "pager", "chat", "deadman"
 WATCHDOG = "Watchdog"
+# A page links the runbook of its group's first alert (the rules' runbook_url).
+RUNBOOK_LINK = "{{ (index .Alerts 0).Annotations.runbook_url }}"
 GROUP_BY = ["alertname", "group"]
 # The secrets folder's files a receiver is configured from, when they exist (or the
 # file its variable names).
@@ -171,8 +173,7 @@ def receivers(cfg: AlertmanagerConfig, secrets: Path) -> list[dict[str, Any]]:
     if key:
         pager["pagerduty_configs"] = [{"routing_key_file": key, "url": cfg.pagerduty_url,
                                        "send_resolved": True,
-                                       "links": [{"href": '{{ (index .Alerts 0).Annotations.runbook_url }}',
-                                                  "text": "runbook"}]}]
+                                       "links": [{"href": RUNBOOK_LINK, "text": "runbook"}]}]
     chat: dict[str, Any] = {"name": CHAT}
     slack = _secret(SLACK_URL, secrets)
     if slack:
