@@ -205,7 +205,11 @@ def config(cfg: AlertmanagerConfig, secrets: Path) -> dict[str, Any]:
         password = _secret(SMTP_PASSWORD, secrets)
         if password:
             smtp["smtp_auth_password_file"] = password
+    # Alertmanager repeats at a group-interval tick only when strictly more than
+    # repeat_interval has passed since the last send: equal intervals would ping every
+    # second tick. A repeat interval just under the tick pings at every tick.
     watchdog = _duration(cfg.watchdog_interval_s)
+    watchdog_repeat = _duration(cfg.watchdog_interval_s * 0.9)
     return {
         "global": {"resolve_timeout": "5m", **smtp},
         "route": {
@@ -218,7 +222,7 @@ def config(cfg: AlertmanagerConfig, secrets: Path) -> dict[str, Any]:
                 # The Watchdog first: it always fires, and only its absence means anything.
                 {"receiver": DEADMAN, "matchers": [f'alertname="{WATCHDOG}"'],
                  "group_wait": "0s", "group_interval": watchdog,
-                 "repeat_interval": watchdog},
+                 "repeat_interval": watchdog_repeat},
                 {"receiver": PAGER, "matchers": ['severity="critical"']},
                 {"receiver": CHAT, "matchers": ['severity="warning"']},
             ],

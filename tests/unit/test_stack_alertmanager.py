@@ -117,7 +117,8 @@ def test_timings_come_from_the_settings_and_the_defaults_page_in_time() -> None:
     assert (route["group_wait"], route["group_interval"], route["repeat_interval"]) == (
         "1000ms", "2000ms", "600000ms")
     assert route["group_by"] == ["alertname", "group"]
-    assert route["routes"][0]["repeat_interval"] == "3000ms"
+    assert route["routes"][0]["group_interval"] == "3000ms"
+    assert route["routes"][0]["repeat_interval"] == "2700ms"  # every tick, not every other
     # A stopped group (PaystreamConsumerGroupStopped, no `for:`) pages within 2 minutes
     # with the defaults: a scrape, an evaluation, then the group wait.
     default = alertmanager.AlertmanagerConfig()
