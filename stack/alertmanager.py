@@ -55,6 +55,7 @@ PAGERDUTY_KEY = "alert-pagerduty-routing-key"
 SLACK_URL = "alert-slack-webhook-url"
 SMTP_PASSWORD = "alert-smtp-password"
 WEBHOOK_TOKEN = "alert-webhook-token"
+SECRET_FILES = (PAGERDUTY_KEY, SLACK_URL, SMTP_PASSWORD, WEBHOOK_TOKEN)
 
 # Cause -> the symptoms it mutes, while it fires (same stack; `equal` adds labels both
 # must share). Each cause's own page says what to do; its symptoms would only repeat it.
@@ -82,8 +83,9 @@ class AlertmanagerConfig(EnvSettings):
 
     doc_section = "Alertmanager"
 
-    port: int = Field(9093, alias="PAYSTREAM_ALERTMANAGER_PORT", ge=1,
-                      description="its HTTP port (UI and API v2), on 127.0.0.1")
+    # Not Alertmanager's usual 9093: the local Kafka's controller listens there.
+    port: int = Field(9098, alias="PAYSTREAM_ALERTMANAGER_PORT", ge=1, description=(
+        "its HTTP port (UI and API v2), on 127.0.0.1; not 9093, the KRaft controller's"))
     group_wait_s: float = Field(
         30.0, alias="PAYSTREAM_ALERT_GROUP_WAIT_S", ge=0, le=3600, description=(
             "the wait before a new group's first notification, gathering what fires "

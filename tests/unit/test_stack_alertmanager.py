@@ -155,3 +155,12 @@ def test_every_rule_links_a_runbook_section_that_exists_and_names_the_first_comm
         first = re.search(r"; first: (.+)$", annotations["summary"])
         assert first, f"{rule['alert']}: the summary names no first command"
         assert first.group(1).startswith("paystream ") or rule["alert"] == "Watchdog"
+
+
+def test_the_default_port_is_none_of_the_local_stacks_other_ports() -> None:
+    """Alertmanager's customary 9093 is the local Kafka's controller port."""
+    from paystream.kafka_nodes import KafkaSettings
+
+    kafka = KafkaSettings()
+    taken = {prometheus.PrometheusConfig().port, kafka.kafka_port, kafka.controller_port}
+    assert alertmanager.AlertmanagerConfig().port not in taken
