@@ -13,7 +13,8 @@ end. Prometheus evaluates the shipped rules compressed 20 times in time
 1. the ledger stopped while events arrive -> exactly one page (webhook, PagerDuty,
    email), resolved after the restart
 2. Postgres stopped -> the database page; the symptoms it inhibits reach nobody
-3. a silence made in the console -> no page while it holds; the page once expired
+3. a silence made in the console -> no page while it holds; the page once expired;
+   `paystream alerts` silences and expires from a shell
 4. the Watchdog reaches the dead man's switch at every repeat; Prometheus stopped, it
    stops
 """
@@ -21,6 +22,7 @@ end. Prometheus evaluates the shipped rules compressed 20 times in time
 from __future__ import annotations
 
 import itertools
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ import requests
 
 from paystream import credentials
 from paystream.connectors.endpoint import rest_auth
+from paystream.launch import paystream_argv
 from paystream.schema.db import connect, database_url
 from paystream.stack import alertmanager, alerts, postgres, prometheus
 from paystream.stack import connect as stack_connect
@@ -197,13 +200,13 @@ def test_postgres_down_pages_the_database_and_none_of_its_symptoms(
     s, group = alerting.settings, alerting.group
     symptom = "PaystreamConsumerRetrying"
     before = time.monotonic()
-    postgres.stop(s)
+    postgres.stop(s)  # returns once it is down (a fast shutdown, a checkpoint first)
     try:
-        stopped = time.monotonic()
         alerting.observed.events(5, stored=False)  # the ledger must write to apply them
         page = wait_for("the database page", lambda: alerting.notified(
             PAGER, "PaystreamDatabaseDown", group=""), 60, 0.2)[0]
-        _report("PaystreamDatabaseDown paged after Postgres stopped", page.at - stopped)
+        _report("PaystreamDatabaseDown paged after the Postgres stop began",
+                page.at - before)
         alerting.live.wait_alert("firing", symptom, 120 / FACTOR + SLACK_S, group=group)
         held = wait_for(f"Alertmanager holding {symptom} as inhibited",
                         lambda: [a for a in alerting.held(symptom) if a.inhibited_by],
@@ -256,6 +259,12 @@ def test_a_silence_made_in_the_console_holds_the_page_until_it_is_expired(
         alerting: Alerting, console: ConsoleServer) -> None:
     name, group = "PaystreamConsumerGroupStopped", alerting.group
     http = console.login()
+    # The console's guards hold for the new forms: no CSRF token, no silence.
+    refused = http.post(console.url + "/alerts/silence", timeout=10, data={
+        "alertname": name, "group": group, "duration": "30m", "reason": "no token"})
+    assert refused.status_code == 403
+    assert not [s for s in alerts.silences(alerting.am, expired=True)
+                if s.comment == "no token"]
     page = _post(http, console, "/alerts/silence", {
         "alertname": name, "group": group, "duration": "30m", "reason": "resuming by hand"})
     assert "refused" not in page, page[:2000]
@@ -276,6 +285,12 @@ def test_a_silence_made_in_the_console_holds_the_page_until_it_is_expired(
         alerting.live.wait_alert("firing", name, SLACK_S, group=group)
         wait_for("Alertmanager holding the alert as silenced", lambda: [
             a for a in alerting.held(name) if silence_id in a.silenced_by], SLACK_S, 0.2)
+        listed = subprocess.run(paystream_argv("alerts", "list"), capture_output=True,
+                                text=True, timeout=60)
+        assert listed.returncode == 1, listed.stderr  # something fires (not the Watchdog)
+        rows = [line.split() for line in listed.stdout.splitlines()]
+        assert [name, "critical", group, "silenced"] in [r[:4] for r in rows], listed.stdout
+        assert silence_id in listed.stdout
         time.sleep(TIMINGS["group_wait_s"] + 3 * TIMINGS["group_interval_s"])
         assert alerting.notified(PAGER, name) == [], "paged while silenced"
         _post(http, console, f"/silences/{silence_id}/expire", {})
@@ -290,6 +305,30 @@ def test_a_silence_made_in_the_console_holds_the_page_until_it_is_expired(
         conn.close()
     wait_for(f"{name} resolved at the pager",
              lambda: alerting.notified(PAGER, name, "resolved"), SLACK_S, 0.2)
+
+
+def test_paystream_alerts_silences_and_expires_from_a_shell(alerting: Alerting) -> None:
+    """`paystream alerts silence` prints the id of a silence Alertmanager holds with the
+    reason and the creator; `expire` ends it; a silence without a reason is refused."""
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(paystream_argv("alerts", *args), capture_output=True,
+                              text=True, timeout=60)
+
+    made = cli("silence", "--alert", "PaystreamConsumerLagGrowing", "--group",
+               alerting.group, "--reason", "scaling out", "--for", "2h")
+    assert made.returncode == 0, made.stderr
+    silence_id = made.stdout.strip()
+    held = {s.id: s for s in alerts.silences(alerting.am)}[silence_id]
+    assert held.state == "active" and held.comment == "scaling out"
+    assert held.matchers == (f'alertname="PaystreamConsumerLagGrowing", '
+                             f'group="{alerting.group}"')
+    assert held.created_by.endswith("(paystream alerts)")
+    assert silence_id in cli("list").stdout
+    assert cli("expire", silence_id).returncode == 0
+    assert {s.id: s for s in alerts.silences(alerting.am, expired=True)}[
+        silence_id].state == "expired"
+    no_reason = cli("silence", "--alert", "PaystreamConsumerLagGrowing", "--reason", " ")
+    assert no_reason.returncode == 1 and "refused: say why" in no_reason.stderr
 
 
 def _watchdog_pings(alerting: Alerting, since: float) -> list[float]:
