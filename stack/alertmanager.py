@@ -37,6 +37,7 @@ from paystream.stack.process import (
     read_pid,
     run,
     start_detached,
+    started_with,
     stop_pid,
     wait_until,
 )
@@ -285,7 +286,11 @@ def start(s: StackSettings, cfg: AlertmanagerConfig) -> str | bool:
     """Write the configuration and start Alertmanager, or reload a running one whose
     configuration changed; wait until it is ready. True if started."""
     changed = write_config(s, cfg)
-    if read_pid(pid_file(s)) is not None:
+    pid = read_pid(pid_file(s))
+    if pid is not None and not started_with(pid, command(s, cfg)):
+        stop(s)  # started with other flags (an older paystream's): start it again
+        pid = None
+    if pid is not None:
         if changed:
             reload(cfg)
             return "configuration reloaded"
