@@ -14,7 +14,7 @@ end. Prometheus evaluates the shipped rules compressed 20 times in time
    email), resolved after the restart
 2. Postgres stopped -> the database page; the symptoms it inhibits reach nobody
 3. a silence made in the console -> no page while it holds; the page once expired;
-   `paystream alerts` silences and expires from a shell
+   `paystream alerts` silences and expires from a shell; a warning goes to the chat
 4. the Watchdog reaches the dead man's switch at every repeat; Prometheus stopped, it
    stops
 """
@@ -26,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -305,6 +306,27 @@ def test_a_silence_made_in_the_console_holds_the_page_until_it_is_expired(
         conn.close()
     wait_for(f"{name} resolved at the pager",
              lambda: alerting.notified(PAGER, name, "resolved"), SLACK_S, 0.2)
+
+
+def test_a_warning_reaches_the_chat_not_the_pager(alerting: Alerting) -> None:
+    """A warning (posted to Alertmanager's API as Prometheus would: no rule of ours
+    fires a warning quickly without also firing its cause) goes to the Slack-compatible
+    webhook and the chat's generic webhook, and to nobody's pager."""
+    name = "PaystreamTestWarning"
+    labels = {"alertname": name, "severity": "warning", "group": alerting.group,
+              LABEL: ACCELERATED}
+    sent = time.monotonic()
+    ends = (datetime.now(UTC) + timedelta(seconds=60)).isoformat()  # not 5 min of it
+    answer = httpx.post(f"{alerting.am.url}/api/v2/alerts", timeout=10, json=[{
+        "labels": labels, "annotations": {"summary": "a test warning; first: nothing"},
+        "endsAt": ends}])
+    assert answer.status_code == 200, answer.text
+    slack = wait_for("the Slack-compatible webhook's message", lambda: [
+        p for p in alerting.http.posts(SLACK, sent) if name in str(p.body)], SLACK_S, 0.2)
+    assert slack[0].body["attachments"][0]["title"].startswith("[FIRING:1]")
+    wait_for("the chat's webhook", lambda: alerting.notified(CHAT, name), SLACK_S, 0.2)
+    time.sleep(2 * TIMINGS["group_interval_s"])
+    assert alerting.notified(PAGER, name) == []
 
 
 def test_paystream_alerts_silences_and_expires_from_a_shell(alerting: Alerting) -> None:
