@@ -64,8 +64,10 @@ lint: install typecheck-view
 # The tests get a stack of their own (state dir and ports below), so their events never
 # reach the `make run` stack's ledger, and `make run` after `make test` starts clean.
 # The test stack's Prometheus (tests/integration/test_alerts_fire.py, test_dashboard.py)
-# scrapes metrics ports of its own, never the `make run` processes'.
+# scrapes metrics ports of its own, never the `make run` processes', and sends to an
+# Alertmanager of its own (test_alerts_notify.py gives it the receivers and timings).
 TEST_PROMETHEUS := PAYSTREAM_PROMETHEUS=1 PAYSTREAM_PROMETHEUS_PORT=9096 \
+	PAYSTREAM_ALERTMANAGER_PORT=9097 \
 	PAYSTREAM_PROMETHEUS_SCRAPE_INTERVAL_S=1 PAYSTREAM_INGEST_ADMIN_PORT=8011 \
 	PAYSTREAM_LEDGER_METRICS_PORT=9411 PAYSTREAM_DLQ_MIRROR_METRICS_PORT=9412 \
 	PAYSTREAM_HEALTH_METRICS_PORT=9413 PAYSTREAM_FINALITY_METRICS_PORT=9414 \
@@ -194,6 +196,7 @@ housekeeping: install
 	$(BIN)/paystream housekeeping
 
 # promtool comes from Debian's `prometheus` package (the stack manager installs it).
+# The Alertmanager configuration is checked by amtool in tests/unit/test_stack_alertmanager.py.
 alerts-check:
 	promtool check rules ops/prometheus/alerts.yml
 	cd ops/prometheus && promtool test rules alerts_test.yml

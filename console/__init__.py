@@ -20,6 +20,7 @@ actions are the operator commands' own functions, each recorded in operator_acti
   routes_notifications.py    deliveries, attempts, redeliver, recover; endpoints
   routes_ledger.py           shortfalls with resolve, holds, reconcile
   routes_health.py           `paystream health`, rendered
+  routes_alerts.py           Alertmanager's alerts and silences; silence, expire
   routes_audit.py            the audit page
   templates/                 the pages (Jinja2, autoescaped); static/ the stylesheet
 """

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Scope
 
 from paystream.console import (
+    routes_alerts,
     routes_audit,
     routes_auth,
     routes_dead_letters,
@@ -40,7 +41,7 @@ from paystream.rate_limit import TokenBuckets
 
 FACTORY = "paystream.console.app:create_app_from_env"
 ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications,
-           routes_ledger, routes_health, routes_audit)
+           routes_ledger, routes_health, routes_alerts, routes_audit)
 
 
 def create_app(settings: ConsoleSettings) -> ASGIApp:

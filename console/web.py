@@ -46,7 +46,8 @@ SECURITY_HEADERS = [
 ]
 NAV = (("/search", "Search"), ("/dead-letters", "Dead letters"),
        ("/notifications", "Notifications"), ("/endpoints", "Endpoints"),
-       ("/ledger", "Ledger"), ("/health", "Health"), ("/audit", "Audit"))
+       ("/ledger", "Ledger"), ("/health", "Health"), ("/alerts", "Alerts"),
+       ("/audit", "Audit"))
 
 
 @dataclass(frozen=True)

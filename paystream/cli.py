@@ -19,6 +19,8 @@ from paystream.operator_cli import EXIT_CANNOT_RUN, CannotRunError
 COMMAND_MODULES = (
     "paystream.stack.cli",
     "paystream.stack.db_cli",
+
+    "paystream.stack.alerts_cli",
     "paystream.ingest.cli",
     "paystream.ops.users_cli",
     "paystream.api.cli",

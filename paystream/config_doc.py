@@ -39,6 +39,8 @@ from paystream.process_settings import ProcessSettings
 from paystream.run import RunSettings
 from paystream.schema.db import DatabaseRoleSettings, DatabaseSettings
 from paystream.schema.migrate import MigrateSettings
+
+from paystream.stack.alertmanager import AlertmanagerConfig
 from paystream.stack.pgbouncer import PgBouncerConfig
 from paystream.stack.postgres import SuperuserSettings
 from paystream.stack.prometheus import PrometheusConfig
@@ -60,6 +62,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     AnvilSettings,
     PrometheusConfig,
     MetricsPortSettings,
+    AlertmanagerConfig,
     PgBouncerConfig,
     BackupSettings,
     IngestSettings,

@@ -1,6 +1,6 @@
 """The local stack, no Docker (`paystream stack up | down | status | logs`): real
-PostgreSQL, PgBouncer, Prometheus and kcat from Debian's packages, Kafka (KRaft) and Kafka
-Connect with Debezium from Maven Central jars, anvil from npm.
+PostgreSQL, PgBouncer, Prometheus, Alertmanager and kcat from Debian's packages, Kafka
+(KRaft) and Kafka Connect with Debezium from Maven Central jars, anvil from npm.
 
   stack.py        up / down / status / logs of the whole stack, in order
   cli.py          `paystream stack ...`
@@ -18,5 +18,8 @@ Connect with Debezium from Maven Central jars, anvil from npm.
   connect.py      the Kafka Connect worker and the Debezium plugin
   anvil.py        the local Ethereum node
   prometheus.py   Prometheus with the alert rules; targets.py what it scrapes
+  alertmanager.py Alertmanager: routes, receivers, inhibitions, from the settings
+  alerts.py       its API v2 for an operator: alerts, silences; alerts_cli.py
+                  `paystream alerts`
   compose.py      the credentials docker-compose's `secrets` job writes
 """

@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = ssub.add_parser("up", help="install, start and configure everything (idempotent)")
     up.add_argument("--prometheus", action="store_true",
                     help="also start Prometheus, scraping every paystream process with the "
-                         "alert rules loaded (as PAYSTREAM_PROMETHEUS=1 does)")
+                         "alert rules loaded, and Alertmanager, which routes its alerts to "
+                         "people (as PAYSTREAM_PROMETHEUS=1 does)")
     up.add_argument("--pgbouncer", action="store_true",
                     help="also start PgBouncer in transaction pooling mode (as "
                          "PAYSTREAM_PGBOUNCER=1 does); processes use it with "
@@ -40,7 +41,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     watchdog.set_defaults(func=_watchdog)
     logs = ssub.add_parser("logs", help="show the tail of the components' logs")
     logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil",
-                                                        "prometheus", "pgbouncer"])
+                                                        "prometheus", "alertmanager",
+                                                        "pgbouncer"])
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=_logs)

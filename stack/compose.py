@@ -25,6 +25,7 @@ tests/unit/test_compose_consistency.py checks docker-compose.yml against this mo
 from __future__ import annotations
 
 import base64
+import json
 import os
 import uuid
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from paystream import credentials, kafka_nodes, kafka_security
 from paystream.connectors import endpoint
 from paystream.kafka_nodes import KafkaSettings
 from paystream.schema import db
-from paystream.stack import connect, kafka, postgres
+from paystream.stack import alertmanager, connect, kafka, postgres
 
 # Where every container sees its own volume (PAYSTREAM_SECRETS_DIR of the paystream ones).
 SECRETS_MOUNT = Path("/run/paystream/secrets")
@@ -109,6 +110,13 @@ SERVICES = (
     Service("console", "ops"),
 )
 SETUP = "setup"
+# Alertmanager (prom/alertmanager, the same 0.25 as Debian's): its volume holds its
+# configuration, generated as the stack's is from the PAYSTREAM_ALERT_* variables the
+# secrets job is given, and the receivers' secret files it names, copied from the setup
+# job's volume when the user put them there (stack/alertmanager.py's names).
+ALERTMANAGER = "alertmanager"
+ALERTMANAGER_CONFIG = "alertmanager.yml"
+ALERTMANAGER_UID = 65534  # the image's `nobody`
 
 
 def kafka_services(brokers: int) -> list[str]:
@@ -121,7 +129,8 @@ def kafka_bootstrap(brokers: int = 1) -> str:
 
 
 UIDS = {**{k: KAFKA_UID for k in kafka_services(CLUSTER_BROKERS)}, "connect": CONNECT_UID,
-        SETUP: PAYSTREAM_UID, **{s.name: PAYSTREAM_UID for s in SERVICES}}
+        SETUP: PAYSTREAM_UID, ALERTMANAGER: ALERTMANAGER_UID,
+        **{s.name: PAYSTREAM_UID for s in SERVICES}}
 
 
 def pg_dsn(role: db.DbRole) -> str:
@@ -287,7 +296,21 @@ def service_files(brokers: int | None = None) -> dict[str, dict[str, str]]:
         connect.REST_USERS: users_text,
         db.secret_name("cdc"): passwords["cdc"] + "\n",
     }
+    out[ALERTMANAGER] = alertmanager_files()
     return out
+
+
+def alertmanager_files() -> dict[str, str]:
+    """Alertmanager's configuration, naming its receivers' secrets where its container
+    sees them, and those secrets (the ones the setup volume holds)."""
+    secrets = credentials.secrets_dir()
+    files = {name: (secrets / name).read_text() for name in alertmanager.SECRET_FILES
+             if (secrets / name).is_file()}
+    text = json.dumps(alertmanager.config(alertmanager.AlertmanagerConfig.from_env(),
+                                          secrets), indent=2)
+    # Named where the container sees them (the secrets job sees its volume elsewhere).
+    files[ALERTMANAGER_CONFIG] = text.replace(str(secrets), str(SECRETS_MOUNT)) + "\n"
+    return files
 
 
 def ensure_passwords() -> list[str]:

@@ -35,6 +35,9 @@ NEEDS = (
     # promtool checks and unit-tests the alert rules; the server it ships with runs
     # when asked (`stack up --prometheus`, stack/prometheus.py).
     Need("promtool", "prometheus", "the alert rules' checks and tests; the Prometheus server"),
+    # Alertmanager routes Prometheus's alerts to people (stack/alertmanager.py); amtool,
+    # in the same package, checks its configuration and drives silences.
+    Need("amtool", "prometheus-alertmanager", "routes the alerts to a pager, chat, email"),
     Need("wrk", "wrk", "the load generator of bench/ingest_bench.py at saturation"),
     Need("pgbackrest", "pgbackrest", "WAL archiving, backups and restores (stack/backup.py)"),
 )

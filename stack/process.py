@@ -65,6 +65,16 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def started_with(pid: int, cmd: list[str]) -> bool:
+    """Whether the running `pid` was started with exactly `cmd` (its /proc cmdline): a
+    process started by an older paystream with other flags is not."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return False
+    return [a.decode(errors="replace") for a in argv] == cmd
+
+
 def start_detached(cmd: list[str], *, pid_file: Path, out_file: Path,
                    env: dict[str, str] | None = None, cwd: Path | None = None,
                    inherit_env: bool = True) -> int:

@@ -24,12 +24,13 @@ import httpx
 from pydantic import Field
 
 from paystream.env import EnvSettings, OptIn
-from paystream.stack import ports
+from paystream.stack import alertmanager, ports
 from paystream.stack.process import (
     StackError,
     read_pid,
     run,
     start_detached,
+    started_with,
     stop_pid,
     wait_until,
 )
@@ -110,6 +111,9 @@ def config(s: StackSettings, cfg: PrometheusConfig) -> dict[str, Any]:
                    "external_labels": {"stack": str(s.state_dir)}},
         "rule_files": [str(SHIPPED_RULES), str(rules_dir(s) / "*.yml")],
         "scrape_configs": jobs,
+        # Every alert goes to the stack's Alertmanager (stack/alertmanager.py).
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [
+            f"127.0.0.1:{alertmanager.AlertmanagerConfig.from_env().port}"]}]}]},
     }
 
 
@@ -129,10 +133,15 @@ def write_config(s: StackSettings, cfg: PrometheusConfig) -> bool:
 
 
 def command(s: StackSettings, cfg: PrometheusConfig) -> list[str]:
+    interval = _duration(cfg.scrape_interval_s)
     return [_binary(), f"--config.file={config_file(s)}",
             f"--storage.tsdb.path={data_dir(s)}",
             f"--storage.tsdb.retention.time={RETENTION}",
             f"--web.listen-address=127.0.0.1:{cfg.port}",
+            # A firing alert is sent again at every evaluation, so Alertmanager holds it
+            # 4 intervals after the last (Prometheus's default: 4 minutes): a stopped
+            # Prometheus ends the Watchdog within a minute, in seconds on the test stack.
+            f"--rules.alert.resend-delay={interval}",
             # The UI's links must not point at a hostname nobody can resolve.
             f"--web.external-url={cfg.url}"]
 
@@ -171,7 +180,11 @@ def start(s: StackSettings, cfg: PrometheusConfig) -> str | bool:
     """Write the configuration and start Prometheus, or reload a running one whose
     configuration changed; wait until it is ready. True if started."""
     changed = write_config(s, cfg)
-    if read_pid(pid_file(s)) is not None:
+    pid = read_pid(pid_file(s))
+    if pid is not None and not started_with(pid, command(s, cfg)):
+        stop(s)  # started with other flags (an older paystream's): start it again
+        pid = None
+    if pid is not None:
         if changed:
             reload(s, cfg)
             return "configuration reloaded"

@@ -21,6 +21,7 @@ from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
 from paystream.stack import (
+    alertmanager,
     anvil,
     backup,
     compose,
@@ -90,6 +91,10 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         _configure(s)
         _step("first full backup", lambda: backup.ensure_first_backup(backups))
         if with_prometheus or prom.enabled:
+            # Alertmanager first: Prometheus sends it every alert from its first rule
+            # evaluation on.
+            am = alertmanager.AlertmanagerConfig.from_env()
+            _step(f"alertmanager start :{am.port}", lambda: alertmanager.start(s, am))
             _step(f"prometheus start :{prom.port}", lambda: prometheus.start(s, prom))
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
@@ -178,6 +183,7 @@ def down(s: StackSettings) -> int:
         # Producers of data stop first: the chain and Connect, then the broker, then
         # the database.
         _step("prometheus stop", lambda: prometheus.stop(s))
+        _step("alertmanager stop", lambda: alertmanager.stop(s))
         _step("anvil stop", lambda: anvil.stop(s))
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
@@ -220,13 +226,17 @@ def status(s: StackSettings) -> int:
     prom_ok = _optional_row(rows, "prometheus", prom.enabled, prom.port,
                             read_pid(prometheus.pid_file(s)),
                             lambda: (prometheus.healthy(s, prom), prometheus.version(s, prom)))
+    am = alertmanager.AlertmanagerConfig.from_env()
+    am_ok = _optional_row(rows, "alertmanager", prom.enabled, am.port,
+                          read_pid(alertmanager.pid_file(s)),
+                          lambda: (alertmanager.healthy(s, am), alertmanager.version(am)))
     bouncer_ok = _optional_row(rows, "pgbouncer", bouncer.enabled, bouncer.port,
                                read_pid(pgbouncer.pid_file(s)),
                                lambda: (pgbouncer.healthy(s, bouncer),
                                         pgbouncer.version(s, bouncer)))
     print(format_table(("component", "port", "pid", "version", "health", "rss"), rows))
     ok = (pg_ok and kafka_ok and connect_ok and state == "RUNNING" and anvil_ok and prom_ok
-          and bouncer_ok)
+          and am_ok and bouncer_ok)
     return 0 if ok else 1
 
 
@@ -272,6 +282,7 @@ LOGS: dict[str, Callable[[StackSettings], list[Path]]] = {
     "connect": lambda s: [connect.log_file(s)],
     "anvil": lambda s: [anvil.log_file(s)],
     "prometheus": lambda s: [prometheus.log_file(s)],
+    "alertmanager": lambda s: [alertmanager.log_file(s)],
     "pgbouncer": lambda s: [pgbouncer.log_file(s)],
 }
 

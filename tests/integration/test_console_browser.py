@@ -80,6 +80,7 @@ MAIN_PAGES = (
     ("endpoints", "/endpoints", "Endpoints"),
     ("ledger", "/ledger", "Ledger"),
     ("health", "/health", "Health:"),
+    ("alerts", "/alerts", "Alerts"),
     ("audit", "/audit", "Operator actions"),
 )
 

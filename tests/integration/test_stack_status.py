@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
 from paystream.launch import paystream_argv
 
@@ -18,9 +20,10 @@ def test_status_lists_every_component_healthy():
     assert "4.3.0" in rows["kafka"]
 
 
-def test_status_shows_prometheus_when_the_stack_runs_it():
-    """`make test` starts the test stack with PAYSTREAM_PROMETHEUS=1: its row is there,
-    healthy, with the port it was asked for."""
+def test_status_shows_prometheus_and_alertmanager_when_the_stack_runs_them():
+    """`make test` starts the test stack with PAYSTREAM_PROMETHEUS=1: their rows are
+    there, healthy, with the ports they were asked for; Alertmanager on loopback only."""
+    from paystream.stack.alertmanager import AlertmanagerConfig
     from paystream.stack.prometheus import PrometheusConfig
 
     cfg = PrometheusConfig.from_env()
@@ -31,3 +34,22 @@ def test_status_shows_prometheus_when_the_stack_runs_it():
     assert "prometheus" in rows, done.stdout
     assert rows["prometheus"][1] == str(cfg.port)
     assert rows["prometheus"][4] == "healthy", done.stdout
+    am = AlertmanagerConfig.from_env()
+    assert rows["alertmanager"][1] == str(am.port), done.stdout
+    assert rows["alertmanager"][4] == "healthy", done.stdout
+    # Its only listener: the API on 127.0.0.1 (no gossip port on every interface).
+    assert _listening(int(rows["alertmanager"][2])) == {("0100007F", am.port)}
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """(address as /proc/net/tcp writes it, port) of every socket `pid` listens on."""
+    sockets = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()
+               if os.readlink(fd).startswith("socket:")}
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and f"socket:[{fields[9]}]" in sockets:
+                address, port = fields[1].rsplit(":", 1)
+                found.add((address, int(port, 16)))
+    return found

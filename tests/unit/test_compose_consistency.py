@@ -5,6 +5,7 @@ worker configuration, database roles, Kafka principals and ACLs, and least privi
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from pathlib import Path
@@ -210,7 +211,8 @@ def test_each_container_mounts_only_its_own_secrets_volume_read_only():
 
 
 def test_the_secrets_job_writes_each_container_only_its_own_credentials(rendered):
-    assert set(rendered) == {s.name for s in compose.SERVICES} | {"kafka", "connect"}
+    assert set(rendered) == {s.name for s in compose.SERVICES} | {"kafka", "connect",
+                                                                  compose.ALERTMANAGER}
     for service in compose.SERVICES:
         files = rendered[service.name]
         assert set(files) == set(service.files()), service.name
@@ -244,6 +246,7 @@ def test_the_uids_owning_the_files_are_the_ones_the_containers_run_as():
     assert str(SERVICES["kafka"]["user"]) == str(compose.UIDS["kafka"])
     assert str(SERVICES["connect"]["user"]) == str(compose.UIDS["connect"])
     assert str(SERVICES["secrets"]["user"]) == "0"  # to chown; it reaches no network
+    assert str(SERVICES["alertmanager"]["user"]) == str(compose.UIDS["alertmanager"])
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^USER nobody$", dockerfile, re.M)
     for name in (*(s.name for s in compose.SERVICES), "setup"):
@@ -463,7 +466,8 @@ def test_cluster_variant_runs_every_node_as_the_base_file_runs_kafka():
 
 
 def test_cluster_variant_secrets_job_writes_each_node_its_own_files(rendered_cluster):
-    assert set(rendered_cluster) == {s.name for s in compose.SERVICES} | {*NODES, "connect"}
+    assert set(rendered_cluster) == {s.name for s in compose.SERVICES} | {
+        *NODES, "connect", compose.ALERTMANAGER}
     ids = set()
     for node_id, name in enumerate(NODES, 1):
         files = rendered_cluster[name]
@@ -516,3 +520,26 @@ def test_cluster_variant_clients_bootstrap_from_every_node(rendered_cluster):
     for name in ("setup", "connect"):
         for node in NODES[1:]:
             assert CLUSTER_SERVICES[name]["depends_on"][node] == {"condition": "service_started"}
+
+
+def test_alertmanager_runs_the_stacks_configuration_from_its_own_volume(
+        rendered, tmp_path: Path) -> None:
+    """The same routes, receivers and inhibitions as the stack's, amtool-checked; the
+    receivers' secrets named where the container mounts them, never inline."""
+    from paystream.stack import alertmanager
+
+    service = SERVICES["alertmanager"]
+    assert service["image"] == "prom/alertmanager:v0.25.0"  # Debian 12's version
+    assert f"--config.file={MOUNT}/{compose.ALERTMANAGER_CONFIG}" in service["command"]
+    assert "--cluster.listen-address=" in service["command"]
+    files = rendered[compose.ALERTMANAGER]
+    assert set(files) == {compose.ALERTMANAGER_CONFIG}  # no receiver secret put there
+    cfg = json.loads(files[compose.ALERTMANAGER_CONFIG])
+    assert cfg["route"] == alertmanager.config(alertmanager.AlertmanagerConfig(),
+                                               tmp_path)["route"]
+    assert cfg["inhibit_rules"] == alertmanager.inhibit_rules()
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(files[compose.ALERTMANAGER_CONFIG])
+    alertmanager.check(path)
+    for key in ("PAYSTREAM_ALERT_WEBHOOK_URL", "PAYSTREAM_ALERT_SMTP_SMARTHOST"):
+        assert key in _env("secrets")

@@ -18,6 +18,7 @@ from paystream.console import access
 from paystream.console.routes_dead_letters import _filter
 from paystream.console.story import Story
 from paystream.console.web import NAV, Guard, Refused, templates
+from paystream.stack.alerts import Alert, Silence
 
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
 
@@ -129,6 +130,13 @@ def _value(name: str) -> Any:
         "ages": {"": None, "1h": 3600.0}, "result": {"replayed": [], "refused": [(1, HOSTILE)]},
         "last_reconcile": row, "count": 1, "capped": False, "limit": 1, "more": None,
         "next": None, "refresh_s": 15, "overall": HOSTILE, "created_at": at,
+        # Alertmanager's labels and annotations are whatever the rules (or a sender
+        # posting to its API) put there.
+        "alerts": [Alert(HOSTILE, {"severity": HOSTILE, "group": HOSTILE}, "active",
+                         HOSTILE, HOSTILE, HOSTILE, (), (HOSTILE,))],
+        "silences": [Silence(HOSTILE, "active", HOSTILE, HOSTILE, HOSTILE, HOSTILE,
+                             HOSTILE)],
+        "durations": (HOSTILE,),
     }
     return values.get(name, HOSTILE)
 

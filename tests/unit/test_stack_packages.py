@@ -25,6 +25,9 @@ ON_BOTH_RELEASES = {
     "npm": ("9.2.0~ds1-1", "9.2.0~ds1-3"),
     "prometheus": ("2.42.0+ds-5+deb12u1", "2.53.3+ds1-2"),
     "wrk": ("4.1.0-3+b2", "4.1.0-4+b1"),
+    # bookworm read with apt-cache policy here (2026-12-07); trixie's from
+    # packages.debian.org, not from a chroot. amtool is in the package (dpkg -L).
+    "prometheus-alertmanager": ("0.25.0-1+b4", "0.28.1+ds-1"),
     "python3-venv": ("3.11.2-1+b1", "3.13.5-1"),  # the Makefile installs it
     # 2026-12-07: bookworm's with apt-cache policy here, trixie's from Debian's package
     # index (packages.debian.org, source pgbackrest), not from a chroot.

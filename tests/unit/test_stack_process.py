@@ -13,6 +13,7 @@ from paystream.stack.process import (
     pid_alive,
     read_pid,
     start_detached,
+    started_with,
     stop_pid,
     wait_until,
 )
@@ -75,3 +76,18 @@ def test_a_process_whose_main_thread_exited_is_alive_until_its_last_thread_is(tm
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().split(") ", 1)[1][0]
+
+
+def test_started_with_compares_the_running_command_line():
+    """`stack up` restarts a Prometheus or Alertmanager started with other flags."""
+    cmd = [sys.executable, "-c", "import time; time.sleep(30)", "--flag=a b"]
+    proc = subprocess.Popen(cmd)
+    try:
+        # Right after exec the kernel may show an empty command line for a moment.
+        wait_until("test", "its command line", lambda: started_with(proc.pid, cmd),
+                   timeout=10, interval=0.01)
+        assert not started_with(proc.pid, [*cmd[:-1], "--flag=a"])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not started_with(proc.pid, cmd)  # gone
