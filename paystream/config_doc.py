@@ -39,7 +39,6 @@ from paystream.process_settings import ProcessSettings
 from paystream.run import RunSettings
 from paystream.schema.db import DatabaseRoleSettings, DatabaseSettings
 from paystream.schema.migrate import MigrateSettings
-
 from paystream.stack.alertmanager import AlertmanagerConfig
 from paystream.stack.pgbouncer import PgBouncerConfig
 from paystream.stack.postgres import SuperuserSettings
