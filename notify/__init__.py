@@ -3,6 +3,8 @@ caused it and delivered as Standard-Webhooks-signed POSTs (docs/notifications.md
 
   intents.py      the intent: vocabulary, ids and wire form (the ledger, the API and
                   the operator write intents through it, in their own transactions)
+  ledger_consequence.py  the intents of a ledger batch, the last consequence the
+                  ledger runs in its transaction (paystream/consume.py wires it)
   slots.py        the one writer of intents and their delivery slots (the notifier
                   group, consumers/notifier.py, and the reminders record through it)
   delivery.py     the sender: claims due slots with a lease, signs, POSTs, records

@@ -202,8 +202,7 @@ def _consume(args: argparse.Namespace) -> int:
     configure_logging(f"consumer-{settings.group}")
     handler: Any
     if args.kind == "ledger":
-        from paystream.consumers.ledger.handler import LedgerHandler
-        handler = LedgerHandler()
+        handler = ledger_handler()
     elif args.kind == "notifier":
         from paystream.consumers.notifier import NotifierHandler
         handler = NotifierHandler()
@@ -214,6 +213,23 @@ def _consume(args: argparse.Namespace) -> int:
         handler = DlqMirrorHandler()
     metrics.serve(settings.metrics_port)
     return BatchConsumer(settings, handler).run()
+
+
+def ledger_handler() -> Any:
+    """The ledger group's handler: its settings, and the features that react to each
+    batch in its transaction, in this order (consumers/ledger/consequences.py): the
+    chain deposits, then the invoices the batch pays (their notices handed on), then the
+    notification intents of it all, in one outbox round trip."""
+    from paystream.consumers.ledger.chain_consequence import ChainDeposits
+    from paystream.consumers.ledger.handler import LedgerHandler
+    from paystream.consumers.ledger.reconcile import HotPathReconciler
+    from paystream.consumers.ledger.settings import LedgerSettings
+    from paystream.invoices.ledger_consequence import InvoicePayments
+    from paystream.notify.intents import now_text
+    from paystream.notify.ledger_consequence import Notifications
+
+    return LedgerHandler(LedgerSettings.from_env(), HotPathReconciler.from_env(),
+                         (ChainDeposits(), InvoicePayments(), Notifications()), now_text)
 
 
 def _with_sender(settings: ConsumerSettings, handler: Any) -> int:

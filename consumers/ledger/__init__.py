@@ -3,8 +3,14 @@ on the consumer runtime (the package above this one), which it imports and which
 imports it.
 
   handler.py       LedgerHandler: one batch in the batch transaction the commit protocol
-                   opened (read, judge, lock balances, plan, claim outcomes, post, match
-                   invoice payments, write notification intents)
+                   opened (read, judge, lock balances, plan, claim outcomes, post, the
+                   ledger's own consequences, then the registered ones)
+  consequences.py  what a feature registers to react to a batch in its transaction
+                   (invoices/ and notify/ have theirs; paystream/consume.py wires them)
+  chain_consequence.py  the chain deposits a batch holds, credits and settles
+  settlements.py   the watcher's settlements judged against their held deposits
+  replays.py       events applied before whose outcome housekeeping forgot
+  shortfalls.py    what a debit could not take: account_shortfalls rows
   plan.py          pure planning: which event does what to which balance
   postings.py      pure double-entry rule: what each event posts, summing to zero
   conservation.py  the conservation checks `paystream reconcile` adds (transfers balance,

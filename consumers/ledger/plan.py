@@ -90,6 +90,11 @@ class Candidate(NamedTuple):
     def pair(self) -> BalanceKey:
         return (self.event.user_id, self.event.asset)
 
+    @property
+    def source(self) -> tuple[str, int]:
+        """The topic and partition the record was read from."""
+        return (self.record.origin.topic, self.record.origin.partition)
+
 
 def read_event(record: Record) -> Candidate:
     """The record as a payment event; raise PoisonError if it can never be applied."""

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from paystream.consume import ledger_handler
 from paystream.consumers.connection import Database
 from paystream.consumers.handler import BatchResult
-from paystream.consumers.ledger.handler import LedgerHandler
 from paystream.consumers.records import Origin, Record
 from paystream.schema import processed_events
 from paystream.schema.db import Connection, connect, database_url
@@ -118,7 +118,7 @@ def test_two_appliers_of_one_event_commit_one_outcome(db: Connection, wal: Any) 
     try:
         winner, loser = first.connection(), second.connection()
         with winner.cursor() as cur:
-            won = LedgerHandler().apply(cur, batch)  # applied, not committed yet
+            won = ledger_handler().apply(cur, batch)  # applied, not committed yet
         assert won.outcomes["insufficient_funds"] == 1
         with loser.cursor() as cur:
             cur.execute("SELECT pg_backend_pid()")

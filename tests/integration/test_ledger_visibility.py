@@ -10,7 +10,7 @@ import json
 import threading
 from decimal import Decimal
 
-from paystream.consumers.ledger.handler import VISIBILITY_RECHECKS_S
+from paystream.consumers.ledger.settlements import VISIBILITY_RECHECKS_S
 from paystream.consumers.records import Origin, Record
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent

@@ -14,9 +14,9 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from paystream.consume import ledger_handler
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
-from paystream.consumers.ledger.handler import LedgerHandler
 from paystream.consumers.ledger.reconcile import reconcile
 from paystream.consumers.records import Origin, Record
 from paystream.launch import paystream_argv
@@ -164,7 +164,7 @@ def test_replay_after_ttl_purge_moves_no_money(db) -> None:
     except psycopg2.OperationalError as exc:
         pytest.fail(f"Postgres is not reachable ({exc}); run `paystream stack up`")
     try:
-        first = apply_with_isolation(conn, LedgerHandler(), [deposit(user, event_id, "10")])
+        first = apply_with_isolation(conn, ledger_handler(), [deposit(user, event_id, "10")])
         conn.commit()
         assert first.outcomes["applied"] == 1
 
@@ -177,7 +177,7 @@ def test_replay_after_ttl_purge_moves_no_money(db) -> None:
             assert cur.fetchone()[0] == 0
 
         # The same event arrives again (a group reset to an old offset, a forgery...).
-        again = apply_with_isolation(conn, LedgerHandler(), [deposit(user, event_id, "10")])
+        again = apply_with_isolation(conn, ledger_handler(), [deposit(user, event_id, "10")])
         conn.commit()
     finally:
         database.close()
@@ -210,18 +210,18 @@ def test_a_rejection_replayed_after_the_ttl_stays_a_rejection(db):
     database = Database(application_name="paystream-test-ops")
     conn = database.connection()
     try:
-        first = apply_with_isolation(conn, LedgerHandler(),
+        first = apply_with_isolation(conn, ledger_handler(),
                                      [withdrawal(user, withdrawal_id, "5")])
         conn.commit()
         assert first.outcomes["insufficient_funds"] == 1
-        funded = apply_with_isolation(conn, LedgerHandler(),
+        funded = apply_with_isolation(conn, ledger_handler(),
                                       [deposit(user, deposit_id, "100")])
         conn.commit()
         assert funded.outcomes["applied"] == 1
         with db.cursor() as cur:
             cur.execute("DELETE FROM processed_events WHERE idempotency_key = %s",
                         (idempotency_key(withdrawal_id, "withdrawal"),))
-        again = apply_with_isolation(conn, LedgerHandler(),
+        again = apply_with_isolation(conn, ledger_handler(),
                                      [withdrawal(user, withdrawal_id, "5")])
         conn.commit()
     finally:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from paystream.consume import ledger_handler
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.handler import BatchResult
-from paystream.consumers.ledger.handler import LedgerHandler
 from paystream.consumers.records import Record
 from paystream.schema import accounts, transfers
 from paystream.schema.accounts import AccountKind, AccountRef
@@ -16,7 +16,7 @@ from paystream.schema.db import Connection, Cursor
 def ledger_apply(conn: Connection, records: list[Record]) -> BatchResult:
     """One batch through the ledger, as the commit protocol's steps 1, 2 and 5 run it."""
     try:
-        result = apply_with_isolation(conn, LedgerHandler(), records)
+        result = apply_with_isolation(conn, ledger_handler(), records)
         conn.commit()
     except BaseException:
         conn.rollback()

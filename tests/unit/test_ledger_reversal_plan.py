@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from paystream.consumers.ledger.handler import settlement_conflict
 from paystream.consumers.ledger.plan import Outcome, effects, plan_batch, read_event, reversal_split
+from paystream.consumers.ledger.settlements import settlement_conflict
 from paystream.finality import events
 from paystream.finality.evidence import BlockRef, Receipt, Transaction
 from paystream.finality.store import settlement_wire

@@ -1,6 +1,6 @@
 """Only the outbox can credit: the rule a record on the payment topic is judged by
 against its stored payment_events row (schema.stored_events.judge), the settlement
-rule against the deposit the watcher decided (consumers.ledger.settlement_conflict),
+rule against the deposit the watcher decided (consumers/ledger/settlements.py),
 and what the DLQ mirror takes a dead letter's content to be."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from decimal import Decimal
 import pytest
 
 from paystream.consumers.dlq_mirror import content_hash_of
-from paystream.consumers.ledger.handler import settlement_conflict
 from paystream.consumers.ledger.plan import read_event
+from paystream.consumers.ledger.settlements import settlement_conflict
 from paystream.consumers.records import Origin, Record
 from paystream.finality.evidence import BlockRef
 from paystream.finality.store import settlement_wire
