@@ -106,7 +106,7 @@ def test_every_shipped_rule_routes_by_its_severity(settings: StackSettings) -> N
         got = _routed(settings, alertname=rule["alert"], severity=severity, group="ledger")
         assert got == wanted[severity], (rule["alert"], got)
     assert [r["alert"] for r in RULES if r["labels"]["severity"] == "none"] == ["Watchdog"]
-    assert sum(r["labels"]["severity"] == "critical" for r in RULES) == 13
+    assert sum(r["labels"]["severity"] == "critical" for r in RULES) == 14  # WAL archiving too
 
 
 def test_timings_come_from_the_settings_and_the_defaults_page_in_time() -> None:
