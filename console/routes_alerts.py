@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
 from paystream.console.web import Form, Operator, Posted, act, render
@@ -20,6 +21,8 @@ router = APIRouter()
 REFRESH_S = 15
 DURATIONS = ("30m", "1h", "2h", "4h", "1d")
 REFUSALS = (alerts.SilenceRefused, alerts.AlertmanagerUnavailable)
+# Alertmanager's silence ids are UUIDs: nothing else is put in its API's path.
+SilenceId = Annotated[str, Path(pattern=r"^[0-9a-fA-F-]{36}$")]
 
 
 async def _page(request: Request, message: str) -> Response:
@@ -68,7 +71,7 @@ async def silence(request: Request, form: Posted) -> Response:
 
 
 @router.post("/silences/{silence_id}/expire")
-async def expire(request: Request, form: Posted, silence_id: str) -> Response:
+async def expire(request: Request, form: Posted, silence_id: SilenceId) -> Response:
     def call() -> str:
         alerts.expire(AlertmanagerConfig.from_env(), silence_id)
         return f"silence {silence_id} expired"

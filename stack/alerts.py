@@ -137,7 +137,8 @@ def expire(cfg: AlertmanagerConfig, silence_id: str) -> None:
 
 def parse_duration(text: str) -> timedelta:
     """`30m`, `2h`, `1d`, `90s`: a silence's length."""
-    m = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
+    # ASCII digits, at most six: '١٢d' is not a length, and 10**25 days overflows.
+    m = re.fullmatch(r"\s*([0-9]{1,6})\s*([smhd])\s*", text)
     if not m:
         raise SilenceRefused(f"not a duration: {text!r} (e.g. 30m, 2h, 1d)")
     unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]

@@ -164,3 +164,11 @@ def test_the_default_port_is_none_of_the_local_stacks_other_ports() -> None:
     kafka = KafkaSettings()
     taken = {prometheus.PrometheusConfig().port, kafka.kafka_port, kafka.controller_port}
     assert alertmanager.AlertmanagerConfig().port not in taken
+
+
+@pytest.mark.parametrize("text", ["9" * 25 + "d", "١٢h", "1.5h", "h", "-1m", "1w"])
+def test_a_silence_length_that_is_not_one_is_refused_not_raised(text: str) -> None:
+    from paystream.stack.alerts import SilenceRefused, parse_duration
+
+    with pytest.raises(SilenceRefused):
+        parse_duration(text)
