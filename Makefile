@@ -60,6 +60,7 @@ lint: install typecheck-view
 	cd .typecheck && $(BIN)/mypy --config-file ../pyproject.toml \
 	  -p paystream
 	cd .typecheck && $(BIN)/lint-imports ../.importlinter
+	$(BIN)/pytest -q -p no:cacheprovider --no-header tests/unit/test_function_length.py
 
 # The tests get a stack of their own (state dir and ports below), so their events never
 # reach the `make run` stack's ledger, and `make run` after `make test` starts clean.

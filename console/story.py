@@ -61,22 +61,7 @@ def story(cur: Cursor, event_id: str) -> Story | None:
         told.outcomes.append((keys[key], outcome, at))
         timeline.append((at, f"ledger: {keys[key]} {outcome}"))
 
-    cur.execute("SELECT transfer_id, event_type, created_at FROM transfers"
-                " WHERE source_event_id = %s ORDER BY transfer_id", (event_id,))
-    told.transfers = _rows(cur, ("transfer_id", "event_type", "created_at"))
-    if told.transfers:
-        ids = [t["transfer_id"] for t in told.transfers]
-        cur.execute("SELECT p.transfer_id, a.kind, a.owner, p.asset, p.amount"
-                    " FROM postings p JOIN accounts a USING (account_id)"
-                    " WHERE p.transfer_id = ANY(%s) ORDER BY p.transfer_id, p.amount",
-                    (ids,))
-        postings: dict[int, list[tuple[Any, ...]]] = {}
-        for transfer_id, *posting in cur.fetchall():
-            postings.setdefault(transfer_id, []).append(tuple(posting))
-        for t in told.transfers:
-            t["postings"] = postings.get(t["transfer_id"], [])
-            timeline.append((t["created_at"], f"transfer {t['transfer_id']} posted"
-                                              f" ({t['event_type']})"))
+    _transfers(cur, told, event_id)
 
     cur.execute("SELECT network, tx_hash, block_number, log_index, token_contract,"
                 " recipient, state, verdict_reason, final_block_number, recorded_at,"
@@ -102,24 +87,48 @@ def story(cur: Cursor, event_id: str) -> Story | None:
                 " WHERE reverses = %s ORDER BY created_at", (event_id,))
     told.reversed_by = [tuple(r) for r in cur.fetchall()]
 
-    ids = [intent_id(event_id, t) for t in IntentType]
-    cur.execute("SELECT intent_id, type, recorded_at FROM notification_intents"
-                " WHERE intent_id = ANY(%s) ORDER BY recorded_at", (ids,))
-    intents = _rows(cur, ("intent_id", "type", "recorded_at"))
-    if intents:
-        cur.execute("SELECT d.intent_id, d.endpoint_id, d.state, d.attempts, d.last_status,"
-                    " d.delivered_at FROM notification_deliveries d"
-                    " WHERE d.intent_id = ANY(%s) ORDER BY d.endpoint_id",
-                    ([i["intent_id"] for i in intents],))
-        slots: dict[str, list[tuple[Any, ...]]] = {}
-        for intent, *slot in cur.fetchall():
-            slots.setdefault(intent, []).append(tuple(slot))
-        for intent_row in intents:
-            intent_row["deliveries"] = slots.get(intent_row["intent_id"], [])
-            timeline.append((intent_row["recorded_at"], f"notification {intent_row['type']}"
-                                                        " recorded"))
-    told.notifications = intents
+    _notifications(cur, told, event_id)
     if event["status_changed_at"] != event["received_at"]:
         timeline.append((event["status_changed_at"], f"status now {event['status']}"))
     timeline.sort(key=lambda item: item[0])
     return told
+
+
+def _transfers(cur: Cursor, told: Story, event_id: str) -> None:
+    """The event's transfers with their postings, on the timeline."""
+    cur.execute("SELECT transfer_id, event_type, created_at FROM transfers"
+                " WHERE source_event_id = %s ORDER BY transfer_id", (event_id,))
+    told.transfers = _rows(cur, ("transfer_id", "event_type", "created_at"))
+    if not told.transfers:
+        return
+    cur.execute("SELECT p.transfer_id, a.kind, a.owner, p.asset, p.amount"
+                " FROM postings p JOIN accounts a USING (account_id)"
+                " WHERE p.transfer_id = ANY(%s) ORDER BY p.transfer_id, p.amount",
+                ([t["transfer_id"] for t in told.transfers],))
+    postings: dict[int, list[tuple[Any, ...]]] = {}
+    for transfer_id, *posting in cur.fetchall():
+        postings.setdefault(transfer_id, []).append(tuple(posting))
+    for t in told.transfers:
+        t["postings"] = postings.get(t["transfer_id"], [])
+        told.timeline.append((t["created_at"], f"transfer {t['transfer_id']} posted"
+                                               f" ({t['event_type']})"))
+
+
+def _notifications(cur: Cursor, told: Story, event_id: str) -> None:
+    """The notification intents the event made, each with its deliveries."""
+    ids = [intent_id(event_id, t) for t in IntentType]
+    cur.execute("SELECT intent_id, type, recorded_at FROM notification_intents"
+                " WHERE intent_id = ANY(%s) ORDER BY recorded_at", (ids,))
+    told.notifications = _rows(cur, ("intent_id", "type", "recorded_at"))
+    if not told.notifications:
+        return
+    cur.execute("SELECT d.intent_id, d.endpoint_id, d.state, d.attempts, d.last_status,"
+                " d.delivered_at FROM notification_deliveries d"
+                " WHERE d.intent_id = ANY(%s) ORDER BY d.endpoint_id",
+                ([i["intent_id"] for i in told.notifications],))
+    slots: dict[str, list[tuple[Any, ...]]] = {}
+    for intent, *slot in cur.fetchall():
+        slots.setdefault(intent, []).append(tuple(slot))
+    for row in told.notifications:
+        row["deliveries"] = slots.get(row["intent_id"], [])
+        told.timeline.append((row["recorded_at"], f"notification {row['type']} recorded"))

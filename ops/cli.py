@@ -33,7 +33,11 @@ if TYPE_CHECKING:  # imported on use: `paystream --help` must not need the Kafka
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub.add_parser("migrate", help="apply pending SQL migrations") \
         .set_defaults(func=_migrate)
+    for add in (_add_reconcile, _add_health, _add_housekeeping, _add_books, _add_dlq):
+        add(sub)
 
+
+def _add_reconcile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rec = sub.add_parser("reconcile",
                          help="check every balance against its journal in one snapshot")
     rec.add_argument("--user", action="append", metavar="USER_ID",
@@ -60,6 +64,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           "otherwise)")
     rec.set_defaults(func=_reconcile)
 
+
+def _add_health(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     health = sub.add_parser("health", help="stuck events, slot WAL, lag, DLQ, connector")
     health.add_argument("--check", action="append", metavar="NAME",
                         help="run only these checks (repeatable): " + _check_names())
@@ -97,6 +103,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              "often (0: never; it reads the whole journal)")
     health.set_defaults(func=_health)
 
+
+def _add_housekeeping(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hk = sub.add_parser("housekeeping",
                         help="delete final processed_events entries, delivered "
                              "notifications and refused deliveries older than their TTLs")
@@ -116,6 +124,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hk.add_argument("--dry-run", action="store_true", help="only count what would go")
     hk.set_defaults(func=_housekeeping)
 
+
+def _add_books(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """shortfalls, adjust, revert, holds: the operator's hand on the books."""
     sf = sub.add_parser("shortfalls",
                         help="reversed credits the balance could not cover (flagged users)")
     sf_sub = sf.add_subparsers(dest="shortfalls_cmd")
@@ -159,6 +170,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hl_exp.add_argument("--limit", type=int, default=500, help="holds per round")
     hl_exp.set_defaults(func=_holds_expire)
 
+
+def _add_dlq(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dlq = sub.add_parser("dlq", help="inspect, replay and discard dead letters")
     dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     p_list = dsub.add_parser("list", help="dead letters, newest first")

@@ -7,7 +7,7 @@ check (consumers/ledger/reconcile.py), each read in the caller's snapshot.
   zero as a consequence, and is reported as such.
 - Each custody account (network, asset) holds what the chain deposits of that network
   the ledger holds add up to (recorded, not reorged nor reversed): minus its sum, as
-  ledger_postings.py posts it. Where the chain is reachable, a `ChainBalances` hook
+  postings.py posts it. Where the chain is reachable, a `ChainBalances` hook
   compares the custody with what the deposit addresses hold on chain.
 """
 

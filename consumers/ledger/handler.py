@@ -21,7 +21,7 @@ this order (the steps are numbered at the call sites too):
      past `received` without a recorded outcome (status_conflict), this now catches
      settlements (no payment_events row: their deposit's state tells) and a transfer
      without its status, a defence in depth;
-  5. plan in memory (ledger_plan.py): each user's events in offset order over the
+  5. plan in memory (plan.py): each user's events in offset order over the
      locked balances, so a withdrawal sees the deposit before it;
   6. record each event's final outcome, once (schema.processed_events.record): the
      claim (the unknown users' rejections too: their status becomes `rejected`, and

@@ -249,7 +249,7 @@ def is_second_phase(event: PaymentEvent) -> bool:
 def effects(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
             network: str | None = None) -> tuple[Decimal, Decimal]:
     """(available delta, pending delta) of an event with `outcome`: what its postings
-    (ledger_postings.py) do to the user's two books; `available` (just before it)
+    (postings.py) do to the user's two books; `available` (just before it)
     only matters to a reversal's shortfall."""
     moved = postings(event, outcome, available, network)
     return (_user_delta(moved, AccountKind.AVAILABLE), _user_delta(moved, AccountKind.PENDING))

@@ -4,7 +4,7 @@ chain deposit it names is held, matches it, and is in the state the watcher deci
 (the watcher moves it there in the transaction that writes the settlement to the
 outbox); and a settlement whose deposit is already where it leads was applied before.
 
-Chain deposits (docs/finality.md; see ledger_plan.py's table): a deposit carrying `chain` is held
+Chain deposits (docs/finality.md; see plan.py's table): a deposit carrying `chain` is held
 in the user's pending account (balances.pending) and recorded in chain_deposits for the
 finality watcher, status pending_finality. The watcher's settlement events
 (deposit_finalized / deposit_reorged, same partition, after the deposit) move it to

@@ -142,6 +142,21 @@ class Chaos:
         self.last_fault_at = 0.0
         self.sender: Sender | None = None
         self._last_progress = 0.0
+        self._define_processes(cfg)
+        self.receiver: rx.Receiver  # a process of its own while the run goes (run())
+        self.endpoint_ids: list[str] = []
+        self.deliveries: ntf.Deliveries | None = None
+        self.plan = TrafficPlan(self.run_id, cfg.users, cfg.seed)
+        self.invoices = inv.plan_invoices(random.Random(cfg.seed + 2), self.plan.users,
+                                          ASSETS, inv.count_for(cfg.rate, cfg.duration_s))
+        self.published = ntf.Published(set(self.plan.users))
+        self.topic_reader: ntf.TopicReader | None = None
+        self.chain = ChainDriver(self.s, f"http://127.0.0.1:{self.port}", self.alchemy_key,
+                                 self.network, self.plan.users[:CHAIN_USERS],
+                                 random.Random(cfg.seed + 1), max(1.0, cfg.rate * CHAIN_SHARE))
+
+    def _define_processes(self, cfg: ChaosConfig) -> None:
+        """The pipeline's processes as the run starts, kills and restarts them."""
         env = {**os.environ, **self.s.service_env(),
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
                "ALCHEMY_SIGNING_KEY": self.alchemy_key,
@@ -194,17 +209,6 @@ class Chaos:
         self.notifier = px.Managed(
             "notifier", ["consume", "notifier", "--group", self.notifier_group,
                          "--metrics-port", "0"], {**env, **NOTIFIER_ENV}, self.log_dir)
-        self.receiver: rx.Receiver  # a process of its own while the run goes (run())
-        self.endpoint_ids: list[str] = []
-        self.deliveries: ntf.Deliveries | None = None
-        self.plan = TrafficPlan(self.run_id, cfg.users, cfg.seed)
-        self.invoices = inv.plan_invoices(random.Random(cfg.seed + 2), self.plan.users,
-                                          ASSETS, inv.count_for(cfg.rate, cfg.duration_s))
-        self.published = ntf.Published(set(self.plan.users))
-        self.topic_reader: ntf.TopicReader | None = None
-        self.chain = ChainDriver(self.s, f"http://127.0.0.1:{self.port}", self.alchemy_key,
-                                 self.network, self.plan.users[:CHAIN_USERS],
-                                 random.Random(cfg.seed + 1), max(1.0, cfg.rate * CHAIN_SHARE))
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -539,6 +543,18 @@ class Chaos:
                                       self.invoices)
         if drained_at is not None:
             drained_at = self._drain_notifications(expected)
+        findings = self._findings(sender, expected)
+        stats = {
+            "sent": sender.sent, "retries": sender.retries,
+            "drain_after_last_fault_s": (drained_at - self.last_fault_at) if drained_at else None,
+            "drain_after_traffic_s": (drained_at - traffic_end) if drained_at else None,
+            "latencies_ms": sender.latencies_ms,
+        }
+        return findings, stats
+
+    def _findings(self, sender: Sender, expected: set[ntf.Pair]) -> InvariantReport:
+        """Every invariant checked once the run drained: the books, the chain, the
+        invoices, the deliveries, and what went wrong with the run itself."""
         conn = connect(database_url("owner"))
         try:
             with conn, conn.cursor() as cur:
@@ -557,13 +573,7 @@ class Chaos:
         findings.violations += [f"unexplained exit: {e}" for e in self.unexplained_exits]
         if self.chain.error:
             findings.violations.append(f"chain driver stopped early: {self.chain.error}")
-        stats = {
-            "sent": sender.sent, "retries": sender.retries,
-            "drain_after_last_fault_s": (drained_at - self.last_fault_at) if drained_at else None,
-            "drain_after_traffic_s": (drained_at - traffic_end) if drained_at else None,
-            "latencies_ms": sender.latencies_ms,
-        }
-        return findings, stats
+        return findings
 
     def _drain(self, sender: Sender, chain_due: list[str]) -> float | None:
         deadline = time.monotonic() + self.cfg.drain_timeout_s

@@ -231,6 +231,24 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
         if amount != Decimal(req.amount):
             v.violations.append(f"{event_id}: stored amount {amount} != sent {req.amount}")
 
+    _check_answers(v, sent, rows)
+    _check_forged(v, forged, dead, journal)
+    _check_never_credited(cur, v, [r for r in sent if r.kind is Kind.HOSTILE_CHAIN])
+    _check_unknown_users(cur, v, [r for r in sent if r.kind in UNKNOWN_USER], rows,
+                         outcomes, journal)
+    stray = set(dead) - {f.event_id for f in forged if f.kind != "replayed"}
+    if stray:
+        v.violations.append(f"{len(stray)} events dead-lettered that were not forged "
+                            f"records, e.g. {sorted(stray)[:3]}")
+    _check_balances(cur, v, users, books)
+    _check_conservation(cur, v, users)
+    return v
+
+
+def _check_answers(v: InvariantReport, sent: list[Request],
+                   rows: dict[str, tuple[str | None, Decimal]]) -> None:
+    """What each request was answered: new events accepted, invalid ones refused and
+    never written, conflicts 409, hostile chain deliveries 200, redeliveries duplicate."""
     for req in sent:
         if req.kind in NEW_EVENTS and not ok(req):
             v.violations.append(f"{req.kind} {req.event_id} ({req.extra.get('flavour', '')})"
@@ -252,17 +270,6 @@ def check(cur: Cursor, sent: list[Request], users: list[str],
         elif req.status is None:
             v.violations.append(f"{req.kind} {req.event_id} never answered")
 
-    _check_forged(v, forged, dead, journal)
-    _check_never_credited(cur, v, [r for r in sent if r.kind is Kind.HOSTILE_CHAIN])
-    _check_unknown_users(cur, v, [r for r in sent if r.kind in UNKNOWN_USER], rows,
-                         outcomes, journal)
-    stray = set(dead) - {f.event_id for f in forged if f.kind != "replayed"}
-    if stray:
-        v.violations.append(f"{len(stray)} events dead-lettered that were not forged "
-                            f"records, e.g. {sorted(stray)[:3]}")
-    _check_balances(cur, v, users, books)
-    _check_conservation(cur, v, users)
-    return v
 
 
 def _check_forged(v: InvariantReport, forged: Sequence[Forgery], dead: dict[str, set[str]],
@@ -448,9 +455,13 @@ def check_chain(cur: Cursor, v: InvariantReport, deposits: list[ChainDeposit],
         bad = [a for a in d.redelivered_as if not a.startswith("2")]
         if d.accepted and bad:
             v.violations.append(f"chain {d.event_id}: redelivery answered {bad}")
-    users = sorted({d.user_id for d in deposits})
-    # Available per user: exactly the deposits the chain holds now, from the chain's
-    # own receipts (not from what the pipeline recorded).
+    _check_chain_books(cur, v, sorted({d.user_id for d in deposits}), landed_sum)
+
+
+def _check_chain_books(cur: Cursor, v: InvariantReport, users: list[str],
+                       landed_sum: dict[tuple[str, str], Decimal]) -> None:
+    """Available per user: exactly the deposits the chain holds now, from the chain's
+    own receipts (not from what the pipeline recorded); the pending book empty."""
     cur.execute("SELECT user_id, asset, balance FROM balances WHERE user_id = ANY(%s)"
                 " AND asset = ANY(%s)", (users, sorted({a for _u, a in landed_sum})))
     found = {(u, a): b for u, a, b in cur.fetchall()}

@@ -4,7 +4,10 @@ would make every chaos report a pass."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
+
+import pytest
 
 from paystream.chaos import invoices as inv
 from paystream.chaos.chain import DROPPED, LATE, ChainDeposit
@@ -19,11 +22,26 @@ from paystream.chaos.notifications import expected_pairs
 from paystream.chaos.traffic import Kind, Request
 from paystream.invoices import matching
 from paystream.notify.intents import now_text
+from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.idempotency import idempotency_key
 from paystream.schema.processed_events import Outcome
 from tests.support.ids import unique
 from tests.support.ledger import plant_transfer
+
+
+@pytest.fixture
+def db() -> Iterator[Connection]:
+    """The books each test plants are its own: one transaction, rolled back at its end
+    (the checks read them in it), so the shared stack's ledger still reconciles for the
+    tests after it (the restore drill reconciles it whole, tests/integration/
+    test_db_backups.py)."""
+    conn = connect(database_url("owner"), application_name="paystream-test-chaos-checks")
+    try:
+        yield conn
+    finally:
+        conn.rollback()
+        conn.close()
 
 
 def _request(kind: Kind, event_id: str, user: str, amount: str = "5", status: int = 200,

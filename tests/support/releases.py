@@ -1,0 +1,57 @@
+"""The previous release, as the migration tests meet it: the code of the commit before
+the newest migration, read from git (no checkout), laid out as the installed package so
+that `PYTHONPATH=<view>` runs it with this venv's interpreter and dependencies (a
+PYTHONPATH entry comes before the editable install's finder)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MIGRATIONS = "schema/migrations"
+
+
+@dataclass(frozen=True)
+class Release:
+    commit: str  # the commit the code is read from
+    newest_migration_commit: str  # the commit that added the newest migration
+    view: Path  # PYTHONPATH for it
+    migrations: frozenset[str]  # the migration files it shipped
+
+
+def _git(*args: str) -> bytes:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, timeout=60)
+    if done.returncode != 0:
+        pytest.fail(f"git {' '.join(args)}: {done.stderr.decode().strip()} (the previous "
+                    "release is read from this repository's history: a full clone)")
+    return done.stdout
+
+
+def previous_release(tmp: Path) -> Release:
+    """The release before the newest migration, extracted under `tmp`."""
+    newest = _git("log", "-1", "--format=%H", "--diff-filter=A", "--", MIGRATIONS
+                  ).decode().strip()
+    commit = _git("rev-parse", f"{newest}^").decode().strip()
+    source = tmp / "source"
+    source.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(_git("archive", commit))) as archive:
+        archive.extractall(source)  # our own history (3.11.2 has no filter=)
+    dirs = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"]
+    package = tmp / "view" / "paystream"
+    package.mkdir(parents=True)
+    for name, folder in dirs.items():
+        if name == "paystream":
+            for entry in (source / folder).iterdir():
+                (package / entry.name).symlink_to(entry)
+        else:
+            (package / name.split(".", 1)[1]).symlink_to(source / folder)
+    shipped = frozenset(p.name for p in (source / MIGRATIONS).glob("*.sql"))
+    return Release(commit, newest, tmp / "view", shipped)
