@@ -42,6 +42,7 @@ NEEDS = (
     Need("pgbackrest", "pgbackrest", "WAL archiving, backups and restores (stack/backup.py)"),
 )
 POSTGRES_PACKAGE = "postgresql"
+APT_LOCK_WAIT_S = 300
 
 
 def _apt_install(packages: list[str]) -> None:
@@ -49,11 +50,14 @@ def _apt_install(packages: list[str]) -> None:
     if os.geteuid() != 0:
         raise StackError("apt", f"missing {', '.join(packages)}; install them or run as root")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
+    # Another apt (a second stack coming up, unattended upgrades) holding dpkg's lock is
+    # waited for, not a failure: apt refuses at once without this.
+    lock = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}"]
     if not _updated:
-        run(["apt-get", "update", "-q"], "apt", env=env, timeout=600)
+        run(["apt-get", *lock, "update", "-q"], "apt", env=env, timeout=600)
         _updated = True
-    run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], "apt",
-        env=env, timeout=900)
+    run(["apt-get", *lock, "install", "-y", "-q", "--no-install-recommends", *packages],
+        "apt", env=env, timeout=900)
 
 
 def install_package(package: str) -> None:
