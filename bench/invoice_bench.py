@@ -64,6 +64,7 @@ from ledger_bench import python_loop_seconds
 
 from paystream.api import keys
 from paystream.chaos import processes as px
+from paystream.chaos.receiver import LOOPBACK_ENV, LOOPBACK_GUARD
 from paystream.ingest import standard_webhooks
 from paystream.launch import free_port
 from paystream.notify import endpoints
@@ -354,14 +355,14 @@ def main() -> int:
             add_user(cur, user)
         added = [(f"/hook/{user}", *endpoints.add(
                      cur, f"http://127.0.0.1:{hook_port}/hook/{user}", user,
-                     [SETTLED if user in payers else CREDITED]))
+                     [SETTLED if user in payers else CREDITED], guard=LOOPBACK_GUARD))
                  for user in payers + plain]
     owner = connect(database_url("owner"))
     with owner, owner.cursor() as cur:
         made, key = keys.create(cur, f"bench-invoices-{run}",
                                 keys.parse_scopes("read,write"))
 
-    env = {**os.environ, **s.service_env(),
+    env = {**os.environ, **s.service_env(), **LOOPBACK_ENV,
            "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(secret).decode(),
            "ALCHEMY_SIGNING_KEY": secrets.token_hex(32),
            # The door's per-source and per-key limits (100/s by default) would refuse

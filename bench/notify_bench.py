@@ -34,6 +34,7 @@ from decimal import Decimal
 import httpx
 
 from paystream import standard_webhooks
+from paystream.chaos.receiver import LOOPBACK_ENV, LOOPBACK_GUARD
 from paystream.launch import free_port, paystream_argv
 from paystream.notify import endpoints, slots
 from paystream.notify.intents import IntentType, new_intent, now_text
@@ -147,7 +148,8 @@ def main() -> int:
     with ops, ops.cursor() as cur:
         for user in users:
             add_user(cur, user)
-        added = [endpoints.add(cur, f"http://127.0.0.1:{port}/hook/{k}", user, [])
+        added = [endpoints.add(cur, f"http://127.0.0.1:{port}/hook/{k}", user, [],
+                               guard=LOOPBACK_GUARD)
                  for k, user in enumerate(users)]
     endpoint_ids = [endpoint_id for endpoint_id, _ in added]
     receiver = mp.Process(target=_receiver, daemon=True, args=(
@@ -170,11 +172,12 @@ def main() -> int:
         naive_load = _load()
         naive_rate = _naive(conn, naive_ids, f"http://127.0.0.1:{port}/hook/0",
                             standard_webhooks.decode_secret(added[0][1]))
-        # 1. Throughput: recorded, then the sender processes (the shipped settings: no
-        # variable is set for them) drain them.
+        # 1. Throughput: recorded, then the sender processes (the shipped settings, but
+        # the SSRF guard's admitting the receiver on loopback) drain them.
         ids = record(args.intents, f"{run}-burst")
         burst_load = _load()
         senders = [subprocess.Popen(paystream_argv("notify", "deliver"),
+                                    env={**os.environ, **LOOPBACK_ENV},
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                    for _ in range(args.senders)]
         try:

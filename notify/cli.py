@@ -90,7 +90,8 @@ def _add(args: argparse.Namespace) -> int:
         events = endpoints.parse_events(args.events)
         endpoints.check_url(args.url)
         with transaction("paystream-endpoints") as cur:
-            endpoint_id, secret = endpoints.add(cur, args.url, args.user, events)
+            endpoint_id, secret = endpoints.add(cur, args.url, args.user, events,
+                                                guard=NotifySettings.from_env().guard())
     except endpoints.EndpointRefused as exc:
         return _refused("add", exc)
     print(f"endpoint {endpoint_id} added: {args.url}"

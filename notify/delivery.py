@@ -43,6 +43,7 @@ import uvloop
 
 from paystream import standard_webhooks
 from paystream.notify import metrics, store
+from paystream.notify.address_guard import AddressRefused, GuardedResolver, ResolvedInside
 from paystream.notify.crash_hooks import SenderCrashHooks
 from paystream.notify.schedule import Verdict, judge, retry_delay
 from paystream.notify.settings import NotifySettings
@@ -64,6 +65,7 @@ class Sender:
     def __init__(self, settings: NotifySettings, *, hooks: SenderCrashHooks | None = None,
                  rng: random.Random | None = None) -> None:
         self.settings = settings
+        self._guard = settings.guard()
         self._hooks = hooks or SenderCrashHooks.from_env()
         self._rng = rng or random.Random()
         self._busy: Counter[str] = Counter()
@@ -86,7 +88,10 @@ class Sender:
     async def _run(self, stop: threading.Event) -> None:
         s = self.settings
         tasks: set[asyncio.Task[None]] = set()
-        connector = aiohttp.TCPConnector(limit=s.max_in_flight, limit_per_host=0)
+        # The SSRF guard at send time: names resolve through it, so the connection goes
+        # to a checked address (a literal address is checked in _attempt).
+        connector = aiohttp.TCPConnector(limit=s.max_in_flight, limit_per_host=0,
+                                         resolver=GuardedResolver(self._guard))
         async with aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=s.timeout_s),
                 cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False) as client:
@@ -201,6 +206,7 @@ class Sender:
         status: int | None = None
         error: str | None = None
         try:
+            self._guard.check_scheme_and_literal(claim.url)
             # The session's total timeout (PAYSTREAM_NOTIFY_TIMEOUT_S) bounds the whole
             # attempt: connect, send, the answer's status line.
             async with client.post(claim.url, data=claim.body, headers=headers,
@@ -208,6 +214,12 @@ class Sender:
                 status = response.status
         except TimeoutError:
             error = f"no answer within {s.timeout_s:g} s"
+        except AddressRefused as exc:
+            error = f"not sent (SSRF guard): {exc}"[:_ERROR_TEXT_MAX]
+        except aiohttp.ClientConnectorError as exc:
+            # The guard's refusal at resolution is wrapped: its own text says why.
+            why = exc.os_error if isinstance(exc.os_error, ResolvedInside) else exc
+            error = f"{type(why).__name__}: {why}"[:_ERROR_TEXT_MAX]
         except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL aiohttp refuses
             error = f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_MAX]
         latency = time.perf_counter() - t0

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from paystream.notify.address_guard import AddressGuard, AddressRefused
 from paystream.notify.intents import check_pattern
 from paystream.schema import users
 from paystream.schema.db import Cursor
@@ -69,9 +70,15 @@ def parse_events(text: str | None) -> list[str]:
         raise EndpointRefused(str(exc)) from None
 
 
-def add(cur: Cursor, url: str, user_id: str | None, events: list[str]) -> tuple[str, str]:
-    """A new enabled endpoint; returns (its id, its `whsec_` secret: shown only now)."""
+def add(cur: Cursor, url: str, user_id: str | None, events: list[str], *,
+        guard: AddressGuard) -> tuple[str, str]:
+    """A new enabled endpoint; returns (its id, its `whsec_` secret: shown only now).
+    `guard` (the SSRF guard's settings) refuses a URL leading inside our network."""
     check_url(url)
+    try:
+        guard.check_at_creation(url)
+    except AddressRefused as exc:
+        raise EndpointRefused(f"--url {exc}") from None
     if user_id is not None and USER_ID_PATTERN.fullmatch(user_id) is None:
         raise EndpointRefused(f"--user must match {USER_ID_PATTERN.pattern}, got {user_id!r}")
     if user_id is not None and not users.exists(cur, user_id):

@@ -9,7 +9,8 @@ from typing import Annotated, Self
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_settings import NoDecode
 
-from paystream.env import EnvSettings, SecondsList, SettingsError
+from paystream.env import EnvSettings, SecondsList, SettingsError, Words
+from paystream.notify.address_guard import AddressGuard
 
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -84,8 +85,27 @@ class NotifySettings(EnvSettings):
         description="after `endpoints rotate-secret`, the old secret also signs for this "
                     "long (`--overlap` overrides)")
 
+    # The SSRF guard (notify/address_guard.py): every outbound POST, at creation and at
+    # send time. Strict by default; local development and tests open loopback and http.
+    allow_http: bool = Field(False, alias="PAYSTREAM_NOTIFY_ALLOW_HTTP",
+                             description="admit plain http:// endpoints (development only; "
+                                         "production endpoints are https)")
+    allowed_cidrs: Words = Field(
+        (), alias="PAYSTREAM_NOTIFY_ALLOWED_CIDRS",
+        json_schema_extra={"shown": "none", "type": "list of CIDRs"},
+        description="address ranges endpoints may reach although the SSRF guard refuses "
+                    "them (loopback, private, link-local, CGNAT, ...), comma-separated, e.g. "
+                    "`127.0.0.0/8` for a receiver on this machine")
+
+    def guard(self) -> AddressGuard:
+        return AddressGuard.of(self.allowed_cidrs, allow_http=self.allow_http)
+
     @model_validator(mode="after")
     def _consistent(self) -> Self:
+        try:
+            self.guard()
+        except ValueError as exc:
+            raise SettingsError(f"PAYSTREAM_NOTIFY_ALLOWED_CIDRS: {exc}") from None
         if any(d < 0 for d in self.retry_delays_s):
             raise SettingsError("PAYSTREAM_NOTIFY_RETRY_DELAYS_S: delays must be >= 0, got "
                                 f"{','.join(f'{d:g}' for d in self.retry_delays_s)}")

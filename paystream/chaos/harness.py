@@ -157,7 +157,7 @@ class Chaos:
 
     def _define_processes(self, cfg: ChaosConfig) -> None:
         """The pipeline's processes as the run starts, kills and restarts them."""
-        env = {**os.environ, **self.s.service_env(),
+        env = {**os.environ, **self.s.service_env(), **rx.LOOPBACK_ENV,
                "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(self.secret).decode(),
                "ALCHEMY_SIGNING_KEY": self.alchemy_key,
                "PAYSTREAM_INGEST_ADMIN_PORT": str(self.admin_port),
@@ -227,7 +227,8 @@ class Chaos:
                 # An endpoint per user, as merchants' systems would register them.
                 for user in self.plan.users:
                     endpoint_id, secret = endpoints.add(
-                        cur, self.receiver.url(self.path_of(user)), user, [])
+                        cur, self.receiver.url(self.path_of(user)), user, [],
+                        guard=rx.LOOPBACK_GUARD)
                     self.endpoint_ids.append(endpoint_id)
                     self.receiver.add_secret(self.path_of(user), secret)
             self.chain.prepare(lambda net, address, user: admin.add_address(

@@ -29,6 +29,15 @@ from typing import Any
 
 from aiohttp import web
 
+from paystream.notify.address_guard import AddressGuard
+
+# The receiver listens on this machine, over http: the SSRF guard (notify/address_guard.py)
+# refuses both unless the operator admits them, as these do for the notifiers (env) and
+# the endpoints (guard) that send to it.
+LOOPBACK_ENV = {"PAYSTREAM_NOTIFY_ALLOW_HTTP": "1",
+                "PAYSTREAM_NOTIFY_ALLOWED_CIDRS": "127.0.0.0/8"}
+LOOPBACK_GUARD = AddressGuard.of(["127.0.0.0/8"], allow_http=True)
+
 
 class Receiver:
     def __init__(self, port: int, *, shaky_share: float = 0.0, seed: int = 0) -> None:

@@ -7,12 +7,14 @@ fixtures live in tests/support/.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg2
 import pytest
 
+from paystream.chaos.receiver import LOOPBACK_ENV
 from paystream.consumers.connection import Database
 from paystream.schema.db import Connection, connect, database_url, where
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
@@ -22,6 +24,11 @@ from tests.support.consumers import ProcessPool
 from tests.support.topics import TopicReader
 
 HERE = Path(__file__).resolve().parent
+
+# The tests' webhook receivers listen on this machine over http: the notifiers and the
+# `endpoints add` commands they start admit loopback and http (the SSRF guard refuses
+# both by default; tests/integration/test_notify_ssrf.py runs it without this).
+os.environ.update(LOOPBACK_ENV)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

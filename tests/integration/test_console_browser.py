@@ -30,6 +30,7 @@ from selenium.common.exceptions import NoAlertPresentException, StaleElementRefe
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 
+from paystream.chaos.receiver import LOOPBACK_GUARD
 from paystream.consumers import dlq
 from paystream.launch import paystream_argv
 from paystream.notify import endpoints
@@ -569,7 +570,8 @@ def _failed_notification(db: Connection, event: PaymentEvent) -> str:
     notification page shows. No notifier group runs in this module."""
     intent = intent_id(event.event_id, IntentType.DEPOSIT_CREDITED)
     with db.cursor() as cur:
-        endpoint, _ = endpoints.add(cur, "http://127.0.0.1:9/console-shot", None, [])
+        endpoint, _ = endpoints.add(cur, "http://127.0.0.1:9/console-shot", None, [],
+                                     guard=LOOPBACK_GUARD)
         endpoints.disable(cur, endpoint, "a browser test's endpoint")
         cur.execute("INSERT INTO notification_intents (intent_id, type, user_id, created_at,"
                     " data, trace_id) VALUES (%s, %s, %s, now(), %s, %s)"

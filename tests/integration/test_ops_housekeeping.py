@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from paystream.chaos.receiver import LOOPBACK_GUARD
 from paystream.consume import ledger_handler
 from paystream.consumers.commit import apply_with_isolation
 from paystream.consumers.connection import Database
@@ -261,8 +262,10 @@ def _rows(cur, table: str, ids: list[str]) -> int:
 
 def test_notifications_done_and_past_their_ttl_go_with_their_slots_and_attempts(db) -> None:
     with db.cursor() as cur:
-        ep1, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-1", None, ["reminder.*"])
-        ep2, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-2", None, ["reminder.*"])
+        ep1, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-1", None, ["reminder.*"],
+                                 guard=LOOPBACK_GUARD)
+        ep2, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-2", None, ["reminder.*"],
+                                 guard=LOOPBACK_GUARD)
         delivered = _intent(cur, 40, ["delivered", "delivered"], 2, [ep1, ep2])
         failed = _intent(cur, 40, ["failed"], 6, [ep1])
         wanted_by_nobody = _intent(cur, 40, [])
@@ -303,7 +306,8 @@ def test_a_slot_moved_back_to_pending_during_the_purge_keeps_its_intent(db) -> N
     between: the slot is not deleted, its intent's delete fails the statement (nothing
     of the batch goes), and the batch chosen again leaves that intent alone."""
     with db.cursor() as cur:
-        ep, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-race", None, ["reminder.*"])
+        ep, _ = endpoints.add(cur, "http://127.0.0.1:9/hk-race", None, ["reminder.*"],
+                                 guard=LOOPBACK_GUARD)
         intent = _intent(cur, 40, ["delivered"], 1, [ep])
     other = psycopg2.connect(database_url("owner"))
     try:

@@ -245,13 +245,15 @@ class ConsumerProcess:
     @classmethod
     def start(cls, kind: str, *, topic: str, group: str, dlq_topic: str, log_dir: Path,
               extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
-              name: str | None = None) -> ConsumerProcess:
+              name: str | None = None, wrap: Sequence[str] = ()) -> ConsumerProcess:
+        """`wrap`: a command the consumer's argv is appended to (e.g. a namespace of its
+        own, tests/support/hosts.py)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{name or group}-{time.monotonic_ns()}.log"
-        args = paystream_argv("consume", kind, "--topic", topic,
+        args = [*wrap, *paystream_argv("consume", kind, "--topic", topic,
                               "--group", group, "--dlq-topic", dlq_topic, "--metrics-port", "0",
                               "--session-timeout-ms", "6000", "--max-poll-interval-ms", "30000",
-                              "--backoff-max", "2", *extra_args)
+                              "--backoff-max", "2", *extra_args)]
         with open(log_path, "wb") as out:
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                     env={**os.environ, **(env or {})})
