@@ -3,7 +3,9 @@ written idempotently with their outbox rows, one group commit for many deliverie
 
   app.py                the ASGI app: webhooks straight to their handler, the rest to
                         FastAPI; the public and the admin port (paystream/edge/ kit)
-  webhooks.py           the two webhook routes as plain ASGI: the checks, in order, the
+  providers.py          the providers served, one entry each (path, signature check,
+                        body to write, OpenAPI): the one list the routes read
+  webhooks.py           the webhook routes as plain ASGI: the checks, in order, the
                         write, the answer and every refusal's
   routes_webhooks.py    the same routes declared to FastAPI, for /docs and OpenAPI
   api_schema.py         the OpenAPI description: what the handlers accept and answer

@@ -30,16 +30,17 @@ from paystream.edge.probes import probes
 from paystream.edge.serve import frozen
 from paystream.ingest import api_schema, routes_webhooks
 from paystream.ingest.metrics import IngestMetrics
+from paystream.ingest.providers import BY_PATH
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.store import EventStore
-from paystream.ingest.webhooks import ALCHEMY_PATH, PAYMENTS_PATH, PROVIDER_OF_PATH, Webhooks
+from paystream.ingest.webhooks import Webhooks
 from paystream.ingest.writer import GroupCommitWriter
 
 FACTORY = "paystream.ingest.app:create_app_from_env"
 PUBLIC_API_PATHS = frozenset({"/healthz"})  # what the public port serves besides webhooks
 # The paths counted by name in the request metrics; any other is "other" (bounded).
-KNOWN_ENDPOINTS = frozenset({ALCHEMY_PATH, PAYMENTS_PATH, "/healthz", "/readyz",
-                             "/metrics", "/docs", "/openapi.json"})
+KNOWN_ENDPOINTS = frozenset({*BY_PATH, "/healthz", "/readyz", "/metrics", "/docs",
+                             "/openapi.json"})
 
 
 class IngestApp(EdgeApp):
@@ -96,7 +97,7 @@ def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> 
 
     def refusal(request: Request, exc: RefusalError) -> JSONResponse:
         # Counted and logged as the webhooks' own refusals are.
-        provider = PROVIDER_OF_PATH.get(request.url.path, "none")
+        provider = BY_PATH[request.url.path].name if request.url.path in BY_PATH else "none"
         return routes_webhooks.response(webhooks.refusal(request.scope, provider, exc))
 
     handlers.install(app, invalid=_invalid, refusal=refusal)

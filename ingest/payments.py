@@ -139,7 +139,7 @@ class PaymentWrite(DeliveryWrite):
         refusal = refusals.judge([self.event], refusals.look_up(cur, [self.event]))[0]
         if refusal is not None:
             refusals.record(cur, [(self.event, self.trace_id, refusal)])
-            return Recorded(refused=refusal)
+            return Recorded(refused=refusal, refused_event_id=self.event.event_id)
         return record_payment(cur, self.event, self.trace_id)
 
     @classmethod
@@ -156,7 +156,8 @@ class PaymentWrite(DeliveryWrite):
         answers: list[Recorded | IngestError] = []
         for write, verdict in zip(writes, verdicts, strict=True):
             if verdict is not None:
-                answers.append(Recorded(refused=verdict))
+                answers.append(Recorded(refused=verdict,
+                                        refused_event_id=write.event.event_id))
                 continue
             outcome = next(outcomes)
             if outcome is WriteOutcome.CONFLICT:

@@ -39,6 +39,7 @@ class Recorded:
     # IngestError, because an error would roll the delivery's savepoint, and with it the
     # record of the refusal, back.
     refused: Refusal | None = None
+    refused_event_id: str | None = None  # the event the refusal names
 
     @property
     def wrote_anything(self) -> bool:

@@ -1,33 +1,36 @@
-"""The webhook routes as FastAPI declares them, one per provider: what /docs and
-/openapi.json describe. IngestApp (ingest/app.py) answers a POST to these paths itself,
-before FastAPI (ingest/webhooks.py says why); these call the same handlers if the
-FastAPI app is ever served on its own."""
+"""The webhook routes as FastAPI declares them, one per provider of ingest/providers.py:
+what /docs and /openapi.json describe. IngestApp (ingest/app.py) answers a POST to these
+paths itself, before FastAPI (ingest/webhooks.py says why); these call the same handler
+if the FastAPI app is ever served on its own."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from paystream.ingest import api_schema
-from paystream.ingest.webhooks import ALCHEMY_PATH, PAYMENTS_PATH, Answer, Webhooks
+from paystream.ingest.providers import PROVIDERS, Provider
+from paystream.ingest.webhooks import Answer, Webhooks
 
 
 def router(webhooks: Webhooks) -> APIRouter:
     routes = APIRouter()
-
-    @routes.post(ALCHEMY_PATH, responses=api_schema.WEBHOOK_RESPONSES,
-                 openapi_extra=api_schema.ALCHEMY_OPENAPI, response_model=None,
-                 summary="Alchemy Notify Address Activity")
-    async def alchemy_webhook(request: Request) -> JSONResponse:
-        return response(await webhooks.alchemy(request.scope, request.receive))
-
-    @routes.post(PAYMENTS_PATH, responses=api_schema.WEBHOOK_RESPONSES,
-                 openapi_extra=api_schema.PAYMENTS_OPENAPI, response_model=None,
-                 summary="Payment gateway (Standard Webhooks)")
-    async def payments_webhook(request: Request) -> JSONResponse:
-        return response(await webhooks.payments(request.scope, request.receive))
-
+    for provider in PROVIDERS:
+        routes.add_api_route(
+            provider.path, _handler(webhooks, provider), methods=["POST"],
+            responses=api_schema.WEBHOOK_RESPONSES, openapi_extra=provider.openapi,
+            response_model=None, summary=provider.summary,
+            name=f"{provider.name}_webhook")
     return routes
+
+
+def _handler(webhooks: Webhooks, provider: Provider
+             ) -> Callable[[Request], Awaitable[JSONResponse]]:
+    async def webhook(request: Request) -> JSONResponse:
+        return response(await webhooks.deliver(provider, request.scope, request.receive))
+    return webhook
 
 
 def response(answer: Answer) -> JSONResponse:

@@ -1,4 +1,5 @@
-"""The two webhook routes, answered as plain ASGI: the checks, the write, the answer.
+"""The webhook routes (one per provider of ingest/providers.py), answered as plain
+ASGI: the checks, the write, the answer.
 
 Order of checks for every webhook, cheapest and most hostile first:
   a source that keeps failing authentication (429) -> Content-Type (415)
@@ -14,14 +15,14 @@ Why not FastAPI routes: these handlers read the raw body themselves (the signatu
 covers the exact bytes) and answer JSON built by hand, so FastAPI's routing, dependency
 solving, exception middleware and telemetry layers did no work for them, yet cost about
 as much CPU per request as the checks and the write together (bench/ingest_bench.py).
-ingest.app serves POST to these two paths here, before FastAPI, and declares them on the
+ingest.app serves POST to these paths here, before FastAPI, and declares them on the
 FastAPI app too (ingest/routes_webhooks.py): /docs and /openapi.json describe them, and
 that route calls the same handler when the FastAPI app is served on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,6 @@ from starlette.types import Receive, Scope, Send
 
 from paystream.edge.errors import error_body
 from paystream.edge.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, header_map, trace_of
-from paystream.ingest import alchemy, alchemy_signature, payments, standard_webhooks
 from paystream.ingest.errors import (
     BodyTimeoutError,
     ConflictingDuplicateError,
@@ -40,6 +40,7 @@ from paystream.ingest.errors import (
     NotApplicableError,
 )
 from paystream.ingest.metrics import IngestMetrics
+from paystream.ingest.providers import BY_PATH, Provider
 from paystream.ingest.recording import Recorded
 from paystream.ingest.request_body import parse_json, read_bounded, require_json
 from paystream.ingest.settings import IngestSettings
@@ -48,9 +49,6 @@ from paystream.rate_limit import TokenBuckets
 from paystream.schema.outbox import WriteOutcome
 
 log = structlog.get_logger("ingest")
-ALCHEMY_PATH = "/webhooks/alchemy"
-PAYMENTS_PATH = "/webhooks/payments"
-PROVIDER_OF_PATH = {ALCHEMY_PATH: alchemy.PROVIDER, PAYMENTS_PATH: payments.PROVIDER}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +65,8 @@ class Answer:
         return orjson.dumps(self.body)
 
 
-Route = Callable[[Scope, Receive], Awaitable[Answer]]
-
-
 class Webhooks:
-    """POST /webhooks/alchemy and POST /webhooks/payments, as one ASGI app."""
+    """POST to every provider's path (ingest/providers.py), as one ASGI app."""
 
     def __init__(self, settings: IngestSettings, writer: GroupCommitWriter,
                  metrics: IngestMetrics) -> None:
@@ -85,16 +80,15 @@ class Webhooks:
         self._failures = TokenBuckets(settings.auth_failure_rate_per_second,
                                       settings.auth_failure_burst,
                                       what="unauthenticated requests")
-        self.routes: dict[str, Route] = {ALCHEMY_PATH: self.alchemy,
-                                         PAYMENTS_PATH: self.payments}
+        self.routes: dict[str, Provider] = BY_PATH
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a POST to one of `routes` (the caller checked path and method)."""
-        path = scope["path"]
+        provider = self.routes[scope["path"]]
         try:
-            answer = await self.routes[path](scope, receive)
+            answer = await self.deliver(provider, scope, receive)
         except IngestError as exc:
-            answer = self.refusal(scope, PROVIDER_OF_PATH[path], exc)
+            answer = self.refusal(scope, provider.name, exc)
         body = answer.encoded()
         headers = [(b"content-length", str(len(body)).encode("ascii")),
                    (b"content-type", b"application/json")]
@@ -105,35 +99,19 @@ class Webhooks:
                     "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def alchemy(self, scope: Scope, receive: Receive) -> Answer:
-        headers = _headers(scope)
-        keys = self._settings.alchemy_signing_keys
-        body = await self._authentic_body(
-            scope, receive, headers, alchemy.PROVIDER,
-            lambda raw: alchemy_signature.verify(raw, headers.get(alchemy_signature.HEADER),
-                                                 keys))
-        obj = parse_json(body)
-        trace = trace_of(scope)
-        trace.adopt_delivery_id(obj.get("id") if isinstance(obj, dict) else None)
-        recorded = await self._writer.write(
-            alchemy.AlchemyWrite(alchemy.parse_delivery(obj), trace.trace_id))
-        return self._accepted(scope, alchemy.PROVIDER, recorded)
-
-    async def payments(self, scope: Scope, receive: Receive) -> Answer:
+    async def deliver(self, provider: Provider, scope: Scope, receive: Receive) -> Answer:
+        """One delivery of `provider`: verified, validated, written, answered; an
+        IngestError for every refusal."""
         headers = _headers(scope)
         settings = self._settings
         body = await self._authentic_body(
-            scope, receive, headers, payments.PROVIDER,
-            lambda raw: standard_webhooks.verify(raw, headers, settings.payments_secrets,
-                                                 tolerance_s=settings.timestamp_tolerance_s))
-        event = payments.parse_payment(parse_json(body),
-                                       self._settings.payments_default_asset,
-                                       self._settings.payments_assets)
-        recorded = await self._writer.write(
-            payments.PaymentWrite(event, trace_of(scope).trace_id))
+            scope, receive, headers, provider.name,
+            lambda raw: provider.verify(raw, headers, settings))
+        write = provider.delivery(parse_json(body), settings, trace_of(scope))
+        recorded = await self._writer.write(write)
         if recorded.refused is not None:  # recorded in refused_deliveries, nothing else
-            raise recorded.refused.error(event.event_id)
-        return self._accepted(scope, payments.PROVIDER, recorded)
+            raise recorded.refused.error(recorded.refused_event_id or "")
+        return self._accepted(scope, provider.name, recorded)
 
     async def _authentic_body(self, scope: Scope, receive: Receive, headers: dict[str, str],
                               provider: str, verify: Callable[[bytes], object]) -> bytes:

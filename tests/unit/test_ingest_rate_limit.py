@@ -10,7 +10,7 @@ import pytest
 
 from paystream.ingest.errors import RateLimitError
 from paystream.ingest.settings import IngestSettings
-from paystream.ingest.webhooks import PAYMENTS_PATH, Webhooks
+from paystream.ingest.webhooks import Webhooks
 from paystream.rate_limit import TokenBuckets
 from tests.support.ingest import ingest_env, payment_body, payment_headers
 
@@ -65,7 +65,7 @@ def _post(webhooks: Webhooks, source: str, body: bytes, headers: dict[str, str])
     from paystream.edge.observe import HEADERS_SCOPE_KEY, LOG_SCOPE_KEY, TRACE_SCOPE_KEY
     from paystream.trace import Trace
 
-    scope = {"type": "http", "method": "POST", "path": PAYMENTS_PATH,
+    scope = {"type": "http", "method": "POST", "path": "/webhooks/payments",
              "client": (source, 5000), "headers": [], HEADERS_SCOPE_KEY: headers,
              TRACE_SCOPE_KEY: Trace("t", False), LOG_SCOPE_KEY: {}}
     sent: list[dict[str, object]] = []
