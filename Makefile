@@ -97,13 +97,16 @@ browser:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -q --no-install-recommends chromium chromium-driver; }
 
-# Unit tests need no services; integration tests run against the test stack; then the
-# cluster's. The test stack is stopped after pytest, passed or not (a clone deleted with
-# it running orphaned its processes, and its huge pages stayed reserved);
-# KEEP_TEST_STACK=1 leaves it up to rerun single tests.
+# Unit tests need no services: they run first, on both cores (pytest-xdist, a file's
+# tests on one worker, so a module's fixtures are built once), before any stack is up.
+# Integration tests run against the test stack; then the cluster's. The test stack is
+# stopped after pytest, passed or not (a clone deleted with it running orphaned its
+# processes, and its huge pages stayed reserved); KEEP_TEST_STACK=1 leaves it up to
+# rerun single tests.
 test: install lint browser
+	$(BIN)/pytest -n 2 --dist loadfile tests/unit
 	$(TEST_STACK) $(BIN)/paystream stack up
-	$(TEST_STACK) $(BIN)/pytest; status=$$?; \
+	$(TEST_STACK) $(BIN)/pytest tests/integration; status=$$?; \
 	  if [ "$(KEEP_TEST_STACK)" != 1 ]; then $(TEST_STACK) $(BIN)/paystream stack down; fi; \
 	  exit $$status
 	$(MAKE) test-cluster
