@@ -43,9 +43,9 @@ from web3 import Web3
 from paystream.finality import settings as finality_settings
 from paystream.finality.evidence import TRANSFER_TOPIC
 from paystream.finality.rpc import ChainRpc
-from paystream.finality.scan_service import scanner_for
-from paystream.finality.scan_settings import ScannerSettings, ScanSettings
-from paystream.finality.scanner import DECIMALS_CALL, ranges
+from paystream.finality.scanner.blocks import DECIMALS_CALL, ranges
+from paystream.finality.scanner.service import scanner_for
+from paystream.finality.scanner.settings import ScannerSettings, ScanSettings
 from paystream.schema.chain import deposit_event_id
 from paystream.schema.db import connect, database_url
 from tests.support.chain.counting import RpcCounter

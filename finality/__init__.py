@@ -16,14 +16,6 @@ final, and never if a reorg removed it.
   metrics.py   every finality metric, declared once
   settings.py  per-network settings from the environment
 
-The chain scanner: deposits read from the chain itself, for those no webhook brought.
-  scanner.py        blocks and Transfer logs → the deposits into our addresses, named
-                    as the webhook names them (pure); the range sizing
-  scan_store.py     the cursor per network (locked per pass) and the deposits written
-                    through the outbox, in one transaction
-  scan_service.py   `paystream consume scanner`: a pass loop per network, reorgs below
-                    the cursor rescanned; the rescan of a range
-  scan_cli.py       `paystream chain scan --network N --from B [--to B]`
-  scan_settings.py  its settings from the environment (poll, range, rewind)
-  scan_metrics.py   every scanner metric, declared once
+scanner/     the chain scanner, a package of its own: deposits read from the chain
+               itself, for those no webhook brought (it shares rpc.py and settings.py)
 """

@@ -169,7 +169,7 @@ class ChainRpc:
             evidence[number] = self._evidence(number, receipts_raw, block_raw)
         return evidence
 
-    # --- the chain scanner's vocabulary (finality/scanner.py parses the answers) -------
+    # --- the chain scanner's vocabulary (finality/scanner/blocks.py parses the answers) -------
 
     def full_blocks(self, numbers: Sequence[int]) -> list[Any]:
         """Each block with its transactions, in batches of `batch_size`; a block the chain

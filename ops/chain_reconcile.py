@@ -26,7 +26,7 @@ from decimal import Decimal
 from prometheus_client import Counter, Gauge
 
 from paystream.finality.rpc import ChainRpc
-from paystream.finality.scanner import NATIVE_DECIMALS
+from paystream.finality.scanner.blocks import NATIVE_DECIMALS
 from paystream.operator_cli import format_table
 from paystream.schema.amounts import format_amount
 from paystream.schema.chain import deposit_asset

@@ -14,9 +14,10 @@ import psycopg2
 import structlog
 
 from paystream.env import read_one
-from paystream.finality import scan_service, scan_settings
 from paystream.finality.breaker import CircuitOpenError
 from paystream.finality.rpc import RpcError
+from paystream.finality.scanner import service as scan_service
+from paystream.finality.scanner import settings as scan_settings
 from paystream.operator_cli import EXIT_CANNOT_RUN, EXIT_OK, EXIT_PROBLEM, CannotRunError, database
 from paystream.ops import chain_reconcile
 from paystream.process_settings import ProcessSettings

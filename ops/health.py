@@ -46,10 +46,11 @@ from prometheus_client.registry import Collector
 from paystream import kafka_security, operator_cli
 from paystream.connectors.status import read_status
 from paystream.consumers import stops
-from paystream.finality import scan_service, scan_settings
 from paystream.finality.breaker import CircuitOpenError
 from paystream.finality.rpc import RpcError
-from paystream.finality.scan_service import ChainScanner
+from paystream.finality.scanner import service as scan_service
+from paystream.finality.scanner import settings as scan_settings
+from paystream.finality.scanner.service import ChainScanner
 from paystream.ops.health_settings import MIB, HealthSettings
 from paystream.schema.db import (
     Connection,

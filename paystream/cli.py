@@ -30,7 +30,7 @@ COMMAND_MODULES = (
     "paystream.notify.cli",
     "paystream.run",
     "paystream.chaos.cli",
-    "paystream.finality.scan_cli",
+    "paystream.finality.scanner.cli",
     "paystream.console.cli",
 )
 

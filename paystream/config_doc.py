@@ -26,7 +26,7 @@ from paystream.consumers.crash_hooks import CrashHookSettings
 from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.credentials import StateSettings
 from paystream.env import EnvSettings, default_text
-from paystream.finality.scan_settings import ScannerSettings
+from paystream.finality.scanner.settings import ScannerSettings
 from paystream.finality.settings import FinalitySettings
 from paystream.ingest.settings import IngestSettings
 from paystream.kafka_nodes import KafkaSettings

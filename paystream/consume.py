@@ -1,6 +1,6 @@
 """`paystream consume ledger | dlq-mirror | notifier | finality | scanner`: one consumer
 group on the consumer runtime (consumers/), or the chain finality watcher
-(finality/service.py) or chain scanner (finality/scan_service.py), not Kafka groups: one
+(finality/service.py) or chain scanner (finality/scanner/service.py), not Kafka groups: one
 thread per network of PAYSTREAM_FINALITY_NETWORKS, or --network. The
 notifier's process also runs a sender (notify/delivery.py) and the reminder scheduler
 (notify/reminders.py) on threads of their own, unless --no-deliver (then `paystream
@@ -138,9 +138,10 @@ def _finality(args: argparse.Namespace) -> int:
 
 
 def _scanner(args: argparse.Namespace) -> int:
-    """The chain scanner (finality/scan_service.py): a thread per network."""
+    """The chain scanner (finality/scanner/service.py): a thread per network."""
     from paystream.consumers import metrics
-    from paystream.finality import scan_service, scan_settings
+    from paystream.finality.scanner import service as scan_service
+    from paystream.finality.scanner import settings as scan_settings
     from paystream.logs import configure_logging
 
     try:

@@ -20,7 +20,7 @@ NETWORK_PATTERN = re.compile(r"[A-Z0-9_]{1,64}")
 # EVM addresses are 0x + 40 hex; other chains' are alphanumeric. Lowercased for lookup.
 ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9]{20,128}")
 
-# The `provider` of the deposits the chain scanner (paystream.finality.scanner) finds.
+# The `provider` of the deposits the chain scanner (paystream.finality.scanner.blocks) finds.
 SCANNER_PROVIDER = "scanner"
 # What each provider words its own way about one transfer (Alchemy says "token" or
 # "erc20", carries a block hash only on token logs, knows decimals from its metadata):

@@ -1,7 +1,7 @@
 """A deposit address's past, scanned on request: the chain_scan_backfills rows
 (migrations/0024_chain_scan_backfills.sql). The operator (`addresses add --scan-from`)
 and the merchant API request one here; the chain scanner
-(paystream.finality.scan_service) works it."""
+(paystream.finality.scanner.service) works it."""
 
 from __future__ import annotations
 

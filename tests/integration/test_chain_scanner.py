@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import pytest
 
-from paystream.finality.scan_store import ScannerBusyError, ScanStore
+from paystream.finality.scanner.store import ScannerBusyError, ScanStore
 from paystream.ops import users as admin
 from paystream.schema.db import connect, database_url
 from tests.support.chain.deposits import activities

@@ -1,4 +1,4 @@
-"""The chain scanner's pure part (finality/scanner.py): range sizing, log decoding, and the
+"""The chain scanner's pure part (finality/scanner/blocks.py): range sizing, log decoding, and the
 event it makes of a transfer, compared with the event the Alchemy path makes of the SAME
 transfer (paystream.chaos.alchemy builds the payload from the same raw RPC answers)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from paystream.chaos import alchemy
 from paystream.finality.evidence import TRANSFER_TOPIC, MalformedResultError
-from paystream.finality.scanner import (
+from paystream.finality.scanner.blocks import (
     GROW_AFTER,
     FoundTransfer,
     RangeSizer,

@@ -1,4 +1,4 @@
-"""A chain scanner pass (finality/scan_service.py) against an in-memory chain and cursor:
+"""A chain scanner pass (finality/scanner/service.py) against an in-memory chain and cursor:
 the range the node refuses is halved, the cursor moves to the last block read, a cursor
 whose block hash changed is rewound, and what the pass writes is what it found."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from paystream.finality.evidence import TRANSFER_TOPIC, BlockEvidence, BlockRef, Receipt
 from paystream.finality.rpc import RpcRejectedError, RpcUnavailableError
-from paystream.finality.scan_service import ChainScanner
-from paystream.finality.scan_store import Backfill, Written
+from paystream.finality.scanner.service import ChainScanner
+from paystream.finality.scanner.store import Backfill, Written
 from paystream.schema.events import PaymentEvent
 
 NETWORK = "ETH_TEST"

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from paystream.finality.scanner import block_time, native_transfers
+from paystream.finality.scanner.blocks import block_time, native_transfers
 from paystream.ingest.errors import PayloadError
 from paystream.ingest.payments import parse_payment
 from paystream.invoices.matching import (

@@ -1,6 +1,6 @@
 """The chain scanner's pure part: blocks and logs in, the deposits they hold out.
 
-What a scan of blocks first..last reads (scan_service.py makes the calls):
+What a scan of blocks first..last reads (service.py makes the calls):
   - every block with its transactions: a transaction with a value to a deposit address
     is a native deposit (`external`), once its receipt says it succeeded;
   - the ERC-20 `Transfer` logs of the range, from every contract (one eth_getLogs on the

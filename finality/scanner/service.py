@@ -1,14 +1,14 @@
 """`paystream consume scanner`: a chain scanner thread per network, until SIGTERM/SIGINT;
 and the rescan of a range that `paystream chain scan` runs.
 
-A pass (ChainScanner.scan_once), in one transaction of scan_store.ScanStore:
+A pass (ChainScanner.scan_once), in one transaction of store.ScanStore:
   1. lock the network's cursor (another scanner holds it: skip the pass);
   2. target = the finalized block, or head - credit depth on a network crediting early
      (the watcher's own heights: finality.rpc, cached);
   3. the cursor's block hash still on the chain? If not, a reorg replaced it: start
      again `rewind_blocks` below it (rescanning is idempotent);
   4. read the next range (at most `range_blocks`, fewer while the node refuses): its
-     blocks with their transactions and its ERC-20 Transfer logs (scanner.py), the
+     blocks with their transactions and its ERC-20 Transfer logs (blocks.py), the
      receipts of the blocks paying our addresses native coin (a failed transfer moved
      nothing: eth_getBlockReceipts, batched) and
      each new token's decimals();
@@ -36,7 +36,6 @@ from typing import Any
 import psycopg2
 import structlog
 
-from paystream.finality import scan_metrics as metrics
 from paystream.finality.breaker import CircuitOpenError
 from paystream.finality.evidence import (
     TRANSFER_TOPIC,
@@ -45,9 +44,8 @@ from paystream.finality.evidence import (
     Receipt,
 )
 from paystream.finality.rpc import ChainRpc, RpcError, RpcRejectedError, RpcUnavailableError
-from paystream.finality.scan_settings import ScanSettings
-from paystream.finality.scan_store import ScannerBusyError, ScanPass, ScanStore, Written
-from paystream.finality.scanner import (
+from paystream.finality.scanner import metrics
+from paystream.finality.scanner.blocks import (
     DECIMALS_CALL,
     NATIVE_DECIMALS,
     FoundTransfer,
@@ -58,6 +56,8 @@ from paystream.finality.scanner import (
     ours,
     token_transfer,
 )
+from paystream.finality.scanner.settings import ScanSettings
+from paystream.finality.scanner.store import ScannerBusyError, ScanPass, ScanStore, Written
 from paystream.finality.service import run_threads
 from paystream.finality.watcher import rpc_for
 from paystream.schema.events import PaymentEvent

@@ -1,5 +1,5 @@
 """`paystream chain scan --network N --from B [--to B]`: rescan a range of blocks on
-demand (finality/scan_service.py's ChainScanner.scan_range), as the finality role.
+demand (finality/scanner/service.py's ChainScanner.scan_range), as the finality role.
 
 Idempotent: a deposit already recorded (by a webhook or an earlier scan) is left as it
 is, so a range may be scanned any number of times. The cursor of `paystream consume
@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _scan(args: argparse.Namespace) -> int:
     import psycopg2
 
-    from paystream.finality import scan_service, scan_settings
     from paystream.finality.rpc import RpcError
+    from paystream.finality.scanner import service as scan_service
+    from paystream.finality.scanner import settings as scan_settings
 
     try:
         settings = scan_settings.from_env([args.network])[0]
