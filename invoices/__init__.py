@@ -13,6 +13,9 @@ payments arrive, settles or expires the invoice, and tells the user (docs/invoic
                consequence; paystream/consume.py wires it)
   expiry.py    the expiry scheduler: open invoices past their deadline, a round at a time
   operator.py  the operator's extend (a later deadline, a new reminder cycle)
+  reconcile_check.py  the check `paystream reconcile` runs beside the ledger's: every
+               invoice's sums are its payments', a settled one was paid
+  cli.py       `paystream invoices list|show|extend|cancel|expire`
 
 The doors that change an invoice each call these, in their own transaction: the merchant
 API creates and cancels, the ledger matches payments when it applies a deposit, the

@@ -1,5 +1,5 @@
 """The operator's invoice rule of its own: `paystream invoices extend ID --by 1h` (the
-command line is ops/invoices_cli.py; list and show are invoices/reads.py's, cancel is
+command line is invoices/cli.py; list and show are invoices/reads.py's, cancel is
 invoices/create.py's, the merchant API's rule, so both doors refuse the same).
 
 An open invoice's deadline moves later, in one transaction that locks the invoice and

@@ -5,7 +5,6 @@ refusals | invoices`).
   cli.py               the commands on the books, health and dead letters (parse, call)
   users_cli.py         the commands on users, addresses, balances and refusals
   users.py             creating users and addresses, reading balances
-  invoices_cli.py      the commands on invoices: list, show, extend, cancel, expire
   health.py            the health checks: stuck events, slot WAL, lag, DLQ, connector,
                        stopped groups
   health_settings.py   its thresholds (PAYSTREAM_HEALTH_*, each overridden by a flag)

@@ -220,6 +220,7 @@ def _migrate(args: argparse.Namespace) -> int:
 def _reconcile(args: argparse.Namespace) -> int:
     from paystream.consumers.ledger.reconcile import reconcile
     from paystream.ops.reconcile import format_report
+    from paystream.reconcile_checks import FEATURE_CHECKS
 
     if args.chain:
         from paystream.ops import chain_reconcile_cli
@@ -232,7 +233,7 @@ def _reconcile(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_RUN
 
     with database("paystream-reconcile", autocommit=True) as conn:
-        report = reconcile(conn, users=args.user)
+        report = reconcile(conn, users=args.user, checks=FEATURE_CHECKS)
     print(format_report(report))
     return EXIT_OK if report.clean else EXIT_PROBLEM
 

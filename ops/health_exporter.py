@@ -22,6 +22,7 @@ from paystream.logs import configure_logging
 from paystream.operator_cli import CannotRunError, database
 from paystream.ops.backup_metrics import BackupCollector
 from paystream.ops.health import HealthChecker, HealthCollector
+from paystream.reconcile_checks import FEATURE_CHECKS
 
 
 def serve(checker: HealthChecker, checks: Sequence[str] | None, bind: str, port: int,
@@ -46,7 +47,7 @@ def full_reconciliation() -> None:
     exporter keeps serving the checks."""
     try:
         with database("paystream-reconcile", autocommit=True) as conn:
-            record_full_check(reconcile(conn))
+            record_full_check(reconcile(conn, checks=FEATURE_CHECKS))
     except (psycopg2.Error, CannotRunError) as exc:
         ERRORS.labels(SCOPE_FULL).inc()
         structlog.get_logger("consumers.reconcile").error(

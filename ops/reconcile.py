@@ -1,8 +1,8 @@
-"""`paystream reconcile`'s view of the ledger's self-check (consumers/ledger/reconcile.py):
-one line when every balance matches its accounts, money is conserved and every invoice
-matches its payments, else a table per kind of problem (balances, transfers, custody,
-invoices); the
-open shortfalls (flagged accounts) are listed either way, without failing the check."""
+"""`paystream reconcile`'s view of the ledger's self-check (consumers/ledger/reconcile.py)
+with the features' own checks (paystream/reconcile_checks.py: every invoice matches
+its payments): one line when all is clean, else a table per kind of problem (balances,
+transfers, custody, each feature's); the open shortfalls (flagged accounts) are listed
+either way, without failing the check."""
 
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ def format_report(report: Report) -> str:
     flagged = [f"flagged: {s.user_id} owes {format_amount(s.owed)} {s.asset} "
                f"(open shortfall of {s.source_event_id}; withdrawals refused)"
                for s in report.flagged]
+    checked = [f for f in report.features if f.checked]
     if report.clean:
-        invoices = (f", {report.invoices_checked} invoices match their payments"
-                    if report.invoices_checked else "")
+        features = "".join(f", {f.clean_text}" for f in checked)
         return "\n".join([f"reconcile: ok, {report.balances_checked} balances match their "
                           f"accounts' postings, {report.transfers_checked} transfers sum to"
-                          f" zero, custody matches the chain deposits held{invoices}"
+                          f" zero, custody matches the chain deposits held{features}"
                           f" (snapshot at {report.snapshot_at})", *flagged])
     problems = (len(report.mismatches) + len(report.transfer_problems) + len(report.custody)
-                + len(report.invoices))
-    scope = (f"{report.balances_checked} balances, {report.transfers_checked} transfers and"
-             f" {report.invoices_checked} invoices" if report.invoices_checked else
-             f"{report.balances_checked} balances and {report.transfers_checked} transfers")
+                + sum(len(f.rows) for f in report.features))
+    scopes = [f"{report.balances_checked} balances", f"{report.transfers_checked} transfers",
+              *(f"{f.checked} {f.noun}" for f in checked)]
+    scope = ", ".join(scopes[:-1]) + f" and {scopes[-1]}"
     lines = [f"reconcile: {problems} MISMATCH(ES) among {scope}"
              f" (snapshot at {report.snapshot_at})"]
     if report.mismatches:
@@ -49,11 +49,5 @@ def format_report(report: Report) -> str:
             [(c.network, c.asset, signed(c.books), signed(c.deposits),
               "-" if c.on_chain is None else signed(c.on_chain), c.problem)
              for c in report.custody]))
-    if report.invoices:
-        lines.append(format_table(
-            ("invoice", "user", "state", "amount", "amount_paid", "credited_payments",
-             "amount_pending", "pending_payments", "problem"),
-            [(i.invoice_id, i.user_id, i.state, format_amount(i.amount), signed(i.amount_paid),
-              signed(i.credited), signed(i.amount_pending), signed(i.pending),
-              ", ".join(i.problems)) for i in report.invoices]))
+    lines += [format_table(f.columns, f.rows) for f in report.features if f.rows]
     return "\n".join([*lines, *flagged])

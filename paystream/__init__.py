@@ -6,6 +6,7 @@ The command:
   cli.py                `paystream`: each package registers its own subcommands
   run.py                `paystream run`: every process of the pipeline, supervised
   consume.py            `paystream consume GROUP`: a consumer group, the finality watcher
+  reconcile_checks.py   the features' checks every reconcile runs beside the ledger's
                         or the chain scanner
   launch.py             starting `paystream` itself as a child process
   operator_cli.py       what operator commands share: exit codes, tables, a database

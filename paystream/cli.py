@@ -26,7 +26,7 @@ COMMAND_MODULES = (
     "paystream.api.cli",
     "paystream.consume",
     "paystream.ops.cli",
-    "paystream.ops.invoices_cli",
+    "paystream.invoices.cli",
     "paystream.notify.cli",
     "paystream.run",
     "paystream.chaos.cli",

@@ -108,7 +108,7 @@ def services(ingest_port: int, api_port: int = 8100, console_port: int = 8102
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
         Service("hold-expiry", "paystream.ops.cli", ["holds", "expire", "--loop"],
                 "voids withdrawal holds past PAYSTREAM_HOLD_TTL_S (logs only)"),
-        Service("invoice-expiry", "paystream.ops.invoices_cli",
+        Service("invoice-expiry", "paystream.invoices.cli",
                 ["invoices", "expire", "--loop"],
                 "expires open invoices past their deadline, nothing pending (logs only)"),
         Service("api", "paystream.api.cli", ["api", "--port", str(api_port)],

@@ -233,7 +233,7 @@ def _render(outcome: object) -> str:
                     *(f"transfer {t.transfer_id} {t.asset}: {t.problem} {t.detail}"
                       for t in r.transfer_problems),
                     *(f"custody {c.network} {c.asset}: {c.problem}" for c in r.custody),
-                    *(f"invoice {i.invoice_id}: {', '.join(i.problems)}" for i in r.invoices)]
+                    *(f"{f.noun}: {' '.join(row)}" for f in r.features for row in f.rows)]
         lines = [f"reconcile on the restored copy: {len(problems)} MISMATCH(ES)",
                  *(f"  {p}" for p in problems)]
     lines.append(f"compared {outcome.accounts} accounts and {outcome.balance_rows} balances"

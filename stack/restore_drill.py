@@ -40,6 +40,7 @@ from pathlib import Path
 
 from paystream.backups import Backup, BackupSettings, backups
 from paystream.consumers.ledger.reconcile import Report, reconcile
+from paystream.reconcile_checks import FEATURE_CHECKS
 from paystream.schema.db import Cursor, connect, database_url, snapshot
 from paystream.stack import backup, postgres, scratch
 from paystream.stack.process import StackError, wait_until
@@ -212,7 +213,7 @@ def compare(s: StackSettings, restored: scratch.Scratch, m: Mark,
         if row is None or row[0] != restored.port or restored.port == s.pg_port:
             raise DrillError(f"the connection to the copy reached port {row and row[0]}, "
                              f"not the scratch cluster's {restored.port}")
-        report = reconcile(conn)
+        report = reconcile(conn, checks=FEATURE_CHECKS)
         with snapshot(conn) as cur:
             books, rows = restored_books(cur)
     finally:

@@ -16,9 +16,8 @@ imports it.
   conservation.py  the conservation checks `paystream reconcile` adds (transfers balance,
                    custody matches deposits)
   reconcile.py     the self-check: balances equal their postings, never negative (also
-                   run on the hot path by the handler, over the rows it touched)
-  invoice_check.py the invoice check `paystream reconcile` adds (an invoice's sums are
-                   its payments', a settled one was paid)
+                   run on the hot path by the handler, over the rows it touched), and
+                   the features' own checks the command hands it (FeatureCheck)
   metrics.py       the ledger's own metrics (reversals, shortfalls)
   settings.py      its variables: the hot-path check's pace, the withdrawal hold's TTL
 """

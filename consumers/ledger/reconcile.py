@@ -49,7 +49,6 @@ from paystream.consumers.ledger.conservation import (
     find_transfer_problems,
     unbalanced_assets,
 )
-from paystream.consumers.ledger.invoice_check import InvoiceMismatch, find_invoice_mismatches
 from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.schema.accounts import BALANCE_COLUMNS, AccountKind
 from paystream.schema.balances import BalanceKey
@@ -136,6 +135,25 @@ class Shortfall:
 
 
 @dataclass(frozen=True)
+class FeatureFindings:
+    """A feature's own check of what it keeps beside the books (invoices against their
+    payments, invoices/reconcile_check.py), handed to `reconcile` by the command that
+    runs it (paystream/reconcile_checks.py): the ledger knows no feature. `rows` are the
+    problems found, one per line of the operator's table under `columns`; none is a
+    clean check of `checked` `noun`."""
+
+    noun: str
+    checked: int
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    clean_text: str  # the clean report's words for it, e.g. "4 invoices match their payments"
+
+
+# A feature check: in reconcile's snapshot, for every user or those named.
+FeatureCheck = Callable[[Cursor, Sequence[str] | None], FeatureFindings]
+
+
+@dataclass(frozen=True)
 class Report:
     balances_checked: int
     mismatches: list[Mismatch]
@@ -144,13 +162,12 @@ class Report:
     transfer_problems: list[TransferProblem] = field(default_factory=list)
     custody: list[CustodyMismatch] = field(default_factory=list)
     transfers_checked: int = 0
-    invoices: list[InvoiceMismatch] = field(default_factory=list)
-    invoices_checked: int = 0
+    features: list[FeatureFindings] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
         return not (self.mismatches or self.transfer_problems or self.custody
-                    or self.invoices)
+                    or any(f.rows for f in self.features))
 
 
 def _scope_filter(users: Sequence[str] | None, pairs: Sequence[BalanceKey] | None
@@ -204,10 +221,11 @@ def find_mismatches(cur: Cursor, *, users: Sequence[str] | None = None,
 
 
 def reconcile(conn: Connection, *, users: Sequence[str] | None = None,
-              chain: ChainBalances | None = None) -> Report:
-    """Check every balance, transfer and invoice (or those of `users`) and, for the whole
-    ledger, custody against the chain deposits (and the chain itself, through `chain`),
-    in one consistent snapshot."""
+              chain: ChainBalances | None = None,
+              checks: Sequence[FeatureCheck] = ()) -> Report:
+    """Check every balance and transfer (or those of `users`), each feature's `checks`,
+    and, for the whole ledger, custody against the chain deposits (and the chain itself,
+    through `chain`), in one consistent snapshot."""
     with snapshot(conn) as cur:
         cur.execute("SELECT now()")
         at = one_row(cur)[0]
@@ -219,9 +237,9 @@ def reconcile(conn: Connection, *, users: Sequence[str] | None = None,
         if users is None:  # whole-ledger checks
             problems += unbalanced_assets(cur)
             custody = find_custody_mismatches(cur, chain)
-        invoices_checked, invoices = find_invoice_mismatches(cur, users)
+        features = [check(cur, users) for check in checks]
     return Report(checked, mismatches, at.isoformat(), flagged, problems, custody,
-                  int(transfers), invoices, invoices_checked)
+                  int(transfers), features)
 
 
 def open_shortfalls(cur: Cursor, *, users: Sequence[str] | None = None) -> list[Shortfall]:
@@ -337,8 +355,14 @@ def record_full_check(report: Report) -> None:
             "reconciliation_custody_mismatch", scope=SCOPE_FULL, network=c.network,
             asset=c.asset, problem=c.problem, books=str(c.books), deposits=str(c.deposits),
             on_chain=None if c.on_chain is None else str(c.on_chain))
+    for f in report.features:
+        for row in f.rows:
+            structlog.get_logger("consumers.reconcile").critical(
+                "reconciliation_feature_problem", scope=SCOPE_FULL, feature=f.noun,
+                **dict(zip(f.columns, row, strict=True)))
     MISMATCHES.labels(SCOPE_FULL).set(
-        len(report.mismatches) + len(report.transfer_problems) + len(report.custody))
+        len(report.mismatches) + len(report.transfer_problems) + len(report.custody)
+        + sum(len(f.rows) for f in report.features))
     CHECKS.labels(SCOPE_FULL).inc()
     PAIRS_CHECKED.labels(SCOPE_FULL).inc(report.balances_checked)
     LAST_CHECK.labels(SCOPE_FULL).set(time.time())

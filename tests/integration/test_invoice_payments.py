@@ -32,12 +32,13 @@ import httpx
 import pytest
 
 from paystream.chaos.receiver import Receiver, receiver
-from paystream.consumers.ledger.invoice_check import find_invoice_mismatches
 from paystream.consumers.ledger.reconcile import Report
 from paystream.invoices.create import InvoiceRequest, create
+from paystream.invoices.reconcile_check import find_invoice_mismatches
 from paystream.launch import free_port, paystream_argv
 from paystream.notify.intents import now_text, parse_batch
 from paystream.ops.reconcile import format_report
+from paystream.reconcile_checks import invoice_findings
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token, running_anvil
@@ -502,7 +503,7 @@ def test_reconcile_fires_on_an_invoice_whose_sums_its_payments_contradict(
         conn.close()
     assert checked == 1 and [(m.invoice_id, m.problems) for m in found] == [
         (invoice_id, ["amount_paid_differs", "settled_unpaid"])]
-    report = Report(0, [], "t", invoices=found, invoices_checked=checked)
+    report = Report(0, [], "t", features=[invoice_findings(checked, found)])
     assert not report.clean  # `paystream reconcile` exits 1 on it (ops/cli.py)
     assert invoice_id in format_report(report)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from paystream.consumers.ledger.invoice_check import InvoiceMismatch
 from paystream.consumers.ledger.reconcile import Report
+from paystream.invoices.reconcile_check import InvoiceMismatch
 from paystream.ops.reconcile import format_report
+from paystream.reconcile_checks import invoice_findings
 
 D = Decimal
 
@@ -31,12 +32,12 @@ def test_each_disagreement_is_named() -> None:
 
 
 def test_an_invoice_mismatch_fails_the_report_and_is_shown() -> None:
-    clean = Report(2, [], "t", transfers_checked=3, invoices_checked=4)
+    clean = Report(2, [], "t", transfers_checked=3, features=[invoice_findings(4, [])])
     assert clean.clean
     assert "4 invoices match their payments" in format_report(clean)
     bad = Report(2, [], "t", transfers_checked=3,
-                 invoices=[mismatch(paid="150", on_time="80", credited="80")],
-                 invoices_checked=4)
+                 features=[invoice_findings(4, [mismatch(paid="150", on_time="80",
+                                                         credited="80")])])
     assert not bad.clean
     lines = format_report(bad).splitlines()
     assert lines[0] == ("reconcile: 1 MISMATCH(ES) among 2 balances, 3 transfers and 4"

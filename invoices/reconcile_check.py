@@ -1,5 +1,6 @@
-"""`reconcile`'s invoice check: an invoice's sums are its payments', and a settled one
-was paid.
+"""The invoice check `paystream reconcile` runs beside the ledger's (registered by the
+command, paystream/reconcile_checks.py: the ledger knows no feature): an invoice's sums are its
+payments', and a settled one was paid.
 
 The ledger keeps an invoice's amount_paid and amount_pending as sums of its payments
 (invoices/matching.py writes both in the transaction that moves the money), so they must
@@ -16,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor, one_row
+from paystream.schema.transfers import signed
 
 SETTLED_UNPAID = "settled_unpaid"
 PAID_DIFFERS = "amount_paid_differs"
@@ -82,3 +85,14 @@ def find_invoice_mismatches(cur: Cursor, users: Sequence[str] | None = None
     checked = int(one_row(cur)[0])
     cur.execute(_SQL.format(where=where), params)
     return checked, [InvoiceMismatch(*row) for row in cur.fetchall()]
+
+
+COLUMNS = ("invoice", "user", "state", "amount", "amount_paid", "credited_payments",
+           "amount_pending", "pending_payments", "problem")
+
+
+def table_rows(found: Sequence[InvoiceMismatch]) -> list[tuple[str, ...]]:
+    """The mismatches as rows of reconcile's table, under COLUMNS."""
+    return [(i.invoice_id, i.user_id, i.state, format_amount(i.amount), signed(i.amount_paid),
+             signed(i.credited), signed(i.amount_pending), signed(i.pending),
+             ", ".join(i.problems)) for i in found]
