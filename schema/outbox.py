@@ -39,48 +39,27 @@ _STATUS_ROWS = ("s AS (INSERT INTO event_status (event_id) SELECT event_id FROM 
 
 def emit(cur: Cursor, *, aggregatetype: str, aggregateid: str, event_type: str, event_id: str,
          payload: dict[str, Any], trace_id: str) -> uuid.UUID:
-    """Insert and delete one outbox row in the caller's transaction; return its id."""
+    """One outbox message in the caller's transaction: `publish` of one, the one way a
+    message is written. Returns its id."""
     message_id = uuid.uuid4()
-    cur.execute(
-        "INSERT INTO outbox (id, aggregatetype, aggregateid, type, event_id, payload, trace_id)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (str(message_id), aggregatetype, aggregateid, event_type, event_id,
-         json.dumps(payload, separators=(",", ":")), trace_id),
-    )
-    # A separate DELETE, not a data-modifying CTE: Debezium must see the INSERT.
-    cur.execute("DELETE FROM outbox WHERE id = %s", (str(message_id),))
+    publish(cur, aggregatetype, [{"id": str(message_id), "aggregateid": aggregateid,
+                                  "type": event_type, "event_id": event_id,
+                                  "payload": payload, "trace_id": trace_id}])
     return message_id
 
 
 def write_event(cur: Cursor, event: PaymentEvent, trace_id: str) -> WriteOutcome:
-    """Record a payment event and publish it through the outbox, once per event id."""
-    wire = event.to_wire()
-    content_hash = event.content_hash()
-    cur.execute(
-        "WITH e AS (INSERT INTO payment_events (event_id, provider, event_type, user_id,"
-        " asset, amount, content_hash, trace_id, payload)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (event_id) DO NOTHING RETURNING event_id), " + _STATUS_ROWS,
-        (event.event_id, event.provider, event.event_type.value, event.user_id, event.asset,
-         wire["amount"], content_hash, trace_id, json.dumps(wire, separators=(",", ":"))),
-    )
-    if cur.fetchone() is None:
-        cur.execute("SELECT content_hash FROM payment_events WHERE event_id = %s",
-                    (event.event_id,))
-        row = cur.fetchone()
-        same = row is not None and row[0] == content_hash
-        return WriteOutcome.DUPLICATE if same else WriteOutcome.CONFLICT
-    emit(cur, aggregatetype=PAYMENTS_AGGREGATE, aggregateid=event.user_id,
-         event_type=event.event_type.value, event_id=event.event_id, payload=wire,
-         trace_id=trace_id)
-    return WriteOutcome.ACCEPTED
+    """Record a payment event and publish it through the outbox, once per event id:
+    `write_events` of one, the one way an event is written."""
+    return write_events(cur, [(event, trace_id)])[0]
 
 
 def write_events(cur: Cursor, events: Sequence[tuple[PaymentEvent, str]]) -> list[WriteOutcome]:
-    """write_event for each (event, trace_id) in order, in three round trips for them all.
+    """Record each (event, trace_id) in order and publish it through the outbox, once per
+    event id, in three round trips for them all.
 
     The outcomes, the rows and the outbox messages (in the same order) are those of
-    calling write_event once per pair: an event id seen twice is accepted the first
+    writing one pair at a time: an event id seen twice is accepted the first
     time, then a duplicate or a conflict. A CONFLICT writes nothing here either (ON
     CONFLICT DO NOTHING), so there is nothing for the caller to roll back for it. The
     ingest's group commit uses this to pay one round trip per statement per group
@@ -139,8 +118,8 @@ def write_events(cur: Cursor, events: Sequence[tuple[PaymentEvent, str]]) -> lis
 
 
 def publish(cur: Cursor, aggregatetype: str, messages: Sequence[dict[str, Any]]) -> None:
-    """emit() for many messages in one round trip: each a dict of aggregateid, type,
-    event_id, payload (a JSON object) and trace_id (an `id` is added if absent)."""
+    """Outbox messages in one round trip: each a dict of aggregateid, type, event_id,
+    payload (a JSON object) and trace_id (an `id` is added if absent)."""
     if not messages:
         return
     rows = [m if "id" in m else {**m, "id": str(uuid.uuid4())} for m in messages]
@@ -148,7 +127,9 @@ def publish(cur: Cursor, aggregatetype: str, messages: Sequence[dict[str, Any]])
     # sent in one message, so the caller pays one round trip for its outbox.
     cur.execute(
         "INSERT INTO outbox (id, aggregatetype, aggregateid, type, event_id, payload,"
-        " trace_id) SELECT id, %s, aggregateid, type, event_id, payload, trace_id"
+        " trace_id) SELECT id, %s, aggregateid, type, event_id,"
+        # A payload that is JSON's null comes out of the record set as SQL NULL.
+        " coalesce(payload, 'null'::jsonb), trace_id"
         " FROM jsonb_to_recordset(%s::jsonb) AS m(id uuid, aggregateid text, type text,"
         " event_id text, payload jsonb, trace_id text);"
         " DELETE FROM outbox WHERE id = ANY(%s::uuid[])",
