@@ -15,7 +15,7 @@ from typing import Any
 
 from paystream.ingest import refusals
 from paystream.ingest.errors import ConflictingDuplicateError, IngestError, PayloadError
-from paystream.ingest.recording import DeliveryWrite, Recorded, record_payment
+from paystream.ingest.recording import DeliveryWrite, Recorded
 from paystream.schema.amounts import AmountError, parse_amount
 from paystream.schema.db import Cursor
 from paystream.schema.events import (
@@ -136,11 +136,11 @@ class PaymentWrite(DeliveryWrite):
     trace_id: str
 
     def write(self, cur: Cursor) -> Recorded:
-        refusal = refusals.judge([self.event], refusals.look_up(cur, [self.event]))[0]
-        if refusal is not None:
-            refusals.record(cur, [(self.event, self.trace_id, refusal)])
-            return Recorded(refused=refusal, refused_event_id=self.event.event_id)
-        return record_payment(cur, self.event, self.trace_id)
+        """`write_together` of one: the one way a gateway delivery is written."""
+        [answer] = self.write_together(cur, [self])
+        if isinstance(answer, IngestError):
+            raise answer
+        return answer
 
     @classmethod
     def write_together(cls, cur: Cursor, writes: Sequence[PaymentWrite]

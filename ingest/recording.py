@@ -82,10 +82,6 @@ class DeliveryWrite(ABC):
         return self.write(cur)
 
 
-def record_payment(cur: Cursor, event: PaymentEvent, trace_id: str) -> Recorded:
-    return record(cur, [event], [], trace_id, chain_events=False)
-
-
 def record(cur: Cursor, events: Iterable[PaymentEvent], notices: Iterable[Notice],
            trace_id: str, *, chain_events: bool) -> Recorded:
     done = Recorded()

@@ -9,7 +9,6 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
-from functools import partial
 from typing import Any
 
 import psycopg2
@@ -22,7 +21,7 @@ from paystream.ingest.errors import (
     PayloadError,
 )
 from paystream.ingest.payments import PaymentWrite
-from paystream.ingest.recording import Recorded, record_payment
+from paystream.ingest.recording import Recorded
 from paystream.ingest.store import Cursor, EventStore
 from paystream.ingest.writer import GroupCommitWriter
 from paystream.schema.db import connect, database_url
@@ -52,7 +51,7 @@ def _payment(event_id: str, user: str, amount: str) -> PaymentEvent:
 
 
 def _write(event: PaymentEvent) -> Callable[[Cursor], Recorded]:
-    return partial(record_payment, event=event, trace_id=f"trace-{event.event_id}")
+    return PaymentWrite(event, f"trace-{event.event_id}").write
 
 
 def _amounts(db, user: str) -> dict[str, Decimal]:
@@ -67,7 +66,7 @@ def _outcomes(outcome: Any) -> list[WriteOutcome]:
 
 
 def test_a_conflict_in_a_group_is_rolled_back_alone(store: EventStore, db) -> None:
-    user = unique("user")
+    user = known_user()
     known = _payment(unique("ev"), user, "5")
     store.run(_write(known))
     good_a, good_b = _payment(unique("ev"), user, "1"), _payment(unique("ev"), user, "2")
@@ -81,9 +80,8 @@ def test_a_conflict_in_a_group_is_rolled_back_alone(store: EventStore, db) -> No
 
 
 def test_an_alchemy_payload_is_one_savepoint_all_or_nothing(store: EventStore, db) -> None:
-    user, address = unique("user"), random_address()
+    user, address = known_user(), random_address()
     with db.cursor() as cur:
-        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
         cur.execute("INSERT INTO deposit_addresses (network, address, user_id)"
                     " VALUES ('ETH_MAINNET', %s, %s)", (address, user))
     usdc = erc20_activity(address, 1_000_000)
@@ -107,7 +105,7 @@ def test_an_alchemy_payload_is_one_savepoint_all_or_nothing(store: EventStore, d
 
 def test_identical_deliveries_in_one_group_are_accepted_then_duplicate(store: EventStore,
                                                                         db) -> None:
-    user = unique("user")
+    user = known_user()
     event = _payment(unique("ev"), user, "7.5")
     outcomes = store.commit_group([_write(event), _write(event), _write(event)])
     assert [_outcomes(o) for o in outcomes] == [[WriteOutcome.ACCEPTED],
@@ -121,7 +119,7 @@ def test_identical_deliveries_in_one_group_are_accepted_then_duplicate(store: Ev
 
 
 def test_a_delivery_the_database_rejects_is_a_400_alone(store: EventStore, db) -> None:
-    user = unique("user")
+    user = known_user()
     good = _payment(unique("ev"), user, "1")
 
     def rejected(cur: Cursor) -> None:
@@ -140,7 +138,7 @@ def _kill_own_connection(cur: Cursor) -> None:
 
 def test_a_database_failure_mid_group_is_503_for_all_and_writes_nothing(store: EventStore,
                                                                         db) -> None:
-    user = unique("user")
+    user = known_user()
     before, after = _payment(unique("ev"), user, "1"), _payment(unique("ev"), user, "2")
     # The connection dies after `before` ran in the group, on both attempts.
     with pytest.raises(DatabaseUnavailableError) as failed:
@@ -152,7 +150,7 @@ def test_a_database_failure_mid_group_is_503_for_all_and_writes_nothing(store: E
 
 
 def test_a_failure_on_the_first_attempt_only_is_retried_whole(store: EventStore, db) -> None:
-    user = unique("user")
+    user = known_user()
     first, second = _payment(unique("ev"), user, "1"), _payment(unique("ev"), user, "2")
     attempts = []
 
@@ -187,7 +185,7 @@ class _WatchedStore(EventStore):
 def test_the_writer_groups_queued_deliveries_and_answers_after_commit(db) -> None:
     store = _WatchedStore()
     writer = GroupCommitWriter(store, writers=1, max_batch=64, linger_s=0.3)
-    user = unique("user")
+    user = known_user()
     events = [_payment(unique("ev"), user, str(n + 1)) for n in range(40)]
 
     async def send_all() -> list[Any]:
@@ -327,7 +325,7 @@ def test_grouped_payments_reach_the_wal_as_outbox_inserts_in_order(store: EventS
 def test_a_group_postgres_rolled_back_at_commit_is_never_acknowledged(store: EventStore,
                                                                        db) -> None:
     """COMMIT of a failed transaction answers ROLLBACK without an error: caught."""
-    user = unique("user")
+    user = known_user()
     event = _payment(unique("ev"), user, "1")
 
     def swallows_an_error(cur: Cursor) -> str:
