@@ -15,10 +15,11 @@ from paystream.api.auth import Reading, Writing
 from paystream.api.metrics import ApiMetrics
 from paystream.api.routes_withdrawals import IDEMPOTENCY_HEADER
 from paystream.api.settings import MAX_LIMIT, ApiSettings
-from paystream.edge.errors import ConflictError, NotFoundError
+from paystream.edge.errors import NotFoundError
 from paystream.edge.observe import request_trace_id
 from paystream.invoices import create, reads
 from paystream.notify.intents import now_text
+from paystream.refusals import Conflict
 from paystream.schema.db import Cursor
 
 router = APIRouter()
@@ -50,7 +51,7 @@ async def post_invoice(request: Request, body: models.NewInvoice, access: Writin
             lambda cur, key_id: create.create(
                 cur, key_id=key_id, idempotency_key=idem, wanted=wanted,
                 created_at_text=now_text(), trace_id=trace_id))
-    except ConflictError as exc:
+    except Conflict as exc:
         metrics.invoices.labels(
             "no_address" if exc.code == "no_address_available" else "conflict").inc()
         raise
@@ -107,7 +108,7 @@ async def cancel_invoice(request: Request, invoice_id: models.PrintableId,
 
     try:
         found = await access.write(work)
-    except ConflictError:
+    except Conflict:
         metrics.invoice_cancels.labels("refused").inc()
         raise
     metrics.invoice_cancels.labels("cancelled").inc()

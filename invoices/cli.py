@@ -68,16 +68,16 @@ LIST_LIMIT_MAX = 1000
 
 
 def _run(command: str, action: Callable[[Cursor], Any]) -> tuple[int, Any]:
-    """`action` in one transaction; a refusal (paystream.edge.errors) printed, exit 1
+    """`action` in one transaction; a refusal (paystream/refusals.py) printed, exit 1
     (2 for a bad argument)."""
-    from paystream.edge.errors import InvalidRequestError, RefusalError
+    from paystream.refusals import Invalid, Refused
 
     try:
         with transaction("paystream-invoices") as cur:
             return EXIT_OK, action(cur)
-    except RefusalError as exc:
+    except Refused as exc:
         print(f"invoices {command}: {exc.detail}", file=sys.stderr)
-        return (EXIT_CANNOT_RUN if isinstance(exc, InvalidRequestError) else EXIT_PROBLEM), None
+        return (EXIT_CANNOT_RUN if isinstance(exc, Invalid) else EXIT_PROBLEM), None
 
 
 def _table(invoices: list[dict[str, Any]]) -> str:
@@ -110,13 +110,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from paystream.edge.errors import NotFoundError
     from paystream.invoices import reads
+    from paystream.refusals import NotFound
 
     def found(cur: Cursor) -> dict[str, Any]:
         shown = reads.invoice(cur, args.invoice_id)
         if shown is None:
-            raise NotFoundError(f"no invoice {args.invoice_id[:200]!r}")
+            raise NotFound(f"no invoice {args.invoice_id[:200]!r}")
         return shown
 
     code, shown = _run("show", found)

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from paystream.edge.errors import ConflictError, InvalidRequestError, NotFoundError
 from paystream.invoices import model, notices, reads, rules
 from paystream.invoices.model import Invoice
 from paystream.notify.intents import Intent, outbox_batches
+from paystream.refusals import Conflict, Invalid, NotFound
 from paystream.schema import users
 from paystream.schema.amounts import AmountError, format_amount, parse_amount
 from paystream.schema.chain import ADDRESS_PATTERN, NETWORK_PATTERN
@@ -119,10 +119,10 @@ def parse_request(user_id: str, asset: str, amount: object, expires_in_s: object
                   order_id: str | None = None, metadata: object = None,
                   tolerance_pct: object = None,
                   gateway_assets: Collection[str] | None = None) -> InvoiceRequest:
-    """Step 1; InvalidRequestError naming the first broken field. `gateway_assets`: the
+    """Step 1; Invalid naming the first broken field. `gateway_assets`: the
     assets a gateway invoice may be in (None: any asset code)."""
     if not isinstance(user_id, str) or USER_ID_PATTERN.fullmatch(user_id) is None:
-        raise InvalidRequestError(f"user_id must match {USER_ID_PATTERN.pattern}",
+        raise Invalid(f"user_id must match {USER_ID_PATTERN.pattern}",
                                   code="invalid_user_id")
     return InvoiceRequest(
         user_id, _asset(asset, gateway_assets), _amount(amount), _expires_in(expires_in_s),
@@ -139,7 +139,7 @@ def _asset(asset: object, gateway_assets: Collection[str] | None) -> str:
             return asset
     known = "" if gateway_assets is None else (
         " or one of the gateway's: " + ", ".join(sorted(gateway_assets)))
-    raise InvalidRequestError("asset must be a chain asset (<NETWORK>:native or"
+    raise Invalid("asset must be a chain asset (<NETWORK>:native or"
                               f" <NETWORK>:<token contract>){known}",
                               code="unsupported_asset")
 
@@ -148,13 +148,13 @@ def _amount(amount: object) -> Decimal:
     try:
         return parse_amount(amount)
     except AmountError as exc:
-        raise InvalidRequestError(str(exc), code="invalid_amount") from None
+        raise Invalid(str(exc), code="invalid_amount") from None
 
 
 def _expires_in(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not (
             MIN_EXPIRES_IN_S <= value <= MAX_EXPIRES_IN_S):
-        raise InvalidRequestError(
+        raise Invalid(
             f"expires_in_s must be an integer from {MIN_EXPIRES_IN_S} to {MAX_EXPIRES_IN_S}"
             " (90 days)", code="invalid_expires_in_s")
     return value
@@ -166,7 +166,7 @@ def check_order_id(value: object) -> str | None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= ORDER_ID_MAX or not (
             value.isprintable()):
-        raise InvalidRequestError(f"order_id is 1 to {ORDER_ID_MAX} printable characters",
+        raise Invalid(f"order_id is 1 to {ORDER_ID_MAX} printable characters",
                                   code="invalid_order_id")
     return value
 
@@ -177,19 +177,19 @@ def _metadata(value: object) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise InvalidRequestError("metadata must be a JSON object", code="invalid_metadata")
+        raise Invalid("metadata must be a JSON object", code="invalid_metadata")
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, sort_keys=True,
                           separators=(",", ":"))
         size = len(text.encode("utf-8"))
     except (ValueError, TypeError, RecursionError):
-        raise InvalidRequestError("metadata must be plain JSON (no NaN, no infinity, no"
+        raise Invalid("metadata must be plain JSON (no NaN, no infinity, no"
                                   " unpaired surrogate)", code="invalid_metadata") from None
     if "\\u0000" in text:
-        raise InvalidRequestError("metadata may not contain a NUL character",
+        raise Invalid("metadata may not contain a NUL character",
                                   code="invalid_metadata")
     if size > METADATA_MAX_BYTES:
-        raise InvalidRequestError(f"metadata is {size} bytes as compact JSON; at most"
+        raise Invalid(f"metadata is {size} bytes as compact JSON; at most"
                                   f" {METADATA_MAX_BYTES}", code="invalid_metadata")
     return dict(value)
 
@@ -203,7 +203,7 @@ def _tolerance(value: object) -> Decimal:
     if (isinstance(value, Decimal) and value.is_finite() and 0 <= value < 100
             and value == value.quantize(Decimal("0.01"))):
         return value
-    raise InvalidRequestError("payment_tolerance_pct is a string: a percentage from 0 to"
+    raise Invalid("payment_tolerance_pct is a string: a percentage from 0 to"
                               " 99.99 with at most 2 decimals (e.g. \"2.5\")",
                               code="invalid_tolerance")
 
@@ -224,7 +224,7 @@ def create(cur: Cursor, *, key_id: str | None, idempotency_key: str | None,
         if stored is not None:
             return REPLAYED, reads.summary(stored), True
     if not users.exists(cur, wanted.user_id):
-        raise NotFoundError(f"no user {wanted.user_id!r}", code="unknown_user")
+        raise NotFound(f"no user {wanted.user_id!r}", code="unknown_user")
     invoice_id = model.ID_PREFIX + uuid.uuid4().hex
     row = (invoice_id, wanted, key_id if keyed else None,
            idempotency_key if keyed else None, request_hash)
@@ -251,7 +251,7 @@ def _stored(cur: Cursor, key_id: str | None, idempotency_key: str | None,
     if found is None:
         return None
     if found[1] != request_hash:
-        raise ConflictError("this Idempotency-Key was used with another request body",
+        raise Conflict("this Idempotency-Key was used with another request body",
                             code="idempotency_key_reused")
     return model.fetch(cur, found[0])
 
@@ -302,9 +302,9 @@ def _insert_with_address(cur: Cursor, invoice_id: str, wanted: InvoiceRequest,
         except users.UserError as exc:
             # Assigned to another user since the pick (the API's own address route):
             # the transaction is given up; a retry picks another.
-            raise ConflictError(f"{exc}; retry", code="address_taken") from None
+            raise Conflict(f"{exc}; retry", code="address_taken") from None
         return invoice
-    raise ConflictError(
+    raise Conflict(
         f"no deposit address on {network} for user {wanted.user_id}: each of theirs is"
         " an invoice's already and the pool has none free; load some with"
         f" `paystream addresses add --pool {network} ADDRESS...`",
@@ -346,17 +346,17 @@ def _pooled_address(cur: Cursor, user_id: str, network: str, lost: list[str]
 def cancel(cur: Cursor, invoice_id: str, *, created_at_text: str,
            trace_id: str | None = None, cause: str = "cancelled") -> Invoice:
     """Cancel an open invoice with nothing credited: invalid, its history line (`cause`)
-    and its intents; the invoice after. NotFoundError, or ConflictError with the reason
+    and its intents; the invoice after. NotFound, or Conflict with the reason
     (settled, expired, already invalid, or money credited)."""
     before = model.fetch(cur, invoice_id, lock=True)
     if before is None:
-        raise NotFoundError(f"no invoice {invoice_id[:200]!r}", code="unknown_invoice")
+        raise NotFound(f"no invoice {invoice_id[:200]!r}", code="unknown_invoice")
     if not before.state.is_open:
-        raise ConflictError(f"invoice {invoice_id} is {before.state.value}: only an open"
+        raise Conflict(f"invoice {invoice_id} is {before.state.value}: only an open"
                             " (new or processing) invoice can be cancelled",
                             code="invoice_not_open")
     if before.amount_paid > 0:
-        raise ConflictError(f"invoice {invoice_id} has {format_amount(before.amount_paid)}"
+        raise Conflict(f"invoice {invoice_id} has {format_amount(before.amount_paid)}"
                             f" {before.asset} credited: a paid invoice cannot be cancelled",
                             code="invoice_paid")
     after_standing = rules.standing(before.amount, before.tolerance_pct, rules.Payments(),

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from paystream.edge.errors import ConflictError, InvalidRequestError, NotFoundError
 from paystream.invoices.model import Invoice, fetch, record_history
+from paystream.refusals import Conflict, Invalid, NotFound
 from paystream.schema.db import Cursor
 
 CAUSE = "extended"
@@ -28,15 +28,15 @@ class Extended:
 
 def extend(cur: Cursor, invoice_id: str, by_s: float) -> Extended:
     """An open invoice's deadline `by_s` seconds later (history `extended`).
-    InvalidRequestError for a duration that is not positive, NotFoundError, or
-    ConflictError with the reason (not open; the new deadline already passed)."""
+    Invalid for a duration that is not positive, NotFound, or
+    Conflict with the reason (not open; the new deadline already passed)."""
     if by_s <= 0:
-        raise InvalidRequestError(f"extend by a positive duration, not {by_s:g} s")
+        raise Invalid(f"extend by a positive duration, not {by_s:g} s")
     before = fetch(cur, invoice_id, lock=True)
     if before is None:
-        raise NotFoundError(f"no invoice {invoice_id[:200]!r}", code="unknown_invoice")
+        raise NotFound(f"no invoice {invoice_id[:200]!r}", code="unknown_invoice")
     if not before.state.is_open:
-        raise ConflictError(f"invoice {invoice_id} is {before.state.value}: only an open"
+        raise Conflict(f"invoice {invoice_id} is {before.state.value}: only an open"
                             " (new or processing) invoice can be extended",
                             code="invoice_not_open")
     deadline = before.expires_at + timedelta(seconds=by_s)
@@ -46,7 +46,7 @@ def extend(cur: Cursor, invoice_id: str, by_s: float) -> Extended:
                 " RETURNING expires_at", {"deadline": deadline, "id": invoice_id})
     row = cur.fetchone()
     if row is None:
-        raise ConflictError(f"invoice {invoice_id}'s deadline {before.expires_at.isoformat()}"
+        raise Conflict(f"invoice {invoice_id}'s deadline {before.expires_at.isoformat()}"
                             f" plus {by_s:g} s has passed already: extend it by more",
                             code="deadline_passed")
     after = replace(before, expires_at=row[0])

@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from paystream.edge.errors import InvalidRequestError
 from paystream.invoices import model
 from paystream.invoices.model import Invoice
 from paystream.invoices.rules import Additional, State, amount_due
+from paystream.refusals import Invalid
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
 
@@ -95,7 +95,7 @@ def parse_cursor(cursor: str | None) -> tuple[datetime, str] | None:
                 invoice_id.isprintable()):
             raise ValueError("not a cursor")
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidRequestError("cursor is not one this API returned",
+        raise Invalid("cursor is not one this API returned",
                                   code="invalid_cursor") from None
     return at, invoice_id
 
@@ -113,7 +113,7 @@ def page_query(*, status: str | None = None, order_id: str | None = None,
     params: dict[str, Any] = {"limit": limit + 1}
     if status is not None:
         if status not in STATUSES:
-            raise InvalidRequestError(f"status must be one of {', '.join(STATUSES)}",
+            raise Invalid(f"status must be one of {', '.join(STATUSES)}",
                                       code="invalid_status")
         column = "state" if status in STATES else "additional_status"
         where.append(f"{column} = %(status)s")

@@ -13,6 +13,8 @@ The command:
 
 Shared by every part:
   env.py                settings declared once (pydantic-settings), one SettingsError
+  refusals.py           the domain's refusals (invalid, not found, conflict); the doors
+                        answer them (HTTP 400/404/409, a command's message)
   config_doc.py         docs/configuration.md generated from those declarations
   process_settings.py   a process's log level and metrics address
   logs.py               structlog JSON logging

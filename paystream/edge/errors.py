@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from paystream.refusals import Conflict, Invalid, NotFound, Refused
+
 
 class RefusalError(Exception):
     """A request answered with `status`; `code` is a short machine label, `detail` the
@@ -79,3 +81,11 @@ def error_body(code: str, reason: str, trace_id: str) -> dict[str, Any]:
 
 def retry_headers(refusal: RefusalError) -> dict[str, str]:
     return {} if refusal.retry_after is None else {"Retry-After": str(refusal.retry_after)}
+
+
+def refusal_of(exc: Refused) -> RefusalError:
+    """A domain refusal (paystream/refusals.py) as the HTTP refusal it is answered with."""
+    kind: type[RefusalError] = (InvalidRequestError if isinstance(exc, Invalid) else
+                                NotFoundError if isinstance(exc, NotFound) else
+                                ConflictError if isinstance(exc, Conflict) else RefusalError)
+    return kind(exc.detail, code=exc.code)

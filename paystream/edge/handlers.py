@@ -1,5 +1,6 @@
 """Every error of an edge's FastAPI app answered in the one JSON error body
-(paystream/edge/errors.py), with the request's trace id: a refusal, Starlette's own
+(paystream/edge/errors.py), with the request's trace id: a refusal (the edge's own, or
+a domain's, paystream/refusals.py, by its kind), Starlette's own
 HTTP errors (404, 405), a request that fails validation (400), and a bug (500).
 """
 
@@ -12,8 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from paystream.edge.errors import RefusalError, error_body, retry_headers
+from paystream.edge.errors import RefusalError, error_body, refusal_of, retry_headers
 from paystream.edge.observe import internal_error, request_trace_id
+from paystream.refusals import Refused
 
 # The refusal's answer, when the edge does more than answer it (count it, log it).
 AnswerRefusal = Callable[[Request, RefusalError], JSONResponse]
@@ -35,6 +37,10 @@ def install(app: FastAPI, *, invalid: Invalid,
     @app.exception_handler(RefusalError)
     async def on_refusal(request: Request, exc: RefusalError) -> JSONResponse:
         return refusal(request, exc)
+
+    @app.exception_handler(Refused)
+    async def on_domain_refusal(request: Request, exc: Refused) -> JSONResponse:
+        return refusal(request, refusal_of(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 from paystream.api.app import create_app
 from paystream.api.settings import ApiSettings
-from paystream.edge.errors import InvalidRequestError
 from paystream.invoices import create, reads
+from paystream.refusals import Invalid
 
 TOKEN = "0x" + "Ab" * 20
 
@@ -31,7 +31,7 @@ def _parse(**change: Any) -> create.InvoiceRequest:
 
 
 def _refused(code: str, **change: Any) -> None:
-    with pytest.raises(InvalidRequestError) as caught:
+    with pytest.raises(Invalid) as caught:
         _parse(**change)
     assert caught.value.code == code, caught.value.detail
 
@@ -103,7 +103,7 @@ def test_a_page_cursor_names_its_last_invoice_exactly_and_others_are_refused() -
     assert reads.parse_cursor(None) is None and reads.parse_cursor("") is None
     for bad in ("!!", "abc", "MjAyNg", "x" * 401, "bm8tcGlwZQ",  # "no-pipe"
                 "MjAyNi0xMi0wNVQwODowMDowMHxpbnY"):  # a time with no zone
-        with pytest.raises(InvalidRequestError) as caught:
+        with pytest.raises(Invalid) as caught:
             reads.parse_cursor(bad)
         assert caught.value.code == "invalid_cursor"
 
@@ -149,3 +149,15 @@ def test_addresses_add_is_either_one_users_address_or_pool_addresses(capsys: Any
     assert main(["addresses", "add", "--network", "N", "--address", "0xab", "--user", "u1",
                  "0xcd"]) == 2
     assert "extra arguments: 0xcd" in capsys.readouterr().err
+
+
+def test_a_domain_refusal_is_answered_by_its_kind_at_the_http_edge() -> None:
+    from paystream.edge.errors import refusal_of
+    from paystream.refusals import Conflict, NotFound
+
+    answers = [refusal_of(e) for e in (Invalid("bad", code="invalid_amount"),
+                                       NotFound("gone", code="unknown_invoice"),
+                                       Conflict("taken"))]
+    assert [(a.status, a.code, a.detail) for a in answers] == [
+        (400, "invalid_amount", "bad"), (404, "unknown_invoice", "gone"),
+        (409, "conflict", "taken")]
