@@ -225,7 +225,7 @@ _FILL = [
      " '[]', p.dlq_status, p.received_at + interval '2 seconds',"
      " p.received_at + interval '2 seconds',"
      " CASE WHEN p.dlq_status = 'discarded' THEN 'bench: never replayed' END,"
-     " p.provider"  # as the mirror records it (consumers/dlq_mirror.py)
+     " p.provider"  # as the mirror records it (consumers/dead_letters/mirror.py)
      " FROM bench_plan p WHERE p.kind = 'dead'"
      " ORDER BY i"),
     ("notification_intents",

@@ -1,7 +1,7 @@
 """Dead letters: the list with its filters, one in detail, replay (one, or every one
 matching a filter after a confirm step that shows how many), and discard with a reason.
-A replay or discard runs the operator commands' own functions (ops/replay.py), and its
-record in operator_actions commits with it."""
+A replay or discard runs the operator commands' own functions
+(consumers/dead_letters/replay.py), and its record in operator_actions commits with it."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from paystream.console.web import Form, Operator, Posted, Refused, act, console_of, render
-from paystream.edge.params import RowIdPath, RowIdQuery, text_query
-from paystream.ops.replay import (
+from paystream.consumers.dead_letters.replay import (
     DeadLetterFilter,
     ReplayRefused,
     discard,
@@ -25,6 +24,7 @@ from paystream.ops.replay import (
     replay,
     show_dead_letter,
 )
+from paystream.edge.params import RowIdPath, RowIdQuery, text_query
 from paystream.schema.db import Cursor
 
 router = APIRouter()

@@ -9,7 +9,7 @@ The runtime (one batch loop for every group; it never imports a group):
   connection.py   the group's one Postgres connection, reopened when lost
   failures.py     what an error means for the batch in hand
   backoff.py      jittered exponential backoff between retries
-  dlq.py          dead letters to the DLQ topic, with their cause and kind
+  dead_letters/send.py  dead letters to the DLQ topic, with their cause and kind
   stops.py        consumer_stops: a group its DLQ limit stopped, until resumed
   watchdog.py     last-resort liveness check (crash-only recovery)
   metrics.py      every runtime metric, labelled by group
@@ -18,7 +18,9 @@ The runtime (one batch loop for every group; it never imports a group):
 
 The groups:
   ledger/         group `ledger`: payment events onto the double-entry books, once
-  dlq_mirror.py   group `dlq-mirror`: the DLQ topic as rows of dead_letter_queue
+  dead_letters/   the dead-letter queue in one place: sending (send.py, the runtime's),
+                  group `dlq-mirror` (mirror.py: the DLQ topic as rows of
+                  dead_letter_queue), and listing and replaying them (replay.py)
   notifier.py     group `notifier`: notification intents recorded with their delivery
                   slots (the intents, slots and sender are notify/'s)
 """

@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from paystream.consumers import metrics
 from paystream.consumers.connection import Database
 from paystream.consumers.crash_hooks import CrashHooks
-from paystream.consumers.dlq import (
+from paystream.consumers.dead_letters.send import (
     DeadLetter,
     DeadLetterKind,
     DeadLetterProducer,

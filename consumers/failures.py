@@ -4,7 +4,7 @@
   deadlock, serialization failure, broker unavailable). Retry the whole batch later,
   commit nothing, stay in the group.
 - DETERMINISTIC: this message can never succeed as it is (bad bytes, bad contract, a
-  value the schema refuses). Dead-letter it and move on (consumers/dlq.py: too many of
+  value the schema refuses). Dead-letter it and move on (consumers/dead_letters/send.py: too many of
   the unexpected ones stop the group, not the process).
 - FATAL: the process itself is wrong (schema missing, bad configuration). Stop loudly;
   retrying or dead-lettering would only hide it.

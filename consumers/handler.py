@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from paystream.consumers.dlq import DeadLetter
+from paystream.consumers.dead_letters.send import DeadLetter
 from paystream.consumers.records import Record
 from paystream.schema.db import Connection, Cursor, DbRole
 

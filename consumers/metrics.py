@@ -42,7 +42,7 @@ RETRIES = Counter(
     "paystream_consumer_retries_total", "Retries after a failure", ["group", "kind"])
 # Messages sent to the DLQ topic (acknowledged by the broker), by reason and kind:
 # `judged` (the handler's verdict on an untrusted record) or `unexpected` (the handler
-# raised on it; only these count against the DLQ limit: consumers/dlq.py).
+# raised on it; only these count against the DLQ limit: consumers/dead_letters/send.py).
 DEAD_LETTERS = Counter(
     "paystream_consumer_dead_letters_total", "Dead letters produced",
     ["group", "reason", "kind"])

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
-from paystream.consumers.dlq import DeadLetter
+from paystream.consumers.dead_letters.send import DeadLetter
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record
 from paystream.notify import slots

@@ -10,7 +10,7 @@ first uncommitted offset, and consume() keeps being called (it returns nothing f
 paused partitions) so max.poll.interval.ms is never exceeded. After the backoff the
 partitions resume and the same messages are read again.
 
-The DLQ limit (too many unexpected failures: consumers/dlq.py) stops the GROUP rather
+The DLQ limit (too many unexpected failures: consumers/dead_letters/send.py) stops the GROUP rather
 than the process: the batch is cut at the failure one over the limit (commit.py: what
 came before is committed, that record and the rest are not), a consumer_stops row is
 recorded (consumers/stops.py), the consumer leaves the group and stays alive, idle,
@@ -47,7 +47,11 @@ from paystream.consumers.client import (
 from paystream.consumers.commit import CommitProtocol, PartitionKey, first_offsets
 from paystream.consumers.connection import Database
 from paystream.consumers.crash_hooks import CrashHooks
-from paystream.consumers.dlq import DeadLetterProducer, DlqLimitExceededError, DlqRateLimit
+from paystream.consumers.dead_letters.send import (
+    DeadLetterProducer,
+    DlqLimitExceededError,
+    DlqRateLimit,
+)
 from paystream.consumers.failures import (
     FailureClass,
     FatalError,

@@ -19,6 +19,5 @@ refusals | invoices`).
   shortfalls.py        reversed credits a balance could not cover, and their resolution
   operator_events.py   adjustments, reverts and hold expiries as events into the outbox
   hold_expiry.py       the hold expiry scheduler (`holds expire --loop`)
-  replay.py            listing, showing and replaying dead letters
   prometheus/          alert rules; grafana/ the dashboards
 """

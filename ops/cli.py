@@ -446,7 +446,7 @@ def _holds_expire(args: argparse.Namespace) -> int:
 
 
 def _dlq_list(args: argparse.Namespace) -> int:
-    from paystream.ops.replay import list_dead_letters
+    from paystream.consumers.dead_letters.replay import list_dead_letters
 
     status = None if args.status == "all" else args.status
     with transaction("paystream-dlq") as cur:
@@ -461,7 +461,7 @@ def _dlq_list(args: argparse.Namespace) -> int:
 
 
 def _dlq_show(args: argparse.Namespace) -> int:
-    from paystream.ops.replay import show_dead_letter
+    from paystream.consumers.dead_letters.replay import show_dead_letter
 
     with transaction("paystream-dlq") as cur:
         row = show_dead_letter(cur, args.id)
@@ -473,7 +473,7 @@ def _dlq_show(args: argparse.Namespace) -> int:
 
 
 def _dlq_replay(args: argparse.Namespace) -> int:
-    from paystream.ops.replay import ReplayRefused, replay
+    from paystream.consumers.dead_letters.replay import ReplayRefused, replay
 
     try:
         with transaction("paystream-dlq") as cur:
@@ -487,7 +487,7 @@ def _dlq_replay(args: argparse.Namespace) -> int:
 
 
 def _dlq_discard(args: argparse.Namespace) -> int:
-    from paystream.ops.replay import ReplayRefused, discard
+    from paystream.consumers.dead_letters.replay import ReplayRefused, discard
 
     try:
         with transaction("paystream-dlq") as cur:

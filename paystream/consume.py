@@ -210,7 +210,7 @@ def _consume(args: argparse.Namespace) -> int:
         if not args.no_deliver:
             return _with_sender(settings, handler)
     else:
-        from paystream.consumers.dlq_mirror import DlqMirrorHandler
+        from paystream.consumers.dead_letters.mirror import DlqMirrorHandler
         handler = DlqMirrorHandler()
     metrics.serve(settings.metrics_port)
     return BatchConsumer(settings, handler).run()

@@ -1,8 +1,8 @@
 """The stored event: what a record on the payment topic is checked against.
 
 Only paystream's outbox writes may credit. The ingest (schema.outbox.write_event /
-write_events) and a DLQ replay (ops.replay) put an event on the payment topic only
-together with its payment_events row, whose content_hash is
+write_events) and a DLQ replay (consumers.dead_letters.replay) put an event on the
+payment topic only together with its payment_events row, whose content_hash is
 PaymentEvent.content_hash() of the event as written; the finality watcher's settlement
 events have no payment_events row: they are checked against chain_deposits instead.
 So a record is believed only if the row exists, holds the same content hash, and has a

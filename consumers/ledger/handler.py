@@ -65,7 +65,7 @@ from decimal import Decimal
 
 import structlog
 
-from paystream.consumers.dlq import DeadLetter
+from paystream.consumers.dead_letters.send import DeadLetter
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.ledger import replays, settlements, shortfalls

@@ -31,7 +31,7 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 
 from paystream.chaos.receiver import LOOPBACK_GUARD
-from paystream.consumers import dlq
+from paystream.consumers.dead_letters import send as dlq
 from paystream.launch import paystream_argv
 from paystream.notify import endpoints
 from paystream.notify.intents import IntentType, intent_id

@@ -37,8 +37,8 @@ from paystream.console import audit, routes_dead_letters, routes_search, search,
 from paystream.console.database import ConsoleDatabase
 from paystream.console.settings import ConsoleSettings
 from paystream.console.web import templates
+from paystream.consumers.dead_letters.replay import DeadLetterFilter, matching_ids
 from paystream.notify.intents import IntentType, intent_id
-from paystream.ops.replay import DeadLetterFilter, matching_ids
 from paystream.schema.db import Connection, Cursor, connect, database_url, one_row
 from paystream.schema.idempotency import idempotency_key
 from tests.support.ids import unique
@@ -383,7 +383,7 @@ def world() -> Iterator[World]:
             first = 10 * BULK  # the offset of the two-day-old block's first, ...
             event_at, targets_at = 2 * first, 2 * first + 1
             # The provider of each dead letter whose event is dead-lettered, as the mirror
-            # records it (consumers/dlq_mirror.py).
+            # records it (consumers/dead_letters/mirror.py).
             cur.execute("UPDATE dead_letter_queue d SET provider = p.provider"
                         " FROM payment_events p JOIN event_status s USING (event_id)"
                         " WHERE p.event_id = d.event_id"

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from decimal import Decimal
 
-from paystream.consumers import dlq
+from paystream.consumers.dead_letters import send as dlq
 from paystream.kafka_nodes import kafka_bootstrap
 from paystream.launch import paystream_argv
 from paystream.schema.events import EventType, PaymentEvent

@@ -11,7 +11,7 @@ import os
 import subprocess
 from decimal import Decimal
 
-from paystream.consumers import dlq
+from paystream.consumers.dead_letters import send as dlq
 from paystream.launch import paystream_argv
 from paystream.schema.events import PAYMENTS_TOPIC, EventType, PaymentEvent
 from paystream.stack.kafka import start_group_at_end

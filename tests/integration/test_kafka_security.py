@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from paystream import kafka_security
 from paystream.consumers.client import dlq_producer_config
-from paystream.consumers.dlq import DeadLetter, DeadLetterProducer
+from paystream.consumers.dead_letters.send import DeadLetter, DeadLetterProducer
 from paystream.consumers.records import Origin, Record
 from paystream.consumers.settings import ConsumerSettings
 from paystream.kafka_nodes import kafka_bootstrap

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 import httpx
 
-from paystream.consumers import dlq
+from paystream.consumers.dead_letters import send as dlq
 from paystream.launch import free_port, paystream_argv
 from paystream.ops.health import HealthChecker, HealthCollector, HealthSettings
 from paystream.schema.events import EventType, PaymentEvent

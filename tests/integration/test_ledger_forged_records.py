@@ -11,7 +11,7 @@ import subprocess
 import uuid
 from decimal import Decimal
 
-from paystream.consumers import dlq
+from paystream.consumers.dead_letters import send as dlq
 from paystream.consumers.records import Origin, Record
 from paystream.finality.evidence import BlockRef
 from paystream.finality.store import settlement_wire

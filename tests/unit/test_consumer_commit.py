@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from paystream.consumers.commit import apply_with_isolation, commit_offsets
-from paystream.consumers.dlq import DeadLetterKind
+from paystream.consumers.dead_letters.send import DeadLetterKind
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Origin, Record

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from paystream.consumers import dlq
-from paystream.consumers.dlq import (
+from paystream.consumers.dead_letters import send as dlq
+from paystream.consumers.dead_letters.mirror import mirror_row
+from paystream.consumers.dead_letters.send import (
     DeadLetter,
     DeadLetterProducer,
     DlqLimitExceededError,
     DlqRateLimit,
 )
-from paystream.consumers.dlq_mirror import mirror_row
 from paystream.consumers.failures import TransientError
 from paystream.consumers.records import Origin, Record
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from paystream.consumers.backoff import Backoff
-from paystream.consumers.dlq import DlqLimitExceededError
+from paystream.consumers.dead_letters.send import DlqLimitExceededError
 from paystream.consumers.failures import (
     FailureClass,
     FatalError,

@@ -14,7 +14,7 @@ from paystream.consumers.settings import ConsumerSettings
 HOOKS = sorted(name for name, value in vars(BatchHandler).items()
                if not name.startswith("_") and callable(value))
 HANDLERS = ["paystream.consumers.ledger.handler:LedgerHandler",
-            "paystream.consumers.dlq_mirror:DlqMirrorHandler"]
+            "paystream.consumers.dead_letters.mirror:DlqMirrorHandler"]
 
 
 def test_the_protocol_declares_the_runtime_hooks() -> None:
@@ -30,7 +30,7 @@ def test_every_handler_implements_every_hook(path: str) -> None:
 
 
 def test_the_dlq_mirror_does_nothing_between_batches() -> None:
-    from paystream.consumers.dlq_mirror import DlqMirrorHandler
+    from paystream.consumers.dead_letters.mirror import DlqMirrorHandler
 
     def no_connection() -> None:
         raise AssertionError("the mirror opened a connection between batches")

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from paystream.consumers.commit import CommitProtocol
-from paystream.consumers.dlq import (
+from paystream.consumers.dead_letters.send import (
     DeadLetter,
     DeadLetterProducer,
     DlqLimitExceededError,

@@ -12,7 +12,7 @@ from decimal import Decimal
 
 import pytest
 
-from paystream.consumers.dlq_mirror import content_hash_of
+from paystream.consumers.dead_letters.mirror import content_hash_of
 from paystream.consumers.ledger.plan import read_event
 from paystream.consumers.ledger.settlements import settlement_conflict
 from paystream.consumers.records import Origin, Record

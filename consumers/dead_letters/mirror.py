@@ -17,7 +17,7 @@ from typing import TypedDict
 
 import structlog
 
-from paystream.consumers import dlq
+from paystream.consumers.dead_letters import send as dlq
 from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record, printable
 from paystream.schema import stored_events
