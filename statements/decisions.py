@@ -91,7 +91,8 @@ def resolve(cur: Cursor, statement_id: int, target: str, *, reason: str, actor: 
     """Act on one difference (the module's table); DecisionError when there is nothing
     to do or it is not this action's to take."""
     reason = _reason(reason)
-    diff = find(cur, statement_id, target)
+    _lock(cur, find(cur, statement_id, target).match_id)
+    diff = find(cur, statement_id, target)  # read again under the lock
     if diff.result == "matched":
         raise DecisionError(f"{target} matched: nothing to resolve")
     if diff.last_state == "done":
@@ -117,11 +118,16 @@ def approve(cur: Cursor, decision_id: int, *, actor: str, reason: str) -> Decisi
     """Approve a proposed fee adjustment: the adjustment is written (an operator event
     through the outbox) and the decision recorded done."""
     reason = _reason(reason)
+    cur.execute("SELECT match_id FROM statement_decisions WHERE decision_id = %s",
+                (decision_id,))
+    found = cur.fetchone()
+    if found is not None:  # two approvals of one proposal: the second waits, then sees it
+        _lock(cur, found[0])
     cur.execute("SELECT d.match_id, d.action, d.state, d.actor, d.amount, k.statement_id,"
                 " (SELECT max(n.decision_id) FROM statement_decisions n"
                 "  WHERE n.match_id = d.match_id)"
                 " FROM statement_decisions d JOIN statement_matches k USING (match_id)"
-                " WHERE d.decision_id = %s FOR UPDATE OF k", (decision_id,))
+                " WHERE d.decision_id = %s", (decision_id,))
     row = cur.fetchone()
     if row is None or row[1] != "adjust_fee" or row[2] != "proposed" or row[6] != decision_id:
         raise DecisionError(f"decision {decision_id} is no fee adjustment awaiting approval")
@@ -188,6 +194,13 @@ def _decide(cur: Cursor, diff: Difference, action: str, state: str, actor: str, 
                 " RETURNING decision_id",
                 (diff.match_id, action, state, actor[:200], reason, event_id, amount))
     return Decision(one_row(cur)[0], action, state, event_id, amount, detail)
+
+
+def _lock(cur: Cursor, match_id: int) -> None:
+    """One decision on a difference at a time (two operators resolving one line: the
+    second waits for the first's commit, then sees its decision)."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtextextended('statement-match:' || %s, 0))",
+                (match_id,))
 
 
 def _user_of(cur: Cursor, event_id: str | None) -> str | None:
