@@ -1,6 +1,7 @@
 """Settlement statements: finance closes the month against what the gateway says it
 settled, and takes the books out for its spreadsheets (docs/statements.md).
 
+  settings.py   the tolerances and the contract's fee (PAYSTREAM_STATEMENTS_*)
   layout.py     the CSV layout and its strict parser (pure): a malformed line names its
                 line number
   importer.py   a file imported whole in one transaction (COPY into a temporary table),

@@ -126,8 +126,9 @@ def write_parquet(conn: Connection, query: str, shape: Shape, output: Path) -> i
     import pyarrow.csv as pa_csv
     import pyarrow.parquet as pq
 
-    types = {TEXT: pa.string(), INT: pa.int64(), MONEY: pa.decimal128(38, 18),
-             TIME: pa.timestamp("us", tz="UTC")}
+    types: dict[str, pa.DataType] = {
+        TEXT: pa.string(), INT: pa.int64(), MONEY: pa.decimal128(38, 18),
+        TIME: pa.timestamp("us", tz="UTC")}
     columns = [(name, types[kind]) for name, kind in shape.columns]
     read_end, write_end = os.pipe()
     failure: list[BaseException] = []

@@ -9,7 +9,6 @@ and the statement matched (statements/matching.py) before the caller commits.
 
 from __future__ import annotations
 
-import codecs
 import csv
 import hashlib
 import io
@@ -92,8 +91,7 @@ def import_statement(cur: Cursor, path: Path, *, provider: str, actor: str,
 def _rows(raw: io.BufferedReader) -> Iterator[tuple[int, list[str]]]:
     """(line number, cells) of a UTF-8 CSV file (a BOM allowed); a line that is not
     UTF-8 or not CSV is a StatementFormatError naming it."""
-    text = codecs.getreader("utf-8-sig")(raw, errors="strict")
-    reader = csv.reader(text, strict=True)
+    reader = csv.reader(_text(raw), strict=True)
     while True:
         try:
             cells = next(reader)
@@ -101,9 +99,16 @@ def _rows(raw: io.BufferedReader) -> Iterator[tuple[int, list[str]]]:
             return
         except csv.Error as exc:
             raise StatementFormatError(reader.line_num, f"not valid CSV: {exc}") from None
-        except UnicodeDecodeError:
-            raise StatementFormatError(reader.line_num + 1, "not UTF-8 text") from None
         yield reader.line_num, cells
+
+
+def _text(raw: io.BufferedReader) -> Iterator[str]:
+    """The file's lines decoded one by one, so a bad byte is named by its line."""
+    for number, data in enumerate(raw, 1):
+        try:
+            yield data.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise StatementFormatError(number, "not UTF-8 text") from None
 
 
 def _extra_columns(path: Path) -> list[str]:
@@ -128,7 +133,7 @@ class _CopySource(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+    def read(self, size: int = -1) -> bytes:
         self._buffer.seek(0)
         self._buffer.truncate()
         try:

@@ -123,14 +123,14 @@ def parse_line(header: Header, line_no: int, cells: Sequence[str]) -> Line:
         raise fail(f"id {line_id[:80]!r} is not 1-200 printable characters without spaces")
     if kind not in LINE_TYPES:
         raise fail(f"type must be one of {', '.join(LINE_TYPES)}, got {kind[:40]!r}")
-    values = [_amount(name, text, fail) for name, text in
-              (("amount", amount), ("fee", fee), ("net", net))]
+    value, charged, rest = (_amount(name, text, fail) for name, text in
+                            (("amount", amount), ("fee", fee), ("net", net)))
     with localcontext(EXACT_CONTEXT):
-        if values[2] != values[0] - values[1]:
+        if rest != value - charged:
             raise fail(f"net {net} is not amount - fee ({amount} - {fee})")
     if ASSET_PATTERN.fullmatch(currency) is None:
         raise fail(f"currency {currency[:80]!r} is not a valid currency code")
-    return Line(line_no, line_id, kind, *values, currency,
+    return Line(line_no, line_id, kind, value, charged, rest, currency,
                 _created(created, fail),
                 _moment("available_on", available_on, fail, required=False),
                 _optional_id("payout_id", payout_id, fail),

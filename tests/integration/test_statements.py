@@ -1,4 +1,4 @@
-"""Issue 50's "done when": a statement built from a run's own traffic with injected
+"""Finance closes the month: a statement built from a run's own traffic with injected
 differences (a missing webhook, a wrong fee, an unknown refund, a payout that does not
 sum) is reconciled with exactly those differences found and nothing else, and resolving
 them leaves `paystream reconcile` clean.
@@ -122,8 +122,8 @@ def test_a_statement_with_injected_differences_finds_them_and_resolving_them_is_
     statement_id = re.search(r"statements import: statement (\d+),", out)[1]  # type: ignore[index]
     code, out = cli(capsys, "statements", "show", statement_id)
     assert code == 1, out
-    found = {l.split()[0]: l.split()[1] for l in out.splitlines()
-             if l.split() and l.split()[0] in {r[0] for r in rows}}
+    cells = [text.split() for text in out.splitlines()]
+    found = {c[0]: c[1] for c in cells if c and c[0] in {r[0] for r in rows}}
     assert found == {n("txn_d3"): "fee_mismatch", n("txn_d4"): "missing_in_books",
                      n("txn_r2"): "missing_in_books", n("po_b"): "amount_mismatch"}, out
     assert "4 matched" in out and "missing_at_provider" not in out, out
@@ -178,8 +178,8 @@ def resolve(db: Connection, ledger_db: Database, capsys: pytest.CaptureFixture[s
                     "--actor", "ben")
     assert code == 0, out
     with db.cursor() as cur:
-        cur.execute("SELECT event_id, event_type, amount FROM payment_events"
-                    " WHERE event_id = %s", (f"op:adjust:statement-fee:{statement_id}:{n('txn_d3')}",))
+        cur.execute("SELECT event_id, event_type, amount FROM payment_events WHERE event_id"
+                    " = %s", (f"op:adjust:statement-fee:{statement_id}:{n('txn_d3')}",))
         adjustment = cur.fetchone()
     assert adjustment is not None and adjustment[1:] == ("adjustment_debit", Decimal("3.975"))
     apply(ledger_db, stored(db, [adjustment[0]]))
