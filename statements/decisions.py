@@ -114,9 +114,10 @@ def resolve(cur: Cursor, statement_id: int, target: str, *, reason: str, actor: 
     return _decide(cur, diff, "acknowledge", "done", actor, reason, None, None)
 
 
-def approve(cur: Cursor, decision_id: int, *, actor: str, reason: str) -> Decision:
-    """Approve a proposed fee adjustment: the adjustment is written (an operator event
-    through the outbox) and the decision recorded done."""
+def approve(cur: Cursor, decision_id: int, *, actor: str, reason: str,
+            statement_id: int | None = None) -> Decision:
+    """Approve a proposed fee adjustment (of `statement_id`'s, if given): the adjustment
+    is written (an operator event through the outbox) and the decision recorded done."""
     reason = _reason(reason)
     cur.execute("SELECT match_id FROM statement_decisions WHERE decision_id = %s",
                 (decision_id,))
@@ -129,7 +130,8 @@ def approve(cur: Cursor, decision_id: int, *, actor: str, reason: str) -> Decisi
                 " FROM statement_decisions d JOIN statement_matches k USING (match_id)"
                 " WHERE d.decision_id = %s", (decision_id,))
     row = cur.fetchone()
-    if row is None or row[1] != "adjust_fee" or row[2] != "proposed" or row[6] != decision_id:
+    if (row is None or row[1] != "adjust_fee" or row[2] != "proposed" or row[6] != decision_id
+            or statement_id not in (None, row[5])):
         raise DecisionError(f"decision {decision_id} is no fee adjustment awaiting approval")
     match_id, _, _, proposer, amount, statement_id, _ = row
     if proposer == actor:

@@ -59,6 +59,7 @@ def import_statement(cur: Cursor, path: Path, *, provider: str, actor: str,
     known = cur.fetchone()
     if known is not None:
         return Imported(known[0], new=False, lines=known[1])
+    cur.execute("SET LOCAL work_mem = %s", (matching.WORK_MEM,))
     cur.execute(_STAGE)
     with path.open("rb") as raw:
         source = _CopySource(parse_lines(_rows(raw)))
@@ -81,8 +82,8 @@ def import_statement(cur: Cursor, path: Path, *, provider: str, actor: str,
     cur.execute("INSERT INTO statement_lines (statement_id, line_no, line_id, type, amount,"
                 " fee, net, currency, created, available_on, payout_id, reference, extra)"
                 " SELECT %s, line_no, line_id, type, amount, fee, net, currency, created,"
-                " available_on, payout_id, reference, extra FROM statement_in"
-                " ORDER BY line_no", (statement_id,))
+                " available_on, payout_id, reference, extra FROM statement_in",
+                (statement_id,))  # in line order already: COPY's
     matching.match(cur, statement_id, provider, settings)
     log.info("statement imported", statement_id=statement_id, lines=lines, provider=provider)
     return Imported(statement_id, new=True, lines=lines)
@@ -126,25 +127,40 @@ class _CopySource(io.RawIOBase):
 
     def __init__(self, lines: Iterator[Line]) -> None:
         self._lines = lines
-        self._buffer = io.StringIO()
-        self._writer = csv.writer(self._buffer, lineterminator="\n")
+        self._chunk = _Chunk()
+        self._writer = csv.writer(self._chunk, lineterminator="\n")
         self.error: StatementFormatError | None = None
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
-        self._buffer.seek(0)
-        self._buffer.truncate()
+        chunk, write = self._chunk, self._writer.writerow
+        chunk.parts, chunk.size = [], 0
+        limit = size if size > 0 else COPY_CHUNK
         try:
             for line in self._lines:
-                self._writer.writerow(line.copy_row())
-                if self._buffer.tell() >= (size if size > 0 else COPY_CHUNK):
+                write(line.row)
+                if chunk.size >= limit:
                     break
         except StatementFormatError as exc:
             self.error = exc
             raise
-        return self._buffer.getvalue().encode()
+        return "".join(chunk.parts).encode()
+
+
+class _Chunk:
+    """What csv.writer writes to: its pieces and their length (a StringIO's tell() per
+    line cost more than the parsing)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        self.size += len(text)
+        return len(text)
 
 
 def _refuse_repeated_ids(cur: Cursor) -> None:

@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal, localcontext
+from decimal import Decimal
+from typing import NamedTuple
 
 import orjson
 
@@ -70,9 +71,10 @@ class Header:
                    width=len(cleaned))
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One parsed line, every value as the text COPY writes (None: NULL)."""
+class Line(NamedTuple):
+    """One parsed line; `row` is what COPY writes (statements/importer.py's temporary
+    table, in its column order): the validated texts as the file spelled them, so an
+    amount is never converted on its way to NUMERIC."""
 
     line_no: int
     line_id: str
@@ -86,13 +88,7 @@ class Line:
     payout_id: str | None
     reference: str | None
     extra: dict[str, str]
-
-    def copy_row(self) -> tuple[object, ...]:
-        """The temporary table's columns (statements/importer.py), in order."""
-        return (self.line_no, self.line_id, self.type, self.amount, self.fee, self.net,
-                self.currency, self.created.isoformat(),
-                None if self.available_on is None else self.available_on.isoformat(),
-                self.payout_id, self.reference, orjson.dumps(self.extra).decode())
+    row: tuple[object, ...]
 
 
 def parse_lines(rows: Iterable[tuple[int, Sequence[str]]]) -> Iterator[Line]:
@@ -125,16 +121,25 @@ def parse_line(header: Header, line_no: int, cells: Sequence[str]) -> Line:
         raise fail(f"type must be one of {', '.join(LINE_TYPES)}, got {kind[:40]!r}")
     value, charged, rest = (_amount(name, text, fail) for name, text in
                             (("amount", amount), ("fee", fee), ("net", net)))
-    with localcontext(EXACT_CONTEXT):
-        if rest != value - charged:
-            raise fail(f"net {net} is not amount - fee ({amount} - {fee})")
+    if rest != EXACT_CONTEXT.subtract(value, charged):  # exact: no context switch per line
+        raise fail(f"net {net} is not amount - fee ({amount} - {fee})")
     if ASSET_PATTERN.fullmatch(currency) is None:
         raise fail(f"currency {currency[:80]!r} is not a valid currency code")
-    return Line(line_no, line_id, kind, value, charged, rest, currency,
-                _created(created, fail),
-                _moment("available_on", available_on, fail, required=False),
-                _optional_id("payout_id", payout_id, fail),
-                _optional_id("reference", reference, fail), _extras(header, cells, fail))
+    moment = _created(created, fail)
+    later = _moment("available_on", available_on, fail, required=False)
+    payout, ref = (_optional_id("payout_id", payout_id, fail),
+                   _optional_id("reference", reference, fail))
+    extra = _extras(header, cells, fail) if header.extras else {}
+    row = (line_no, line_id, kind, amount, fee, net, currency, _zoned(created, moment),
+           None if later is None else _zoned(available_on, later), payout, ref,
+           orjson.dumps(extra).decode() if extra else "{}")
+    return Line(line_no, line_id, kind, value, charged, rest, currency, moment, later,
+                payout, ref, extra, row)
+
+
+def _zoned(text: str, moment: datetime) -> str:
+    """The time as the file wrote it when it names its offset, else in UTC."""
+    return text if text[-1] == "Z" or text[-6] in "+-" else moment.isoformat()
 
 
 def _amount(name: str, text: str, fail: Fail) -> Decimal:

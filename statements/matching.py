@@ -23,20 +23,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from paystream.schema.db import Cursor
+from paystream.schema.db import Cursor, one_row
 from paystream.statements.settings import StatementSettings
 
+# Sorts and hashes of a million lines in memory, not in temporary files (the default
+# 4MB spilled the reference sort to disk); for this transaction only.
+WORK_MEM = "64MB"
 # The event type a line of each type names in the books.
 _EVENT_TYPE = ("CASE m.type WHEN 'payment' THEN 'deposit' WHEN 'refund' THEN 'refund'"
                " WHEN 'chargeback' THEN 'chargeback' END")
 
 _LINES = """
 CREATE TEMPORARY TABLE line_match ON COMMIT DROP AS
+WITH repeated AS (  -- references named by more than one line, and the first of them
+    SELECT reference, min(line_no) AS first_line FROM statement_lines
+    WHERE statement_id = %(statement)s AND reference IS NOT NULL
+    GROUP BY reference HAVING count(*) > 1
+)
 SELECT l.line_no, l.line_id, l.type, l.amount, l.fee, l.currency, l.created, l.reference,
        l.payout_id, e.event_id, e.event_type, e.asset, e.amount AS event_amount,
-       CASE WHEN l.reference IS NULL THEN NULL
-            ELSE first_value(l.line_no) OVER (PARTITION BY l.reference ORDER BY l.line_no)
-       END AS first_line,
+       r.first_line,
        (SELECT min(o.statement_id) FROM statement_lines o
         JOIN statements s ON s.statement_id = o.statement_id
         WHERE o.line_id = l.line_id AND o.statement_id < l.statement_id
@@ -44,9 +50,10 @@ SELECT l.line_no, l.line_id, l.type, l.amount, l.fee, l.currency, l.created, l.r
 FROM statement_lines l
 LEFT JOIN payment_events e ON e.event_id = l.reference AND e.provider = %(provider)s
     AND l.type IN ('payment', 'refund', 'chargeback')
+LEFT JOIN repeated r ON r.reference = l.reference
 WHERE l.statement_id = %(statement)s
-  AND NOT EXISTS (SELECT 1 FROM statement_matches k
-                  WHERE k.statement_id = %(statement)s AND k.line_no = l.line_no)
+  AND l.line_no NOT IN (SELECT k.line_no FROM statement_matches k
+                        WHERE k.statement_id = %(statement)s AND k.line_no IS NOT NULL)
 """
 
 # Our events a line could name: the provider's credits and reversals around the period,
@@ -54,16 +61,21 @@ WHERE l.statement_id = %(statement)s
 _OURS = """
 CREATE TEMPORARY TABLE ours ON COMMIT DROP AS
 SELECT e.event_id, e.event_type, e.asset, e.amount, e.received_at
-FROM payment_events e, statements s
-WHERE s.statement_id = %(statement)s AND e.provider = %(provider)s
-  AND e.event_type IN ('deposit', 'refund', 'chargeback')
-  AND e.received_at BETWEEN s.period_start - make_interval(secs => %(window)s)
-                        AND s.period_end + make_interval(secs => %(window)s)
-  AND upper(e.asset) IN (SELECT DISTINCT upper(currency) FROM statement_lines
-                         WHERE statement_id = %(statement)s)
+FROM payment_events e
+WHERE e.provider = %(provider)s AND e.event_type IN ('deposit', 'refund', 'chargeback')
+  AND e.received_at BETWEEN %(start)s::timestamptz - make_interval(secs => %(window)s)
+                        AND %(end)s::timestamptz + make_interval(secs => %(window)s)
+  AND upper(e.asset) = ANY(%(currencies)s)
   AND NOT EXISTS (SELECT 1 FROM line_match m WHERE m.event_id = e.event_id)
-  AND NOT EXISTS (SELECT 1 FROM statement_matches k
-                  WHERE k.statement_id = %(statement)s AND k.event_id = e.event_id)
+  AND e.event_id NOT IN (SELECT k.event_id FROM statement_matches k
+                         WHERE k.statement_id = %(statement)s AND k.event_id IS NOT NULL)
+"""
+# The statement's period and currencies, given to _OURS as values: estimates of a
+# subquery on lines inserted a moment ago (no statistics yet) made the planner loop.
+_SCOPE = """
+SELECT s.period_start, s.period_end,
+       (SELECT coalesce(array_agg(DISTINCT upper(currency)), '{}') FROM line_match)
+FROM statements s WHERE s.statement_id = %(statement)s
 """
 
 # Step 2: lines without a reference, paired with the nearest event in time where each is
@@ -103,7 +115,8 @@ WITH payouts AS (
            CASE WHEN m.type = 'payment'
                 THEN abs(m.amount) * %(fee_percent)s / 100 + %(fee_fixed)s
                 WHEN m.type IN ('refund', 'chargeback') THEN 0 END AS expected_fee
-    FROM line_match m LEFT JOIN payouts p ON m.type = 'payout' AND p.payout_id = m.payout_id
+    FROM line_match m LEFT JOIN payouts p
+        ON p.payout_id = CASE WHEN m.type = 'payout' THEN m.payout_id END
 )
 INSERT INTO statement_matches (statement_id, line_no, event_id, result, expected_fee, detail)
 SELECT %(statement)s, m.line_no, m.event_id,
@@ -146,9 +159,8 @@ INSERT INTO statement_matches (statement_id, line_no, event_id, result, detail)
 SELECT %(statement)s, NULL, o.event_id, 'missing_at_provider',
        format('%%s of %%s %%s received %%s, on no line', o.event_type,
               trim_scale(o.amount), o.asset, o.received_at)
-FROM ours o, statements s
-WHERE s.statement_id = %(statement)s
-  AND o.received_at BETWEEN s.period_start AND s.period_end
+FROM ours o
+WHERE o.received_at BETWEEN %(start)s AND %(end)s
   AND NOT EXISTS (SELECT 1 FROM line_match m WHERE m.event_id = o.event_id)
 """
 
@@ -164,7 +176,11 @@ def match(cur: Cursor, statement_id: int, provider: str, settings: StatementSett
     cur.execute("DELETE FROM statement_matches k WHERE k.statement_id = %(statement)s"
                 " AND NOT EXISTS (SELECT 1 FROM statement_decisions d"
                 " WHERE d.match_id = k.match_id)", params)
-    for statement in (_LINES, "ANALYZE line_match", _OURS, "ANALYZE ours", _BY_AMOUNT,
-                      _RESULTS, _MISSING_AT_PROVIDER):
+    cur.execute("SET LOCAL work_mem = %s", (WORK_MEM,))
+    cur.execute(_LINES, params)
+    cur.execute("ANALYZE line_match")
+    cur.execute(_SCOPE, params)
+    params["start"], params["end"], params["currencies"] = one_row(cur)
+    for statement in (_OURS, "ANALYZE ours", _BY_AMOUNT, _RESULTS, _MISSING_AT_PROVIDER):
         cur.execute(statement, params)
     cur.execute("DROP TABLE line_match, ours")

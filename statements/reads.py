@@ -50,6 +50,10 @@ class LineRow:
     decision_id: int | None
     action: str | None
     state: str | None
+    # Our event beside the line: its type, amount and user (None: not in the books).
+    event_type: str | None = None
+    event_amount: Decimal | None = None
+    user_id: str | None = None
 
     @property
     def label(self) -> str:
@@ -120,8 +124,10 @@ def lines(cur: Cursor, statement_id: int, *, result: str | None = None,
         where.append("k.result <> 'matched'")
     cur.execute(
         "SELECT k.match_id, k.line_no, l.line_id, l.type, l.amount, l.fee, l.currency,"
-        " l.reference, k.event_id, k.result, k.detail, d.decision_id, d.action, d.state"
+        " l.reference, k.event_id, k.result, k.detail, d.decision_id, d.action, d.state,"
+        " e.event_type, e.amount, e.user_id"
         " FROM statement_matches k"
+        " LEFT JOIN payment_events e ON e.event_id = k.event_id"
         " LEFT JOIN statement_lines l ON l.statement_id = k.statement_id"
         "  AND l.line_no = k.line_no "
         f"{_LAST} WHERE {' AND '.join(where)}"

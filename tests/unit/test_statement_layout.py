@@ -49,7 +49,8 @@ def test_extra_columns_are_kept_in_any_order() -> None:
     (line,) = parse(text)
     assert line.extra == {"note": 'a, "quoted" note', "customer": "c-9"}
     assert (line.line_id, line.amount, line.currency) == ("t", Decimal(10), "EUR")
-    assert line.copy_row()[-1] == '{"note":"a, \\"quoted\\" note","customer":"c-9"}'
+    assert line.row[-1] == '{"note":"a, \\"quoted\\" note","customer":"c-9"}'
+    assert line.row[7] == "2026-12-01T10:00:00+01:00"  # as written: it names its offset
 
 
 @pytest.mark.parametrize(("bad_line", "reason"), [
