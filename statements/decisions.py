@@ -80,6 +80,10 @@ def find(cur: Cursor, statement_id: int, target: str) -> Difference:
     cur.execute(_FIND, {"statement": statement_id, "target": target})
     row = cur.fetchone()
     if row is None:
+        cur.execute("SELECT 1 FROM statement_lines WHERE statement_id = %s AND line_id = %s",
+                    (statement_id, target))
+        if cur.fetchone() is not None:  # no row: matched to the event its reference names
+            raise DecisionError(f"{target} matched: nothing to resolve")
         raise DecisionError(f"statement {statement_id} has no line {target!r} (nor an event"
                             " of ours missing at the provider by that id)")
     return Difference(*row)

@@ -74,12 +74,14 @@ SHAPES: dict[str, Shape] = {
          ("created_at", TIME), ("expires_at", TIME))),
     "statements": Shape(
         "SELECT l.statement_id, l.line_no, l.line_id, l.type, l.amount, l.fee, l.net,"
-        " l.currency, l.created, l.available_on, l.payout_id, l.reference, k.event_id,"
-        " e.user_id, k.result, k.detail"
+        " l.currency, l.created, l.available_on, l.payout_id, l.reference, e.event_id,"
+        " e.user_id, coalesce(k.result, 'matched'), coalesce(k.detail, '')"
         " FROM statement_lines l"
         " LEFT JOIN statement_matches k ON k.statement_id = l.statement_id"
         "  AND k.line_no = l.line_no"
-        " LEFT JOIN payment_events e ON e.event_id = k.event_id"
+        # No result row: the line matched the event its reference names.
+        " LEFT JOIN payment_events e ON e.event_id = CASE WHEN k.match_id IS NULL"
+        "  THEN l.reference ELSE k.event_id END"
         " WHERE l.created >= %(start)s AND l.created < %(end)s"
         " ORDER BY l.statement_id, l.line_no",
         (("statement_id", INT), ("line_no", INT), ("line_id", TEXT), ("type", TEXT),

@@ -36,7 +36,7 @@ class StatementRow:
 
 @dataclass(frozen=True)
 class LineRow:
-    match_id: int
+    match_id: int | None  # None: a line matched to the event its reference names
     line_no: int | None
     line_id: str | None
     type: str | None
@@ -54,6 +54,7 @@ class LineRow:
     event_type: str | None = None
     event_amount: Decimal | None = None
     user_id: str | None = None
+    key: int = 0  # where the next page starts (lines.after)
 
     @property
     def label(self) -> str:
@@ -94,11 +95,18 @@ def statement(cur: Cursor, statement_id: int) -> StatementRow | None:
 
 
 def counts(cur: Cursor, statement_id: int) -> dict[str, int]:
-    """Rows per result (every result named, 0 when none)."""
-    cur.execute("SELECT result, count(*) FROM statement_matches WHERE statement_id = %s"
-                " GROUP BY result", (statement_id,))
-    found = dict(cur.fetchall())
-    return {r: int(found.get(r, 0)) for r in RESULTS}
+    """Lines and events per result (every result named, 0 when none); the lines without
+    a row matched by their reference."""
+    cur.execute("SELECT result, count(*), count(*) FILTER (WHERE line_no IS NOT NULL)"
+                " FROM statement_matches WHERE statement_id = %s GROUP BY result",
+                (statement_id,))
+    found = {result: (int(n), int(lines)) for result, n, lines in cur.fetchall()}
+    cur.execute("SELECT line_count FROM statements WHERE statement_id = %s", (statement_id,))
+    row = cur.fetchone()
+    total = 0 if row is None else int(row[0])
+    other_lines = sum(lines for r, (_, lines) in found.items() if r != "matched")
+    return {r: total - other_lines if r == "matched" else found.get(r, (0, 0))[0]
+            for r in RESULTS}
 
 
 def payouts(cur: Cursor, statement_id: int) -> list[PayoutRow]:
@@ -113,8 +121,11 @@ def payouts(cur: Cursor, statement_id: int) -> list[PayoutRow]:
 def lines(cur: Cursor, statement_id: int, *, result: str | None = None,
           unresolved_only: bool = False, differences_only: bool = False, after: int = 0,
           limit: int = PAGE_LIMIT) -> list[LineRow]:
-    """The statement's rows in line order (missing_at_provider last), from match id
-    `after` on; only one result's, or only the unresolved differences, if asked."""
+    """The statement's rows from `after` (a row's `key`) on: its lines in line order
+    (every line, or the matched ones), or its differences (one result's, or every
+    difference, or the unresolved ones) in the order they were found."""
+    if (result is None or result == "matched") and not (unresolved_only or differences_only):
+        return _all_lines(cur, statement_id, result, after, limit)
     where = ["k.statement_id = %(statement)s", "k.match_id > %(after)s"]
     if result is not None:
         where.append("k.result = %(result)s")
@@ -125,7 +136,7 @@ def lines(cur: Cursor, statement_id: int, *, result: str | None = None,
     cur.execute(
         "SELECT k.match_id, k.line_no, l.line_id, l.type, l.amount, l.fee, l.currency,"
         " l.reference, k.event_id, k.result, k.detail, d.decision_id, d.action, d.state,"
-        " e.event_type, e.amount, e.user_id"
+        " e.event_type, e.amount, e.user_id, k.match_id"
         " FROM statement_matches k"
         " LEFT JOIN payment_events e ON e.event_id = k.event_id"
         " LEFT JOIN statement_lines l ON l.statement_id = k.statement_id"
@@ -136,10 +147,20 @@ def lines(cur: Cursor, statement_id: int, *, result: str | None = None,
     return [LineRow(*row) for row in cur.fetchall()]
 
 
-def unresolved_age(cur: Cursor) -> tuple[int, float]:
-    """(unresolved differences, seconds since the oldest was found) over every
-    statement: the metric behind the alert (ops/prometheus)."""
-    cur.execute(f"SELECT count(*), coalesce(extract(epoch FROM now() - min(k.matched_at)), 0)"
-                f" FROM statement_matches k {_LAST} WHERE {UNRESOLVED}")
-    count, age = cur.fetchone() or (0, 0)
-    return int(count), float(age)
+def _all_lines(cur: Cursor, statement_id: int, result: str | None, after: int,
+               limit: int) -> list[LineRow]:
+    """Lines in line order, with their result (no row: matched by reference)."""
+    matched_only = " AND coalesce(k.result, 'matched') = 'matched'" if result else ""
+    cur.execute(
+        "SELECT k.match_id, l.line_no, l.line_id, l.type, l.amount, l.fee, l.currency,"
+        " l.reference, e.event_id, coalesce(k.result, 'matched'), coalesce(k.detail, ''),"
+        " d.decision_id, d.action, d.state, e.event_type, e.amount, e.user_id, l.line_no"
+        " FROM statement_lines l"
+        " LEFT JOIN statement_matches k ON k.statement_id = l.statement_id"
+        "  AND k.line_no = l.line_no"
+        " LEFT JOIN payment_events e ON e.event_id = CASE WHEN k.match_id IS NULL"
+        "  THEN l.reference ELSE k.event_id END "
+        f"{_LAST} WHERE l.statement_id = %(statement)s AND l.line_no > %(after)s"
+        f"{matched_only} ORDER BY l.line_no LIMIT %(limit)s",
+        {"statement": statement_id, "after": after, "limit": limit})
+    return [LineRow(*row) for row in cur.fetchall()]

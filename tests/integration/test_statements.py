@@ -147,6 +147,7 @@ def test_a_statement_with_injected_differences_finds_them_and_resolving_them_is_
     resolve(db, ledger_db, capsys, statement_id, ids, n)
     code, out = cli(capsys, "statements", "show", statement_id)
     assert code == 0 and "0 unresolved" in out, out
+    exported(capsys, tmp_path, {r[0] for r in rows}, ids["d1"], n)
     code, out = cli(capsys, "reconcile", "--user", alice, "--user", bob)
     assert code == 0 and out.startswith("reconcile: ok"), out
     with db.cursor() as cur:
@@ -192,3 +193,22 @@ def resolve(db: Connection, ledger_db: Database, capsys: pytest.CaptureFixture[s
                                   ("acknowledge", "done", "ana"),
                                   ("adjust_fee", "proposed", "ana"),
                                   ("adjust_fee", "done", "ben")]
+
+
+def exported(capsys: pytest.CaptureFixture[str], tmp_path: Path, line_ids: set[str],
+             first: str, n: Callable[[str], str]) -> None:
+    """`paystream export statements` as Parquet: every line, typed, with its result and
+    the event it matched (a line matched by its reference has no result row)."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "lines.parquet"
+    code, text = cli(capsys, "export", "statements", "--from", "2000-01-01", "--to",
+                     "2100-01-01", "--format", "parquet", "--output", str(out))
+    assert code == 0, text
+    table = pq.read_table(out)
+    ours = {r["line_id"]: r for r in table.to_pylist() if r["line_id"] in line_ids}
+    assert set(ours) == line_ids
+    assert ours[n("txn_d1")]["amount"] == Decimal("100") and ours[n("txn_d1")][
+        "event_id"] == first and ours[n("txn_d1")]["result"] == "matched"
+    assert ours[n("txn_d3")]["result"] == "fee_mismatch"
+    assert ours[n("txn_r1")]["net"] == Decimal("-10")
