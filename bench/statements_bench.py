@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from paystream.launch import paystream_argv
 from paystream.schema.db import connect, database_url
 from paystream.statements.export import SHAPES
+from paystream.statements.reads import counts
 
 FROM, TO = "2001-01-01T00:00:00Z", "2001-02-01T00:00:00Z"
 PAYOUT_EVERY = 1000
@@ -81,6 +83,15 @@ def write_statement(path: Path, asset: str, lines: int) -> None:
                 out.writerow([payout, "payout", -settled, "0", -settled, asset, created, "",
                               payout, "", ""])
                 settled = Decimal(0)
+
+
+def result_counts(statement_id: int) -> dict[str, int]:
+    conn = connect(database_url("owner"), application_name="paystream-bench-statements")
+    try:
+        with conn, conn.cursor() as cur:
+            return counts(cur, statement_id)
+    finally:
+        conn.close()
 
 
 def run_child(*args: str) -> tuple[float, float, str]:
@@ -162,12 +173,14 @@ def statements_part(asset: str, lines: int, folder: Path) -> None:
                                      str(path))
     (statement_id,) = sql("SELECT statement_id FROM statements WHERE file_name = %s",
                           (path.name,))[0]
-    counts = dict(sql("SELECT result, count(*) FROM statement_matches WHERE"
-                      " statement_id = %s GROUP BY result", (statement_id,)))
+    counts = {r: n for r, n in result_counts(int(statement_id)).items() if n}
+    phases = re.search(r"import_s=([0-9.]+) .*match_s=([0-9.]+)", output)
     print(f"fill: {lines:,} events in {fill_s:.1f} s; statement {size:.0f} MiB,"
           f" {lines:,} payments + {len(range(0, lines, PAYOUT_EVERY)):,} payouts")
-    print(f"import + match: {seconds:.1f} s, peak RSS {rss:.0f} MiB"
-          f" (target <= 60 s, <= 300 MiB); results {counts}")
+    print(f"import + match: {seconds:.1f} s (import {phases[1] if phases else '?'} s,"
+          f" match {phases[2] if phases else '?'} s), peak RSS {rss:.0f} MiB"
+          f" (target <= 60 s, <= 300 MiB); results {counts}; load average"
+          f" {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     assert set(counts) == {"matched"}, output
 
 
@@ -182,7 +195,8 @@ def export_part(asset: str, postings: int, folder: Path) -> None:
     seconds, rss, _ = run_child("export", "postings", "--from", FROM, "--to", TO,
                                 "--format", "parquet", "--output", str(out))
     print(f"export postings parquet: {seconds:.1f} s, peak RSS {rss:.0f} MiB, "
-          f"{out.stat().st_size / 2**20:.0f} MiB (target <= 60 s, <= 300 MiB)")
+          f"{out.stat().st_size / 2**20:.0f} MiB (target <= 60 s, <= 300 MiB); load average"
+          f" {os.getloadavg()[0]:.1f}")
     seconds, rss, _ = run_child("export", "postings", "--from", FROM, "--to", TO,
                                 "--format", "csv", "--output", str(folder / "postings.csv"))
     print(f"export postings csv: {seconds:.1f} s, peak RSS {rss:.0f} MiB")
