@@ -1,7 +1,8 @@
 """The operator console (`paystream console`, docs/console.md): server-rendered HTML
 pages on a loopback port, for finding any event and acting on dead letters,
-notifications, shortfalls and statement differences without SQL. It runs as the operator's role and its
-actions are the operator commands' own functions, each recorded in operator_actions.
+notifications, shortfalls and statement differences without SQL. It runs as the
+operator's role and its actions are the operator commands' own functions, each recorded
+in operator_actions.
 
   settings.py                the console's settings (PAYSTREAM_CONSOLE_*)
   access.py                  console keys, login sessions, the CSRF token of a session
