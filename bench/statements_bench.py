@@ -175,7 +175,7 @@ def statements_part(asset: str, lines: int, folder: Path) -> None:
     (statement_id,) = sql("SELECT statement_id FROM statements WHERE file_name = %s",
                           (path.name,))[0]
     counts = {r: n for r, n in result_counts(int(statement_id)).items() if n}
-    phases = re.search(r"import_s=([0-9.]+) .*match_s=([0-9.]+)", output)
+    phases = re.search(r"\(import ([0-9.]+) s, match ([0-9.]+) s\)", output)
     print(f"fill: {lines:,} events in {fill_s:.1f} s; statement {size:.0f} MiB,"
           f" {lines:,} payments + {len(range(0, lines, PAYOUT_EVERY)):,} payouts")
     print(f"import + match: {seconds:.1f} s (import {phases[1] if phases else '?'} s,"
