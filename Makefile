@@ -123,7 +123,7 @@ BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
-	bench-cluster bench-scanner bench-invoices bench-console bench-restore
+	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -164,6 +164,11 @@ bench-console: stack-up  ## console pages on 1 M events: p50/p99 vs the same que
 
 bench-restore: stack-up  ## a full backup of 1 GiB more restored to a scratch cluster: GB/min
 	$(BENCH) bench/restore_throughput.py
+
+# STATEMENTS_BENCH_ARGS="--postings 1000000" on a small machine (the 10 M fill is minutes).
+STATEMENTS_BENCH_ARGS ?=
+bench-statements: stack-up  ## 1 M-line statement import + match; 10 M postings to Parquet vs COPY
+	$(BENCH) bench/statements_bench.py $(STATEMENTS_BENCH_ARGS)
 
 # Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
 # --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`

@@ -1,7 +1,8 @@
 """The operator console (`paystream console`, docs/console.md): server-rendered HTML
 pages on a loopback port, for finding any event and acting on dead letters,
-notifications and shortfalls without SQL. It runs as the operator's role and its
-actions are the operator commands' own functions, each recorded in operator_actions.
+notifications, shortfalls and statement differences without SQL. It runs as the
+operator's role and its actions are the operator commands' own functions, each recorded
+in operator_actions.
 
   settings.py                the console's settings (PAYSTREAM_CONSOLE_*)
   access.py                  console keys, login sessions, the CSRF token of a session
@@ -19,6 +20,8 @@ actions are the operator commands' own functions, each recorded in operator_acti
   routes_dead_letters.py     the dead letters: list, detail, replay, bulk replay, discard
   routes_notifications.py    deliveries, attempts, redeliver, recover; endpoints
   routes_ledger.py           shortfalls with resolve, holds, reconcile
+  routes_statements.py       settlement statements: the list, a statement's lines beside
+                             our events by result, approve a proposed fee adjustment
   routes_health.py           `paystream health`, rendered
   routes_alerts.py           Alertmanager's alerts and silences; silence, expire
   routes_audit.py            the audit page

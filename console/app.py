@@ -22,6 +22,7 @@ from paystream.console import (
     routes_ledger,
     routes_notifications,
     routes_search,
+    routes_statements,
 )
 from paystream.console.database import ConsoleDatabase, DatabaseUnavailable, ValueRefused
 from paystream.console.settings import ConsoleSettings
@@ -41,7 +42,7 @@ from paystream.rate_limit import TokenBuckets
 
 FACTORY = "paystream.console.app:create_app_from_env"
 ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications,
-           routes_ledger, routes_health, routes_alerts, routes_audit)
+           routes_ledger, routes_statements, routes_health, routes_alerts, routes_audit)
 
 
 def create_app(settings: ConsoleSettings) -> ASGIApp:

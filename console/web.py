@@ -29,6 +29,7 @@ from paystream.edge.params import form_refusal, url_refusal
 from paystream.rate_limit import TokenBuckets
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
+from paystream.schema.transfers import signed
 
 SESSION_COOKIE = "paystream_console"
 LOGIN_CSRF_COOKIE = "paystream_console_login"
@@ -46,8 +47,8 @@ SECURITY_HEADERS = [
 ]
 NAV = (("/search", "Search"), ("/dead-letters", "Dead letters"),
        ("/notifications", "Notifications"), ("/endpoints", "Endpoints"),
-       ("/ledger", "Ledger"), ("/health", "Health"), ("/alerts", "Alerts"),
-       ("/audit", "Audit"))
+       ("/ledger", "Ledger"), ("/statements", "Statements"), ("/health", "Health"),
+       ("/alerts", "Alerts"), ("/audit", "Audit"))
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ def templates() -> Environment:
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["amount"] = lambda value: "" if value is None else format_amount(value)
+    env.filters["signed"] = lambda value: "" if value is None else signed(value)
     env.filters["at"] = lambda value: "" if value is None else value.isoformat(
         sep=" ", timespec="seconds")
     env.filters["q"] = lambda value: quote(str(value), safe="")

@@ -196,7 +196,7 @@ def _add_dlq(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # does not import the Kafka client (a unit test keeps both in step).
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
                "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",
-               "chain_scan", "notifications", "connector")
+               "chain_scan", "notifications", "statements", "connector")
 
 
 def _default(field: str) -> str | None:

@@ -109,6 +109,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     # those blocks that no webhook brought are not recorded yet.
     "paystream_chain_scan_lag_blocks": ("Blocks the chain scanner is behind", ("network",)),
     # 1 when the connector and all its tasks are RUNNING.
+    "paystream_statement_unresolved_differences": (
+        "Settlement statement differences without a done decision", ()),
+    "paystream_statement_oldest_unresolved_age_seconds": (
+        "Age of the oldest unresolved statement difference (0: none)", ()),
     "paystream_connector_running": ("Debezium connector running", ("connector",)),
     # Each check's verdict: 0 ok, 1 warn, 2 unhealthy.
     "paystream_health_check_verdict": ("Health check verdict (0 ok, 1 warn, 2 unhealthy)",
@@ -117,7 +121,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
                "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",
-               "chain_scan", "notifications", "connector")
+               "chain_scan", "notifications", "statements", "connector")
+# A statement difference unresolved longer than this is a warning (finance closes the
+# month on them: docs/statements.md); the alert waits as long.
+STATEMENT_DIFFERENCE_WARN_S = 86400.0
 # chain_deposits states: waiting for the finalized block (not credited); decided by the
 # watcher, its event waiting for the ledger (schema/migrations 0004, 0005).
 WAITING_STATES = ("pending", "suspect")
@@ -176,7 +183,8 @@ class HealthChecker:
         results: list[CheckResult] = []
         db_checks = wanted & {"database", "stuck_events", "oldest_unapplied",
                               "replication_slot", "consumer_stops", "dead_letters",
-                              "chain_deposits", "chain_scan", "notifications"}
+                              "chain_deposits", "chain_scan", "notifications",
+                              "statements"}
         if db_checks:
             results += self._database_checks(db_checks)
         if "consumer_lag" in wanted:
@@ -230,6 +238,8 @@ class HealthChecker:
                     out += self._scan_lag_checks(cur)
                 if "notifications" in wanted:
                     out.append(self._notification_check(cur))
+                if "statements" in wanted:
+                    out.append(self._statement_check(cur))
         except psycopg2.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             out = [CheckResult("database", "postgres", "reachable", f"error: {reason[:80]}",
@@ -410,6 +420,24 @@ class HealthChecker:
             (Sample("paystream_notify_overdue_deliveries", overdue),
              Sample("paystream_notify_oldest_overdue_delivery_age_seconds", overdue_s),
              Sample("paystream_notify_disabled_endpoints", disabled)))
+
+    def _statement_check(self, cur: Cursor) -> CheckResult:
+        """Statement differences (statements/reads.py UNRESOLVED: not matched, and no
+        `done` decision as the newest) and the oldest one's age."""
+        cur.execute(
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(k.matched_at)), 0)"
+            " FROM statement_matches k WHERE k.result <> 'matched'"
+            " AND (SELECT d.state FROM statement_decisions d WHERE d.match_id = k.match_id"
+            "      ORDER BY d.decision_id DESC LIMIT 1) IS DISTINCT FROM 'done'")
+        count, age_s = one_row(cur)
+        count, age_s = int(count), max(0.0, float(age_s))
+        return CheckResult(
+            "statements", "finance", "oldest unresolved statement difference",
+            f"{age_s / 3600:.1f} h ({count} unresolved)",
+            f"warn > {STATEMENT_DIFFERENCE_WARN_S / 3600:g} h",
+            Health.WARN if age_s > STATEMENT_DIFFERENCE_WARN_S else Health.OK,
+            (Sample("paystream_statement_unresolved_differences", count),
+             Sample("paystream_statement_oldest_unresolved_age_seconds", age_s)))
 
     # -- Kafka -----------------------------------------------------------------------
 

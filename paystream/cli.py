@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "paystream.chaos.cli",
     "paystream.finality.scanner.cli",
     "paystream.console.cli",
+    "paystream.statements.cli",
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
@@ -45,6 +46,7 @@ from paystream.stack.postgres import SuperuserSettings
 from paystream.stack.prometheus import PrometheusConfig
 from paystream.stack.settings import StackSettings
 from paystream.stack.targets import MetricsPortSettings
+from paystream.statements.settings import StatementSettings
 
 # The page's order: where the services are first, then the local stack, then each
 # component. Consecutive classes of one doc_section share its heading.
@@ -68,6 +70,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     RunSettings,
     ApiSettings,
     ConsoleSettings,
+    StatementSettings,
     LedgerSettings,
     FinalitySettings,
     ScannerSettings,
@@ -134,7 +137,7 @@ def _type(annotation: Any) -> str:
         item = get_args(annotation)[0]
         return {str: "list", float: "list of seconds", bytes: "list of secrets"}[item]
     return {int: "integer", float: "number", str: "text", bool: "`1` or `0`",
-            Path: "path"}[annotation]
+            Path: "path", Decimal: "decimal"}[annotation]
 
 
 def _bounds(field: FieldInfo) -> str:

@@ -183,7 +183,7 @@ def test_full_health_run_reports_every_check() -> None:
     code, rows = health_json()
     assert set(rows) == {"database", "stuck_events", "oldest_unapplied", "replication_slot",
                          "consumer_lag", "consumer_stops", "dead_letters", "chain_deposits",
-                         "chain_scan", "notifications", "connector"}
+                         "chain_scan", "notifications", "statements", "connector"}
     assert rows["database"][0]["verdict"] == "ok"
     slot = rows["replication_slot"][0]
     assert slot["value"].endswith("(active)"), slot

@@ -111,6 +111,9 @@ def _value(name: str) -> Any:
             "source_partition": 0, "source_offset": 0, "message_key": HOSTILE,
             "first_seen_at": at, "last_seen_at": at, "payload": HOSTILE,
             "headers_text": HOSTILE, "attempts_text": HOSTILE}
+    statement = SimpleNamespace(statement_id=1, provider=HOSTILE, file_name=HOSTILE,
+                                line_count=1, period_start=at, period_end=at, imported_at=at,
+                                imported_by=HOSTILE, unresolved=1)
     values: dict[str, Any] = {
         "found": SimpleNamespace(query=HOSTILE, empty=False, users=[HOSTILE],
                                  addresses=[(HOSTILE, HOSTILE, HOSTILE)], dead_letters=[1],
@@ -137,6 +140,16 @@ def _value(name: str) -> Any:
         "silences": [Silence(HOSTILE, "active", HOSTILE, HOSTILE, HOSTILE, HOSTILE,
                              HOSTILE)],
         "durations": (HOSTILE,),
+        # The statement pages: a provider's file, its lines and their results.
+        "statements": [statement], "statement": statement, "counts": {HOSTILE: 1},
+        "payouts": [SimpleNamespace(payout_id=HOSTILE, paid=Decimal(-1), settled=Decimal(1),
+                                    lines=1, sums=False)],
+        "lines": [SimpleNamespace(
+            line_no=2, line_id=HOSTILE, type=HOSTILE, amount=Decimal(-1), fee=Decimal(0),
+            currency=HOSTILE, event_id=HOSTILE, event_type=HOSTILE, event_amount=Decimal(1),
+            user_id=HOSTILE, result=HOSTILE, detail=HOSTILE, state="proposed",
+            action=HOSTILE, decision_id=1, key=1, match_id=1)],
+        "page": 1,
     }
     return values.get(name, HOSTILE)
 
