@@ -36,9 +36,12 @@ PROVIDER = "payments"
 # must not be able to occupy (and so block) the id of a real chain deposit.
 CHAIN_EVENT_ID = re.compile(r"[A-Z0-9_]+:0x[0-9a-f]{64}(:.*)?")
 # The ids of operator adjustments / reverts and of scheduled hold expiries
-# (ops/operator_events.py), and of the merchant API's withdrawal requests
-# (api/withdrawals.py): a gateway taking one could block that event.
-RESERVED_PREFIXES = ("op:", "sys:", "api:")
+# (ops/operator_events.py), of the merchant API's withdrawal requests
+# (api/withdrawals.py), and of the events a statement line with no reference resolves to
+# (statements/decisions.py, which alone may use its prefix): a gateway taking one could
+# block that event.
+STATEMENT_PREFIX = "stmt:"
+RESERVED_PREFIXES = ("op:", "sys:", "api:", STATEMENT_PREFIX)
 EVENT_TYPES = ", ".join(t.value for t in GATEWAY_EVENT_TYPES)
 # The types that may carry a fee: it is held with the request, charged at settlement.
 FEE_TYPES = (EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED)
@@ -48,20 +51,23 @@ CHAIN_ASSET = re.compile(r"[A-Z0-9_]+:.*")
 
 
 def parse_payment(obj: Any, default_asset: str,
-                  assets: Collection[str] | None = None) -> PaymentEvent:
+                  assets: Collection[str] | None = None, *,
+                  reserved: tuple[str, ...] = RESERVED_PREFIXES) -> PaymentEvent:
     """Validate a gateway body; raise PayloadError naming the first broken field.
 
     `assets` are the only assets the gateway may credit (PAYMENTS_ASSETS); by default
-    the default asset alone."""
+    the default asset alone. `reserved`: the event id prefixes refused (a statement's
+    resolution writes under its own)."""
     if not isinstance(obj, dict):
         raise PayloadError("the payload must be a JSON object")
     event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
     if CHAIN_EVENT_ID.fullmatch(event_id):
         raise PayloadError("event_id has the form of an on-chain event id, which is "
                            "reserved for chain providers")
-    if event_id.startswith(RESERVED_PREFIXES):
-        raise PayloadError(f"event_id may not start with {' or '.join(RESERVED_PREFIXES)}"
-                           " (reserved for the operator's, the scheduler's and the API's events)")
+    if event_id.startswith(reserved):
+        raise PayloadError(f"event_id may not start with {' or '.join(reserved)} (reserved"
+                           " for the operator's, the scheduler's, the API's and statements'"
+                           " events)")
     raw_type = _text(obj, "event_type", None)
     try:
         event_type = EventType(raw_type)

@@ -23,7 +23,12 @@ from decimal import Decimal
 from typing import Any
 
 from paystream.ingest.errors import IngestError
-from paystream.ingest.payments import PaymentWrite, parse_payment
+from paystream.ingest.payments import (
+    RESERVED_PREFIXES,
+    STATEMENT_PREFIX,
+    PaymentWrite,
+    parse_payment,
+)
 from paystream.ops.operator_events import OperatorEventError, adjust, derived_id, revert
 from paystream.schema.db import Cursor, one_row
 
@@ -165,7 +170,8 @@ def _record_event(cur: Cursor, diff: Difference, reason: str, actor: str,
         raise DecisionError("only a payment, refund or chargeback line becomes an event")
     extra = line.get("extra") or {}
     body: dict[str, Any] = {
-        "event_id": line["reference"] or derived_id("stmt", diff.provider, line["line_id"]),
+        "event_id": line["reference"] or derived_id(STATEMENT_PREFIX.rstrip(":"), diff.provider,
+                                                      line["line_id"]),
         "event_type": EVENT_TYPES[line["type"]],
         "user_id": user_id or extra.get("user_id") or _user_of(cur, reverses),
         "amount": _text(abs(Decimal(str(line["amount"])))), "asset": line["currency"]}
@@ -176,7 +182,8 @@ def _record_event(cur: Cursor, diff: Difference, reason: str, actor: str,
     if not body["user_id"]:
         raise DecisionError("whose money is it? give --user (the line has no user_id column)")
     try:
-        event = parse_payment(body, default_asset=line["currency"])
+        event = parse_payment(body, default_asset=line["currency"], reserved=tuple(
+            p for p in RESERVED_PREFIXES if p != STATEMENT_PREFIX))
         recorded = PaymentWrite(event, uuid.uuid4().hex).write(cur)
     except IngestError as exc:
         raise DecisionError(f"the ingest refuses the event: {exc.detail}") from None

@@ -40,6 +40,9 @@ def test_every_event_type_is_accepted(event_type: str) -> None:
     ({"amount": "0"}, "strictly positive"),
     ({"asset": "U S D"}, "asset has an invalid format"),
     ({"event_id": "ETH_MAINNET:0x" + "a" * 64 + ":log:1"}, "reserved for chain providers"),
+    ({"event_id": "op:adjust:x"}, "may not start with op:"),
+    # A statement line with no reference resolves to this id: a gateway may not take it.
+    ({"event_id": "stmt:payments:tx-1"}, "may not start with .* stmt:"),
 ])
 def test_invalid_bodies_are_refused_with_the_reason(change: dict, message: str) -> None:
     with pytest.raises(PayloadError, match=message):
