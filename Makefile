@@ -83,10 +83,14 @@ TEST_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test PAYSTREAM_PG_PORT=5434 \
 # get a stack of their own: three Kafka nodes, another state dir and other ports, so the
 # nodes they kill are never the test stack's. It is stopped afterwards, passed or not
 # (three brokers' memory is not left behind).
+# Its Postgres has a synchronous standby (pg_auto_failover: `stack up --standby`), so
+# tests/cluster/test_standby_failover.py fails it over on the stack the cluster's tests
+# already pay for; that test sorts last (the nodes' roles are swapped after it).
 TEST_CLUSTER_STACK := PAYSTREAM_STATE_DIR=$(CURDIR)/.stack-test-cluster \
 	PAYSTREAM_KAFKA_BROKERS=3 PAYSTREAM_PG_PORT=5435 PAYSTREAM_KAFKA_PORT=9192 \
 	PAYSTREAM_CONTROLLER_PORT=9193 PAYSTREAM_KAFKA_PORT_STEP=10 PAYSTREAM_CONNECT_PORT=8085 \
-	PAYSTREAM_ANVIL_PORT=8547
+	PAYSTREAM_ANVIL_PORT=8547 PAYSTREAM_STANDBY=1 PAYSTREAM_PG_STANDBY_PORT=5436 \
+	PAYSTREAM_PG_MONITOR_PORT=5437 PAYSTREAM_FAILOVER_METRICS_PORT=9418
 
 .PHONY: test-cluster browser
 # The console's browser tests (tests/integration/test_console_browser.py) drive Debian's

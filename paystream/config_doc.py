@@ -44,6 +44,7 @@ from paystream.stack.pgbouncer import PgBouncerConfig
 from paystream.stack.postgres import SuperuserSettings
 from paystream.stack.prometheus import PrometheusConfig
 from paystream.stack.settings import StackSettings
+from paystream.stack.standby import StandbySettings
 from paystream.stack.targets import MetricsPortSettings
 
 # The page's order: where the services are first, then the local stack, then each
@@ -64,6 +65,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     AlertmanagerConfig,
     PgBouncerConfig,
     BackupSettings,
+    StandbySettings,
     IngestSettings,
     RunSettings,
     ApiSettings,

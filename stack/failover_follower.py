@@ -8,7 +8,8 @@ not the node Debezium reads (cdc_node_file), a failover happened; in this order:
    position is older than anything we need), so every commit from now on is decoded;
 2. every event still `received` published again (schema/republish.py), after the slot,
    so whatever the old slot had not confirmed reaches Kafka;
-3. the connector re-pointed at the new primary (PUT its config, database.port);
+3. the connector re-pointed at the new primary: stopped, its offsets deleted (an LSN
+   of the old timeline), its config PUT with database.port, resumed;
 4. cdc_node_file updated: done (a follower killed before is repeated from 1).
 No failover logic beyond that: pg_auto_failover promotes, every process reconnects
 through its two-host DSN.
@@ -21,11 +22,13 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import psycopg2
 import structlog
 from prometheus_client import Counter, Gauge
 
 from paystream.connectors import registration
+from paystream.connectors.endpoint import rest_auth
 from paystream.schema import republish
 from paystream.schema.db import PostgresAddress, connect
 from paystream.stack import postgres, standby
@@ -85,10 +88,34 @@ def follow(s: StackSettings, port: int) -> int:
     finally:
         conn.close()
     REPUBLISHED.inc(count)
-    registration.register(s, overrides={"database.port": str(port)})
+    repoint_connector(s, port)
     s.cdc_node_file.write_text(f"{port}\n")
     FOLLOWED.inc()
     return count
+
+
+def repoint_connector(s: StackSettings, port: int, timeout: float = 60) -> None:
+    """Connect's offset management (KIP-875): stop the connector, forget its offsets
+    (an LSN of the old primary's timeline: Debezium refuses to start from it, "no longer
+    available on the server"), point it at `port`, resume. With no offsets it streams
+    from the new slot's start (snapshot.mode no_data); what came before is republished."""
+    base = f"{s.connect_url}/connectors/{s.connector_name}"
+    deadline = time.monotonic() + timeout
+    with httpx.Client(auth=rest_auth(), timeout=30) as client:
+        _expect(client.put(f"{base}/stop"), base)
+        # Offsets can be deleted only once the connector and its tasks are stopped.
+        while (resp := client.delete(f"{base}/offsets")).status_code != 200:
+            if time.monotonic() > deadline:
+                _expect(resp, base)
+            time.sleep(0.5)
+        registration.register(s, overrides={"database.port": str(port)})
+        _expect(client.put(f"{base}/resume"), base)
+
+
+def _expect(resp: httpx.Response, what: str) -> None:
+    if resp.status_code >= 300:
+        raise registration.RegistrationError(
+            f"{resp.request.method} {what}: {resp.status_code} {resp.text[:500]}")
 
 
 def observe(s: StackSettings, cfg: standby.StandbySettings) -> int | None:
@@ -120,7 +147,8 @@ def run(s: StackSettings, stop_event: threading.Event, interval: float = 1.0) ->
             log.warning("failover_detected", cdc_port=s.cdc_port, primary_port=primary)
             try:
                 count = follow(s, primary)
-            except (StackError, psycopg2.Error, registration.RegistrationError) as exc:
+            except (StackError, psycopg2.Error, registration.RegistrationError,
+                    httpx.HTTPError) as exc:
                 # The next tick tries again: every step is safe to repeat.
                 log.error("failover_follow_failed", primary_port=primary, error=str(exc))
             else:

@@ -125,6 +125,9 @@ def _standby_steps(s: StackSettings) -> bool:
     if not standby.registered(s, standby.nodes(s)[0]):
         _postgres_steps(s)
         standby.form(s, cfg, _step)
+        # pg1-path: node1's folder now (pg_data became a symlink to it).
+        _step("pgbackrest configuration", lambda: backup.ensure_config(
+            s, BackupSettings.from_env()))
     else:
         standby.form(s, cfg, _step)
         primary = standby.on_primary(s, cfg)

@@ -84,7 +84,10 @@ def home(s: StackSettings) -> Path:
 
 
 def nodes(s: StackSettings) -> tuple[PgNode, PgNode]:
-    return (PgNode("node1", s.pg_port, s.pg_data),
+    """node1's data is moved under pgaf/ at the hand-over (pg_data becomes a symlink to
+    it): a keeper that rebuilds its node renames a fresh pg_basebackup into place, which
+    the postgres user may do in pgaf/, not in the state dir (root's)."""
+    return (PgNode("node1", s.pg_port, home(s) / "node1"),
             PgNode("node2", s.pg_standby_port, home(s) / "node2"))
 
 
@@ -283,7 +286,7 @@ Step = Callable[[str, Callable[[], object]], object]
 
 def form(s: StackSettings, cfg: StandbySettings, run_step: Step) -> None:
     """The monitor and both keepers, created once and started; waits for a primary
-    with its synchronous standby. `run_step`: stack.up's step printer."""
+    with its synchronous standby. `run_step`: the step printer of `paystream stack up`."""
     n1, n2 = nodes(s)
     run_step(f"pg_auto_failover monitor :{cfg.monitor_port}", lambda: ensure_monitor(s, cfg))
     if not registered(s, n1):
@@ -311,6 +314,10 @@ def _hand_over(s: StackSettings) -> bool:
     """The cluster `stack up` started as today (roles, database, slot made) is stopped
     and prepared; its keeper starts it from now on."""
     postgres.stop(s)
+    node1 = nodes(s)[0].data
+    if not s.pg_data.is_symlink():
+        os.rename(s.pg_data, node1)
+        s.pg_data.symlink_to(node1)
     prepare_node1(s)
     return True
 
