@@ -1,4 +1,4 @@
-"""Failover under fire (issue 45, docs/operations.md#a-standby-and-failover): on the
+"""Failover under fire (docs/operations.md#a-standby-and-failover): on the
 cluster stack brought up with `--standby`, signed deposits and withdrawals go through a
 real ingest and ledger while the primary's postmaster that `paystream db status --json`
 names is SIGKILLed with its children and its data directory moved away.
