@@ -6,8 +6,9 @@ Every second it asks the pg_auto_failover monitor which node is writable. When t
 not the node Debezium reads (cdc_node_file), a failover happened; in this order:
 1. the slot on the new primary (an inactive one left there is dropped first: its
    position is older than anything we need), so every commit from now on is decoded;
-2. every event still `received` published again (schema/republish.py), after the slot,
-   so whatever the old slot had not confirmed reaches Kafka;
+2. every event still `received` published again (schema/republish.py), and the recent
+   notification intents the notifier has not recorded (notify/republish.py), after the
+   slot, so whatever the old slot had not confirmed reaches Kafka;
 3. the connector re-pointed at the new primary: stopped, its offsets deleted (an LSN
    of the old timeline), its config PUT with database.port, resumed;
 4. cdc_node_file updated: done (a follower killed before is repeated from 1).
@@ -29,6 +30,7 @@ from prometheus_client import Counter, Gauge
 
 from paystream.connectors import registration
 from paystream.connectors.endpoint import rest_auth
+from paystream.notify import republish as notify_republish
 from paystream.schema import republish
 from paystream.schema.db import PostgresAddress, connect
 from paystream.stack import postgres, standby
@@ -41,8 +43,9 @@ DROP_STALE_SLOT = (
     "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
     " WHERE slot_name = 'paystream_outbox' AND NOT active;\n")
 
-REPUBLISHED = Counter("paystream_cdc_republished_total", "events published again through "
-                      "the outbox after a failover (events still received)")
+REPUBLISHED = Counter("paystream_cdc_republished_total", "published again through the "
+                      "outbox after a failover: events still received (kind=event), "
+                      "notification intents not recorded (kind=intent)", ["kind"])
 FOLLOWED = Counter("paystream_failovers_followed_total", "failovers after which the "
                    "connector was re-pointed at the new primary")
 SYNC_STANDBY = Gauge("paystream_pg_sync_standby_up", "1 when the primary has a "
@@ -75,8 +78,9 @@ def stop(s: StackSettings) -> bool:
     return stop_pid(pid_file(s), timeout=30)
 
 
-def follow(s: StackSettings, port: int) -> int:
-    """Steps 1-4 of the docstring for the new primary on `port`; the events republished."""
+def follow(s: StackSettings, port: int) -> tuple[int, int]:
+    """Steps 1-4 of the docstring for the new primary on `port`; the events and the
+    intents republished."""
     on_new = s.model_copy(update={"pg_port": port})
     postgres.superuser_sql(on_new, DROP_STALE_SLOT + postgres.SLOT_SQL, database=s.pg_db)
     # That node itself (not the two-host DSN): the slot made in step 1 is there.
@@ -85,13 +89,15 @@ def follow(s: StackSettings, port: int) -> int:
     try:
         with conn, conn.cursor() as cur:
             count = republish.received_events(cur)
+            intents = notify_republish.missing_intents(cur)
     finally:
         conn.close()
-    REPUBLISHED.inc(count)
+    REPUBLISHED.labels("event").inc(count)
+    REPUBLISHED.labels("intent").inc(intents)
     repoint_connector(s, port)
     s.cdc_node_file.write_text(f"{port}\n")
     FOLLOWED.inc()
-    return count
+    return count, intents
 
 
 def repoint_connector(s: StackSettings, port: int, timeout: float = 60) -> None:
@@ -146,12 +152,13 @@ def run(s: StackSettings, stop_event: threading.Event, interval: float = 1.0) ->
         if primary is not None and primary != s.cdc_port:
             log.warning("failover_detected", cdc_port=s.cdc_port, primary_port=primary)
             try:
-                count = follow(s, primary)
+                events, intents = follow(s, primary)
             except (StackError, psycopg2.Error, registration.RegistrationError,
                     httpx.HTTPError) as exc:
                 # The next tick tries again: every step is safe to repeat.
                 log.error("failover_follow_failed", primary_port=primary, error=str(exc))
             else:
-                log.warning("failover_followed", primary_port=primary, republished=count,
+                log.warning("failover_followed", primary_port=primary,
+                            republished_events=events, republished_intents=intents,
                             took_s=round(time.monotonic() - started, 3))
         stop_event.wait(interval)

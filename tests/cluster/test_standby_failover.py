@@ -8,7 +8,8 @@ slot there, publishes the `received` events again and re-points Debezium. Measur
 asserted: the pipeline applies an event accepted after the kill within 30 s of the kill;
 the ingest answered only 2xx or a retryable 503 (the sender retries as a provider does);
 every accepted event applied exactly once; every balance equals the oracle computed from
-the accepted events; `paystream reconcile` clean; the old node rejoins as the standby.
+the accepted events; every event's notification intent recorded by the notifier;
+`paystream reconcile` clean; the old node rejoins as the standby.
 
 Runs last in tests/cluster (its file name sorts last): the nodes' roles are swapped
 afterwards, which the other tests do not care about but a reader of the logs should know.
@@ -33,6 +34,7 @@ import httpx
 import pytest
 
 from paystream.launch import paystream_argv
+from paystream.notify import intents
 from paystream.schema.db import connect, database_url
 from paystream.stack import standby
 from paystream.stack.process import pid_alive
@@ -167,8 +169,10 @@ def test_primary_killed_under_traffic_fails_over_and_loses_nothing(standby_stack
     s = standby_stack
     users = [unique("fo-user") for _ in range(USERS)]
     create_users(users)
-    ledger = subprocess.Popen(paystream_argv("consume", "ledger", "--metrics-port", "0"),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ledger, notifier = (subprocess.Popen(paystream_argv("consume", group, "--metrics-port",
+                                                        "0"), stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+                        for group in ("ledger", "notifier"))
     moved: Path | None = None
     try:
         with ingest_server() as server:
@@ -202,8 +206,9 @@ def test_primary_killed_under_traffic_fails_over_and_loses_nothing(standby_stack
         assert new_primary["name"] != primary["name"]
         _wait_rejoined(s)
     finally:
-        ledger.terminate()
-        ledger.wait(timeout=30)
+        for process in (ledger, notifier):
+            process.terminate()
+            process.wait(timeout=30)
         if moved is not None:
             shutil.rmtree(moved, ignore_errors=True)
 
@@ -255,9 +260,29 @@ def _check_books(traffic: Traffic) -> None:
     for x in sent:
         oracle[x.user] += x.amount if x.event_type == "deposit" else -x.amount
     assert {u: Decimal(b) for u, b in balances.items()} == oracle
+    # The intents of the events the ledger applied, whichever side of the failover:
+    # each recorded by the notifier (once: the intent id is its key).
+    wanted = {intents.intent_id(x.event_id, _INTENT_OF[x.event_type]) for x in sent}
+    wait_for("every intent recorded by the notifier",
+             lambda: not wanted - _recorded_intents(list(wanted)), timeout=120, interval=1)
     done = subprocess.run(paystream_argv("reconcile"), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+_INTENT_OF = {"deposit": intents.IntentType.DEPOSIT_CREDITED,
+              "withdrawal": intents.IntentType.WITHDRAWAL_APPLIED}
+
+
+def _recorded_intents(intent_ids: list[str]) -> set[str]:
+    conn = connect(database_url("ops"))
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT intent_id FROM notification_intents"
+                        " WHERE intent_id = ANY(%s)", (intent_ids,))
+            return {row[0] for row in cur.fetchall()}
+    finally:
+        conn.close()
 
 
 def _wait_rejoined(s: StackSettings) -> None:
