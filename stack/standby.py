@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,9 +226,16 @@ def ensure_keeper(s: StackSettings, cfg: StandbySettings, node: PgNode) -> str |
     """Register the node with the monitor once (node2: pg_basebackup from the primary),
     start its keeper; True if started now."""
     created = False
+    if registered(s, node) and not (node.data / "PG_VERSION").exists():
+        _forget(s, cfg, node)
     if not registered(s, node):
         # pg_autoctl stages pg_basebackup in <pgdata>/../backup/.
         _own(node.data.parent / "backup")
+        primary = primary_port(s, cfg)
+        if primary is not None:
+            # pg_basebackup asks for a spread checkpoint: with a gigabyte of dirty
+            # buffers it took 4 minutes; after an immediate one it has nothing to do.
+            postgres.superuser_sql(s.model_copy(update={"pg_port": primary}), "CHECKPOINT")
         ports.ensure_free(COMPONENT, node.port, "PAYSTREAM_PG_STANDBY_PORT")
         _autoctl(s, "create", "postgres", "--pgdata", str(node.data), "--pgport",
                  str(node.port), "--pghost", "/tmp", "--listen", "127.0.0.1", "--hostname",
@@ -239,6 +247,22 @@ def ensure_keeper(s: StackSettings, cfg: StandbySettings, node: PgNode) -> str |
         created = True
     started = _start_run(s, node.name, node.data)
     return "created" if created else started
+
+
+def _forget(s: StackSettings, cfg: StandbySettings, node: PgNode) -> None:
+    """A registered node whose data folder is gone (a lost disk): its keeper cannot
+    rebuild a standby in every state, so it is stopped, dropped from the monitor and
+    its pg_autoctl files removed; ensure_keeper then creates it again from the primary.
+    Never the writable node: the monitor would have nothing to promote."""
+    if primary_port(s, cfg) == node.port:
+        raise StackError(COMPONENT, f"{node.name} is the primary and its data folder "
+                         f"{node.data} is missing")
+    stop_pids([pid_file(s, node.name)], timeout=30)
+    _autoctl(s, "drop", "node", "--monitor", monitor_uri(cfg), "--name", node.name,
+             "--force", "--wait", "30")
+    for kind in ("config", "share"):
+        shutil.rmtree(home(s) / kind / "pg_autoctl" / str(node.data).lstrip("/"),
+                      ignore_errors=True)
 
 
 @dataclass(frozen=True)

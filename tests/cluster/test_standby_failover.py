@@ -18,6 +18,7 @@ afterwards, which the other tests do not care about but a reader of the logs sho
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -33,12 +34,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from paystream.env import read_one
 from paystream.launch import paystream_argv
 from paystream.notify import intents
 from paystream.schema.db import connect, database_url
 from paystream.stack import standby
-from paystream.stack.process import pid_alive
+from paystream.stack.process import pid_alive, read_pid
 from paystream.stack.settings import StackSettings
+from paystream.stack.targets import MetricsPortSettings
 from tests.support.ids import unique
 from tests.support.ingest import create_users, ingest_server, payment_body, payment_headers
 from tests.support.waiting import wait_for
@@ -125,6 +128,19 @@ def _kill_postmaster(pid: int) -> None:
         with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
             os.kill(victim, signal.SIGKILL)
     wait_for("the postmaster gone", lambda: not pid_alive(pid), timeout=10, interval=0.05)
+
+
+def _kill_tree(root: int | None) -> None:
+    """SIGKILL a process and every descendant."""
+    assert root is not None, "the keeper is not running"
+    tree, grown = {root}, True
+    while grown:
+        more = {int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) in tree}
+        grown = not more <= tree
+        tree |= more
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _ppid(pid: int) -> int:
@@ -293,3 +309,88 @@ def _wait_rejoined(s: StackSettings) -> None:
     wait_for("the old node back as the synchronous standby",
              lambda: standby.settled(s, cfg), timeout=180, interval=1)
     print(f"old node rejoined as the standby in {time.monotonic() - started:.1f} s")
+
+
+def test_standby_killed_writes_go_on_and_it_comes_back(standby_stack):
+    """The synchronous standby's postmaster SIGKILLed: pg_auto_failover drops the
+    primary to asynchronous (wait_primary), so commits go on, on one disk, after a
+    stall that is measured; the follower's gauge says no synchronous standby
+    (PaystreamSyncStandbyMissing); the keeper restarts it and it catches up."""
+    s = standby_stack
+    users = [unique("sb-user") for _ in range(4)]
+    create_users(users)
+    with ingest_server() as server:
+        traffic = Traffic(server.url, users)
+        thread = threading.Thread(target=_deposits_only, args=(traffic,))
+        thread.start()
+        try:
+            time.sleep(3)
+            victim = _node_in_role("standby")
+            name = str(victim["name"])
+            killed_at = time.monotonic()
+            # The host gone: its keeper with it (a keeper alone restarts its Postgres
+            # in a second, before the monitor sees anything).
+            _kill_tree(read_pid(standby.pid_file(s, name)))
+            _kill_postmaster(int(victim["pid"]))  # type: ignore[call-overload]
+            wait_for("no synchronous standby on the follower's gauge",
+                     lambda: _gauge("paystream_pg_sync_standby_up") == 0, timeout=60,
+                     interval=0.5)
+            wait_for("writes accepted again", lambda: _accepted_after(traffic, killed_at),
+                     timeout=60, interval=0.2)
+            time.sleep(3)
+            # It returns: its keeper started as `stack up` does.
+            standby.ensure_keeper(s, standby.StandbySettings.from_env(),
+                                  dict((n.name, n) for n in standby.nodes(s))[name])
+        finally:
+            traffic.stop.set()
+            thread.join(timeout=RETRY_BUDGET_S + 30)
+    stall = _longest_stall(traffic, killed_at)
+    print(f"standby {victim['name']} killed: the longest wait between two accepted "
+          f"commits after it was {stall:.1f} s; {len(traffic.sent)} events sent")
+    assert [x.event_id for x in traffic.sent if x.accepted_at is None] == []
+    accepted = [x.event_id for x in traffic.sent]
+    assert len(_statuses(accepted)) == len(accepted)  # every accepted event stored
+    assert stall < RECOVERY_LIMIT_S
+    _wait_rejoined(s)
+    wait_for("the follower's gauge back to 1",
+             lambda: _gauge("paystream_pg_sync_standby_up") == 1, timeout=10, interval=0.5)
+
+
+def _deposits_only(traffic: Traffic) -> None:
+    with httpx.Client() as client:
+        while not traffic.stop.is_set():
+            traffic.send("deposit", random.choice(traffic.users), Decimal(1), client)
+            time.sleep(1 / RATE_PER_SENDER)
+
+
+def _node_in_role(role: str) -> dict[str, object]:
+    nodes = _db_status()["nodes"]
+    assert isinstance(nodes, list)
+    found: list[dict[str, object]] = [n for n in nodes if n["role"] == role]
+    assert len(found) == 1, nodes
+    return found[0]
+
+
+def _gauge(name: str) -> float | None:
+    port = read_one(MetricsPortSettings, "failover")
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def _accepted_after(traffic: Traffic, moment: float) -> bool:
+    with traffic.lock:
+        return any(x.accepted_at is not None and x.accepted_at > moment for x in traffic.sent)
+
+
+def _longest_stall(traffic: Traffic, since: float) -> float:
+    """The longest time without an accepted event, from `since` to the last one."""
+    times = sorted([since, *(x.accepted_at for x in traffic.sent
+                             if x.accepted_at is not None and x.accepted_at > since)])
+    return max(b - a for a, b in itertools.pairwise(times)) if len(times) > 1 \
+        else float("inf")
