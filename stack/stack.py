@@ -319,6 +319,10 @@ LOGS: dict[str, Callable[[StackSettings], list[Path]]] = {
     "prometheus": lambda s: [prometheus.log_file(s)],
     "alertmanager": lambda s: [alertmanager.log_file(s)],
     "pgbouncer": lambda s: [pgbouncer.log_file(s)],
+    # With a standby: the monitor's, each keeper's (their Postgres logs there too) and
+    # the failover follower's.
+    "standby": lambda s: [*(standby.log_file(s, n) for n in ("monitor", "node1", "node2")),
+                          follower.log_file(s)],
 }
 
 

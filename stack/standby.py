@@ -232,10 +232,13 @@ def ensure_keeper(s: StackSettings, cfg: StandbySettings, node: PgNode) -> str |
         # pg_autoctl stages pg_basebackup in <pgdata>/../backup/.
         _own(node.data.parent / "backup")
         primary = primary_port(s, cfg)
-        if primary is not None:
-            # pg_basebackup asks for a spread checkpoint: with a gigabyte of dirty
-            # buffers it took 4 minutes; after an immediate one it has nothing to do.
-            postgres.superuser_sql(s.model_copy(update={"pg_port": primary}), "CHECKPOINT")
+        # pg_basebackup asks for a spread checkpoint: with a gigabyte of dirty buffers
+        # it took 4 minutes; after an immediate one it has nothing to do. Best effort:
+        # a primary its keeper is just restarting has nothing dirty anyway.
+        with contextlib.suppress(StackError):
+            if primary is not None:
+                postgres.superuser_sql(s.model_copy(update={"pg_port": primary}),
+                                       "CHECKPOINT")
         ports.ensure_free(COMPONENT, node.port, "PAYSTREAM_PG_STANDBY_PORT")
         _autoctl(s, "create", "postgres", "--pgdata", str(node.data), "--pgport",
                  str(node.port), "--pghost", "/tmp", "--listen", "127.0.0.1", "--hostname",
