@@ -16,6 +16,7 @@ from pathlib import Path
 
 from paystream import kafka_security
 from paystream.backups import BackupSettings
+from paystream.connectors.endpoint import rest_client
 from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
@@ -58,6 +59,12 @@ def _step(name: str, action: Callable[[], object]) -> object:
 
 def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = False) -> int:
     print(f"paystream stack up (state: {s.state_dir})")
+    if not s.standby and standby.registered(s, standby.nodes(s)[0]):
+        # Remembered, as the broker count is: a keeper's node must never be started by
+        # pg_ctl beside it (after a failover it may be the standby).
+        print("  (this stack has a standby: PAYSTREAM_STANDBY=1 from now on)")
+        os.environ["PAYSTREAM_STANDBY"] = "1"
+        s = s.model_copy(update={"standby": True})
     started = time.monotonic()
     try:
         prom = prometheus.PrometheusConfig.from_env()
@@ -159,7 +166,17 @@ def _configure(s: StackSettings) -> None:
     _step(f"topics ({s.partitions} partitions)",
           lambda: ", ".join(kafka.ensure_topics(s)) or False)
     _step(f"connector {s.connector_name}", _always(lambda: connect.register(s)))
+    if s.standby:
+        # Postgres handed to its keeper under a running connector (a one-node stack made
+        # a standby one) cut its replication connection: its task may have FAILED.
+        _step("connector task restart if FAILED", lambda: _restart_failed_task(s))
     _step("connector and task RUNNING", _always(lambda: connect.wait_running(s)))
+
+
+def _restart_failed_task(s: StackSettings) -> bool:
+    from paystream.connectors import task_restarter
+    with rest_client() as client:
+        return task_restarter.check_once(s, client).restarted
 
 
 def _always(action: Callable[[], None]) -> Callable[[], bool]:
