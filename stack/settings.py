@@ -69,7 +69,10 @@ class StackSettings(EnvSettings):
         return super().from_env(env, {
             "state_dir": credentials.state_dir(),
             "pg_host": pg.host, "pg_port": pg.port, "pg_db": pg.db,
-            "standby": dbs.standby, "pg_standby_port": dbs.pg_standby_port,
+            # Remembered, as the broker count is: a stack whose node1 was handed to
+            # pg_auto_failover (stack/standby.py) keeps its standby without the variable.
+            "standby": dbs.standby or (credentials.state_dir() / "pgaf" / "config").exists(),
+            "pg_standby_port": dbs.pg_standby_port,
             "kafka_nodes": nodes, "kafka_bootstrap": kafka.bootstrap_servers(len(nodes)),
             "partitions": kafka.partitions,
             "connect_port": connect.port, "connector_name": connect.connector_name,

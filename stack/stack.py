@@ -59,12 +59,10 @@ def _step(name: str, action: Callable[[], object]) -> object:
 
 def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = False) -> int:
     print(f"paystream stack up (state: {s.state_dir})")
-    if not s.standby and standby.registered(s, standby.nodes(s)[0]):
-        # Remembered, as the broker count is: a keeper's node must never be started by
-        # pg_ctl beside it (after a failover it may be the standby).
-        print("  (this stack has a standby: PAYSTREAM_STANDBY=1 from now on)")
+    if s.standby:
+        # What this process starts (the follower, Connect's checks) reads it too; a
+        # stack that has a standby keeps it (StackSettings.from_env).
         os.environ["PAYSTREAM_STANDBY"] = "1"
-        s = s.model_copy(update={"standby": True})
     started = time.monotonic()
     try:
         prom = prometheus.PrometheusConfig.from_env()

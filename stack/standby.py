@@ -322,10 +322,26 @@ def form(s: StackSettings, cfg: StandbySettings, run_step: Step) -> None:
     wait_until(COMPONENT, "a writable node", lambda: primary_port(s, cfg) is not None,
                timeout=120, log=log_file(s, n1.name))
     run_step(f"keeper {n2.name} :{n2.port}", lambda: ensure_keeper(s, cfg, n2))
+    # The monitor's states are its last reports: after `stack down` + `up` they name a
+    # primary its keeper has not started yet. Wait for the server itself.
+    wait_until(COMPONENT, "the primary taking writes", lambda: _primary_serving(s, cfg),
+               timeout=120, log=log_file(s, n1.name), interval=0.5)
     run_step("synchronous standby streaming", lambda: _wait_settled(s, cfg))
     primary = primary_port(s, cfg)
     if not s.cdc_node_file.exists() and primary is not None:
         s.cdc_node_file.write_text(f"{primary}\n")
+
+
+def _primary_serving(s: StackSettings, cfg: StandbySettings) -> bool:
+    port = primary_port(s, cfg)
+    if port is None:
+        return False
+    try:
+        out = postgres.superuser_sql(s.model_copy(update={"pg_port": port}),
+                                     "SELECT NOT pg_is_in_recovery()")
+    except StackError:
+        return False
+    return out.strip() == "t"
 
 
 def _wait_settled(s: StackSettings, cfg: StandbySettings) -> bool:
@@ -359,7 +375,21 @@ def stop(s: StackSettings) -> bool:
         # On failure stop_pids below signals its wrapper.
         with contextlib.suppress(StackError):
             _autoctl(s, "stop", "--pgdata", str(datas[name]), timeout=30)
-    return stop_pids([pid_file(s, n) for n in running], timeout=60) or bool(running)
+    stopped = stop_pids([pid_file(s, n) for n in running], timeout=60) or bool(running)
+    # The wrappers end before the servers they stop (a fast shutdown's checkpoint): wait,
+    # so a `stack up` right after finds the ports free.
+    wait_until(COMPONENT, "its Postgres servers stopped",
+               lambda: not any(_postmaster_alive(d) for d in datas.values()), timeout=90,
+               interval=0.2)
+    return stopped
+
+
+def _postmaster_alive(data: Path) -> bool:
+    try:
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return pid_alive(pid)
 
 
 def on_primary(s: StackSettings, cfg: StandbySettings) -> StackSettings:
