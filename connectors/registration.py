@@ -8,6 +8,7 @@ The configuration reads the database address from the Connect worker's environme
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -26,10 +27,13 @@ def connector_config() -> dict[str, str]:
     return config
 
 
-def register(endpoint: ConnectorEndpoint, *, timeout: float = 60.0) -> None:
-    """PUT the connector config: creates it, or updates it in place (idempotent)."""
+def register(endpoint: ConnectorEndpoint, *, timeout: float = 60.0,
+             overrides: Mapping[str, str] | None = None) -> None:
+    """PUT the connector config: creates it, or updates it in place (idempotent).
+    `overrides`: settings over the file's (the failover follower's database.port)."""
     resp = httpx.put(f"{endpoint.connect_url}/connectors/{endpoint.connector_name}/config",
-                     json=connector_config(), timeout=timeout, auth=rest_auth())
+                     json={**connector_config(), **(overrides or {})}, timeout=timeout,
+                     auth=rest_auth())
     if resp.status_code not in (200, 201):
         raise RegistrationError(f"registering {endpoint.connector_name} failed: "
                                 f"{resp.status_code} {resp.text[:2000]}")

@@ -5,6 +5,7 @@ caused it and delivered as Standard-Webhooks-signed POSTs (docs/notifications.md
                   the operator write intents through it, in their own transactions)
   ledger_consequence.py  the intents of a ledger batch, the last consequence the
                   ledger runs in its transaction (paystream/consume.py wires it)
+  republish.py    after a failover: intents the notifier has not recorded, again
   slots.py        the one writer of intents and their delivery slots (the notifier
                   group, consumers/notifier.py, and the reminders record through it)
   delivery.py     the sender: claims due slots with a lease, signs, POSTs, records

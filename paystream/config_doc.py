@@ -45,6 +45,7 @@ from paystream.stack.pgbouncer import PgBouncerConfig
 from paystream.stack.postgres import SuperuserSettings
 from paystream.stack.prometheus import PrometheusConfig
 from paystream.stack.settings import StackSettings
+from paystream.stack.standby import StandbySettings
 from paystream.stack.targets import MetricsPortSettings
 from paystream.statements.settings import StatementSettings
 
@@ -66,6 +67,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     AlertmanagerConfig,
     PgBouncerConfig,
     BackupSettings,
+    StandbySettings,
     IngestSettings,
     RunSettings,
     ApiSettings,

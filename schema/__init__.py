@@ -7,6 +7,7 @@ each), the payment event, money, and the outbox. Nothing here runs on its own.
   events.py           the payment event: the ingest writes it, the consumers read it
   amounts.py          money parsing and formatting: Decimal, never float
   outbox.py           the transactional outbox write: how events enter the pipeline
+  republish.py        after a failover: the received events through the outbox again
   stored_events.py    the stored event a topic record is checked against
   status.py           the event status transitions
   idempotency.py      the ledger's idempotency key

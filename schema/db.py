@@ -135,6 +135,13 @@ class DatabaseSettings(EnvSettings):
         "owner (migrations) and Debezium always reach Postgres"))
     pgbouncer_port: int = Field(6432, alias="PAYSTREAM_PGBOUNCER_PORT", ge=1, description=(
         "the stack's PgBouncer port, on 127.0.0.1; the test stack uses 6434"))
+    standby: OptIn = Field(False, alias="PAYSTREAM_STANDBY", description=(
+        "`1`: Postgres runs as two nodes under pg_auto_failover, a synchronous hot standby "
+        "on `PAYSTREAM_PG_STANDBY_PORT` (as `paystream stack up --standby` does); every "
+        "process connects with a two-host DSN, `target_session_attrs=read-write`, so it "
+        "reaches whichever node is the primary, and bypasses PgBouncer"))
+    pg_standby_port: int = Field(5438, alias="PAYSTREAM_PG_STANDBY_PORT", ge=1, description=(
+        "the second Postgres node's port with `PAYSTREAM_STANDBY=1` (loopback)"))
 
 
 class DatabaseRoleSettings(EnvSettings):
@@ -222,28 +229,39 @@ class PostgresAddress:
     host: str
     port: int
     db: str
+    # The standby node's port (PAYSTREAM_STANDBY=1): the DSN then names both nodes.
+    standby_port: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
         """Where paystream processes connect: the stack's PgBouncer when
-        PAYSTREAM_DB_VIA_PGBOUNCER=1 (stack/pgbouncer.py), else Postgres itself."""
+        PAYSTREAM_DB_VIA_PGBOUNCER=1 (stack/pgbouncer.py), else Postgres itself. With a
+        standby, always both nodes: Debian's PgBouncer 1.18 cannot pick the writable
+        one (docs/operations.md#a-standby-and-failover)."""
         settings = DatabaseSettings.from_env(env)
-        if settings.via_pgbouncer:
+        if settings.via_pgbouncer and not settings.standby:
             return cls(host="127.0.0.1", port=settings.pgbouncer_port, db=settings.pg_db)
-        return cls(host=settings.pg_host, port=settings.pg_port, db=settings.pg_db)
+        return cls.direct_from_env(env)
 
     @classmethod
     def direct_from_env(cls, env: Mapping[str, str] | None = None) -> PostgresAddress:
         """Postgres itself, never a pooler: the stack, the migrations (a session
         advisory lock) and Debezium (a replication connection) need the server."""
         settings = DatabaseSettings.from_env(env)
-        return cls(host=settings.pg_host, port=settings.pg_port, db=settings.pg_db)
+        return cls(host=settings.pg_host, port=settings.pg_port, db=settings.pg_db,
+                   standby_port=settings.pg_standby_port if settings.standby else None)
 
     def dsn(self, role: DbRole, passfile: Path | None = None) -> str:
-        """`role`'s DSN, its password in the passfile (never in the DSN)."""
-        where = passfile or pgpass_path()
-        return (f"postgresql://{ROLE_NAMES[role]}@{self.host}:{self.port}/{self.db}"
-                f"?passfile={quote(str(where), safe='/')}")
+        """`role`'s DSN, its password in the passfile (never in the DSN). With a standby,
+        libpq's multi-host form: it tries each node and keeps the one that accepts
+        writes, so a process that reconnects after a failover finds the new primary."""
+        where = quote(str(passfile or pgpass_path()), safe="/")
+        if self.standby_port is None:
+            return (f"postgresql://{ROLE_NAMES[role]}@{self.host}:{self.port}/{self.db}"
+                    f"?passfile={where}")
+        return (f"postgresql://{ROLE_NAMES[role]}@{self.host}:{self.port},{self.host}:"
+                f"{self.standby_port}/{self.db}?passfile={where}"
+                "&target_session_attrs=read-write")
 
 
 def database_url(role: DbRole, env: Mapping[str, str] | None = None, *,

@@ -9,6 +9,8 @@ PostgreSQL, PgBouncer, Prometheus, Alertmanager and kcat from Debian's packages,
   process.py      starting, watching and stopping long-running processes
   ports.py        who holds a port `stack up` needs
   postgres.py     the PostgreSQL cluster; huge_pages.py its shared memory
+  standby.py      `stack up --standby`: pg_auto_failover's monitor and keepers
+  failover_follower.py  after a failover: the slot, the republish, the connector
   backup.py       pgBackRest: WAL archiving, the stanza, backups, the repository's WAL
   db_cli.py       `paystream db ...`; db_status.py its nodes, archiving, newest backup
   scratch.py      a scratch cluster restored from the repository (never the live one)

@@ -85,7 +85,9 @@ def config_text(s: StackSettings, settings: BackupSettings, cipher_pass: str) ->
         "log-level-file=info",
         "",
         f"[{STANZA}]",
-        f"pg1-path={s.pg_data}",
+        # With a standby pg_data is a symlink to node1's folder (stack/standby.py):
+        # pgBackRest wants the server's data_directory itself.
+        f"pg1-path={s.pg_data.resolve() if s.pg_data.is_symlink() else s.pg_data}",
         f"pg1-port={s.pg_port}",
         "pg1-socket-path=/tmp",
         f"pg1-user={OS_USER}",

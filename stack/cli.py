@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="Kafka nodes: 1, or 3 for a replicated cluster (replication "
                          "factor 3, min ISR 2), as PAYSTREAM_KAFKA_BROKERS does; fixed when "
                          "the storage is first formatted, remembered after")
+    up.add_argument("--standby", action="store_true",
+                    help="Postgres as two nodes with a synchronous hot standby and "
+                         "failover by pg_auto_failover (as PAYSTREAM_STANDBY=1 does); "
+                         "processes need PAYSTREAM_STANDBY=1 too")
     up.set_defaults(func=_up)
     ssub.add_parser("down", help="stop every component; data is kept") \
         .set_defaults(func=_down)
@@ -42,7 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logs = ssub.add_parser("logs", help="show the tail of the components' logs")
     logs.add_argument("component", nargs="?", choices=["postgres", "kafka", "connect", "anvil",
                                                         "prometheus", "alertmanager",
-                                                        "pgbouncer"])
+                                                        "pgbouncer", "standby"])
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=_logs)
@@ -52,7 +56,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # confluent-kafka loaded.
 
 def _up(args: argparse.Namespace) -> int:
+    import os
+
     from paystream.stack import stack
+    if args.standby:
+        # Read by every settings class of this process and of what it starts.
+        os.environ["PAYSTREAM_STANDBY"] = "1"
     # The count reaches every step through the settings; the processes the stack starts
     # are given the bootstrap servers of all its nodes, and later commands find the count
     # recorded next to the formatted storage.

@@ -66,6 +66,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="restore nothing: compare the running scratch cluster a "
                          "`verify-restore --keep` left in DIR again")
     vr.set_defaults(func=_verify_restore)
+    ff = dsub.add_parser("follow-failover", help="with a standby (run by `stack up "
+                         "--standby`): after a failover, the slot on the new primary, "
+                         "received events published again, the connector re-pointed; "
+                         "until SIGTERM")
+    ff.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
+    ff.set_defaults(func=_follow_failover)
 
 
 def _free_port() -> int:
@@ -252,3 +258,22 @@ def _render(outcome: object) -> str:
     lines.append("verify-restore: " + ("ok, every balance equal" if outcome.ok else
                                        "FAILED"))
     return "\n".join(lines)
+
+
+def _follow_failover(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from prometheus_client import start_http_server
+
+    from paystream.logs import configure_logging
+    from paystream.stack import failover_follower
+    from paystream.stack.targets import port_of
+
+    configure_logging("failover-follower")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    start_http_server(port_of("failover"), addr="127.0.0.1")
+    failover_follower.run(StackSettings.from_env(), stop, args.interval)
+    return EXIT_OK

@@ -191,9 +191,15 @@ def pid(s: StackSettings) -> int | None:
 
 
 def start(s: StackSettings) -> bool:
-    """Start the cluster if it is not running; return True if it was started now."""
+    """Start the cluster if it is not running; return True if it was started now. With
+    a standby, node1's keeper runs it (stack/standby.py): a second starter would race
+    it, so this waits for the keeper's restart instead."""
     if is_running(s):
         return False
+    if s.standby and _keeper_runs(s):
+        wait_until(COMPONENT, "restarted by its pg_auto_failover keeper",
+                   lambda: is_running(s), timeout=60, log=log_file(s))
+        return True
     log = log_file(s)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.touch()
@@ -216,6 +222,15 @@ def start(s: StackSettings) -> bool:
     wait_until(COMPONENT, "accepting connections", lambda: _superuser_ping(s),
                timeout=30, log=log)
     return True
+
+
+def _keeper_runs(s: StackSettings) -> bool:
+    """node1's `pg_autoctl run` is alive (its pid file: stack/standby.py pid_file)."""
+    try:
+        keeper = int((s.run_dir / "pgaf-node1.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return pid_alive(keeper)
 
 
 def ensure_archiving(s: StackSettings) -> str | bool:

@@ -40,6 +40,9 @@ class StackSettings(EnvSettings):
     pg_host: str
     pg_port: int
     pg_db: str
+    # PAYSTREAM_STANDBY / PAYSTREAM_PG_STANDBY_PORT (DatabaseSettings): a second node.
+    standby: bool = False
+    pg_standby_port: int = 5438
     kafka_nodes: tuple[KafkaNode, ...]
     kafka_bootstrap: str
     partitions: int
@@ -59,12 +62,17 @@ class StackSettings(EnvSettings):
                  brokers: int | None = None) -> Self:
         """`brokers`: `stack up --brokers`, over PAYSTREAM_KAFKA_BROKERS."""
         pg = db.PostgresAddress.direct_from_env(env)
+        dbs = db.DatabaseSettings.from_env(env)
         kafka = KafkaSettings.from_env(env, {"brokers": brokers} if brokers else None)
         nodes = kafka.nodes()
         connect = ConnectSettings.from_env(env)
         return super().from_env(env, {
             "state_dir": credentials.state_dir(),
             "pg_host": pg.host, "pg_port": pg.port, "pg_db": pg.db,
+            # Remembered, as the broker count is: a stack whose node1 was handed to
+            # pg_auto_failover (stack/standby.py) keeps its standby without the variable.
+            "standby": dbs.standby or (credentials.state_dir() / "pgaf" / "config").exists(),
+            "pg_standby_port": dbs.pg_standby_port,
             "kafka_nodes": nodes, "kafka_bootstrap": kafka.bootstrap_servers(len(nodes)),
             "partitions": kafka.partitions,
             "connect_port": connect.port, "connector_name": connect.connector_name,
@@ -113,8 +121,23 @@ class StackSettings(EnvSettings):
 
     def role_url(self, role: db.DbRole) -> str:
         """`role`'s DSN on this stack's Postgres (or its explicit variable)."""
-        return db.database_url(role, address=db.PostgresAddress(self.pg_host, self.pg_port,
-                                                                 self.pg_db))
+        return db.database_url(role, address=db.PostgresAddress(
+            self.pg_host, self.pg_port, self.pg_db,
+            self.pg_standby_port if self.standby else None))
+
+    @property
+    def cdc_node_file(self) -> Path:
+        """With a standby: the port of the node Debezium reads (its slot's), written by
+        `stack up` and by the failover follower when it re-points the connector."""
+        return self.run_dir / "cdc-node-port"
+
+    @property
+    def cdc_port(self) -> int:
+        """The port Debezium connects to: the node named in cdc_node_file, else pg_port."""
+        try:
+            return int(self.cdc_node_file.read_text().strip()) if self.standby else self.pg_port
+        except (FileNotFoundError, ValueError):
+            return self.pg_port
 
     def service_env(self) -> dict[str, str]:
         """Variables that point paystream processes at this stack. No DSN and no
@@ -126,6 +149,8 @@ class StackSettings(EnvSettings):
             "PAYSTREAM_PG_HOST": self.pg_host,
             "PAYSTREAM_PG_PORT": str(self.pg_port),
             "PAYSTREAM_PG_DB": self.pg_db,
+            **({"PAYSTREAM_STANDBY": "1", "PAYSTREAM_PG_STANDBY_PORT": str(self.pg_standby_port)}
+               if self.standby else {}),
         }
 
     def connect_env(self) -> dict[str, str]:
@@ -134,7 +159,7 @@ class StackSettings(EnvSettings):
         the CDC role (REPLICATION, the outbox, its heartbeat; nothing else)."""
         return {
             "PAYSTREAM_PG_HOST": self.pg_host,
-            "PAYSTREAM_PG_PORT": str(self.pg_port),
+            "PAYSTREAM_PG_PORT": str(self.cdc_port),
             "PAYSTREAM_PG_USER": db.ROLE_NAMES["cdc"],
             "PAYSTREAM_PG_PASSWORD": credentials.read_secret(db.secret_name("cdc")),
             "PAYSTREAM_PG_DB": self.pg_db,

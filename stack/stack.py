@@ -16,6 +16,7 @@ from pathlib import Path
 
 from paystream import kafka_security
 from paystream.backups import BackupSettings
+from paystream.connectors.endpoint import rest_client
 from paystream.env import SettingsError
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
@@ -32,7 +33,9 @@ from paystream.stack import (
     prometheus,
     quorum,
     scratch,
+    standby,
 )
+from paystream.stack import failover_follower as follower
 from paystream.stack.packages import ensure_packages
 from paystream.stack.process import StackError, read_pid, tail_file, wait_until
 from paystream.stack.settings import StackSettings
@@ -56,6 +59,10 @@ def _step(name: str, action: Callable[[], object]) -> object:
 
 def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = False) -> int:
     print(f"paystream stack up (state: {s.state_dir})")
+    if s.standby:
+        # What this process starts (the follower, Connect's checks) reads it too; a
+        # stack that has a standby keeps it (StackSettings.from_env).
+        os.environ["PAYSTREAM_STANDBY"] = "1"
     started = time.monotonic()
     try:
         prom = prometheus.PrometheusConfig.from_env()
@@ -67,11 +74,9 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         _step("debian packages", lambda: ", ".join(ensure_packages()) or False)
         _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
         _step("pgbackrest configuration", lambda: backup.ensure_config(s, backups))
-        _step("postgres huge pages", lambda: postgres.reserve_huge_pages(s))
-        _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
-        _step("postgres WAL archiving", lambda: postgres.ensure_archiving(s))
-        _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
-        _step("pgbackrest stanza and check", lambda: backup.ensure_stanza(backups))
+        backs_up = _postgres_steps(s) if not s.standby else _standby_steps(s)
+        if backs_up:
+            _step("pgbackrest stanza and check", lambda: backup.ensure_stanza(backups))
         if with_pgbouncer or bouncer.enabled:
             _step("pgbouncer (debian)", pgbouncer.ensure_installed)
             _step(f"pgbouncer start :{bouncer.port}", lambda: pgbouncer.start(s, bouncer))
@@ -89,7 +94,10 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         _step("anvil (npm)", lambda: anvil.ensure_installed(s))
         _step(f"anvil start :{anvil.AnvilConfig.from_env().port}", lambda: anvil.start(s))
         _configure(s)
-        _step("first full backup", lambda: backup.ensure_first_backup(backups))
+        if backs_up:
+            _step("first full backup", lambda: backup.ensure_first_backup(backups))
+        if s.standby:
+            _step("failover follower", lambda: follower.start(s))
         if with_prometheus or prom.enabled:
             # Alertmanager first: Prometheus sends it every alert from its first rule
             # evaluation on.
@@ -101,6 +109,36 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         return 1
     print(f"stack up in {time.monotonic() - started:.1f} s")
     return 0
+
+
+def _postgres_steps(s: StackSettings) -> bool:
+    """The one-node cluster (the default); True: it is what pgBackRest backs up."""
+    _step("postgres huge pages", lambda: postgres.reserve_huge_pages(s))
+    _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
+    _step("postgres WAL archiving", lambda: postgres.ensure_archiving(s))
+    _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
+    return True
+
+
+def _standby_steps(s: StackSettings) -> bool:
+    """Two nodes under pg_auto_failover (stack/standby.py). The first time the stack's
+    cluster is made as a one-node one (roles, database, slot), then handed to its keeper;
+    after, the keepers start the nodes and the roles are ensured on the primary. True
+    when node1 is the primary: pgBackRest's stanza names node1 (docs/operations.md)."""
+    cfg = standby.StandbySettings.from_env()
+    _step("pg_auto_failover (debian)", standby.ensure_installed)
+    if not standby.registered(s, standby.nodes(s)[0]):
+        _postgres_steps(s)
+        standby.form(s, cfg, _step)
+        # pg1-path: node1's folder now (pg_data became a symlink to it).
+        _step("pgbackrest configuration", lambda: backup.ensure_config(
+            s, BackupSettings.from_env()))
+    else:
+        standby.form(s, cfg, _step)
+        primary = standby.on_primary(s, cfg)
+        _step(f"postgres role and database :{primary.pg_port}",
+              lambda: postgres.ensure_role_and_database(primary))
+    return standby.primary_port(s, cfg) == s.pg_port
 
 
 def _stop_stale_connect(s: StackSettings) -> bool:
@@ -126,7 +164,17 @@ def _configure(s: StackSettings) -> None:
     _step(f"topics ({s.partitions} partitions)",
           lambda: ", ".join(kafka.ensure_topics(s)) or False)
     _step(f"connector {s.connector_name}", _always(lambda: connect.register(s)))
+    if s.standby:
+        # Postgres handed to its keeper under a running connector (a one-node stack made
+        # a standby one) cut its replication connection: its task may have FAILED.
+        _step("connector task restart if FAILED", lambda: _restart_failed_task(s))
     _step("connector and task RUNNING", _always(lambda: connect.wait_running(s)))
+
+
+def _restart_failed_task(s: StackSettings) -> bool:
+    from paystream.connectors import task_restarter
+    with rest_client() as client:
+        return task_restarter.check_once(s, client).restarted
 
 
 def _always(action: Callable[[], None]) -> Callable[[], bool]:
@@ -185,10 +233,12 @@ def down(s: StackSettings) -> int:
         _step("prometheus stop", lambda: prometheus.stop(s))
         _step("alertmanager stop", lambda: alertmanager.stop(s))
         _step("anvil stop", lambda: anvil.stop(s))
+        _step("failover follower stop", lambda: follower.stop(s))
         _step("connect stop", lambda: connect.stop(s))
         _step("kafka stop", lambda: kafka.stop(s))
         _step("pgbouncer stop", lambda: pgbouncer.stop(s))
         _step("scratch clusters stop", lambda: ", ".join(scratch.stop_all(s)) or False)
+        _step("pg_auto_failover stop", lambda: standby.stop(s))
         _step("postgres stop", lambda: postgres.stop(s))
     except StackError as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
@@ -284,6 +334,10 @@ LOGS: dict[str, Callable[[StackSettings], list[Path]]] = {
     "prometheus": lambda s: [prometheus.log_file(s)],
     "alertmanager": lambda s: [alertmanager.log_file(s)],
     "pgbouncer": lambda s: [pgbouncer.log_file(s)],
+    # With a standby: the monitor's, each keeper's (their Postgres logs there too) and
+    # the failover follower's.
+    "standby": lambda s: [*(standby.log_file(s, n) for n in ("monitor", "node1", "node2")),
+                          follower.log_file(s)],
 }
 
 

@@ -12,6 +12,7 @@ from pydantic import Field
 from paystream.api.settings import ApiSettings
 from paystream.env import EnvSettings, read_one
 from paystream.ingest.settings import IngestSettings
+from paystream.schema.db import DatabaseSettings
 
 
 class MetricsPortSettings(EnvSettings):
@@ -34,6 +35,9 @@ class MetricsPortSettings(EnvSettings):
                          description="the chain scanner's")
     chain_reconcile: int = Field(9407, alias="PAYSTREAM_CHAIN_RECONCILE_METRICS_PORT", ge=1,
                                  description="the scheduled `reconcile --chain --loop`'s")
+    failover: int = Field(9408, alias="PAYSTREAM_FAILOVER_METRICS_PORT", ge=1,
+                          description="the failover follower's (`paystream db "
+                                      "follow-failover`, with a standby)")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,9 @@ def metrics_targets() -> tuple[Target, ...]:
         Target("notifier", ports.notifier),
         Target("scanner", ports.scanner),
         Target("chain-reconcile", ports.chain_reconcile),
+        # Only a stack with a standby runs the failover follower.
+        *((Target("failover", ports.failover),)
+          if read_one(DatabaseSettings, "standby") else ()),
     )
 
 

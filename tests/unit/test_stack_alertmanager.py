@@ -106,7 +106,8 @@ def test_every_shipped_rule_routes_by_its_severity(settings: StackSettings) -> N
         got = _routed(settings, alertname=rule["alert"], severity=severity, group="ledger")
         assert got == wanted[severity], (rule["alert"], got)
     assert [r["alert"] for r in RULES if r["labels"]["severity"] == "none"] == ["Watchdog"]
-    assert sum(r["labels"]["severity"] == "critical" for r in RULES) == 14  # WAL archiving too
+    # WAL archiving too, and with a standby no writable primary, no synchronous standby.
+    assert sum(r["labels"]["severity"] == "critical" for r in RULES) == 16
 
 
 def test_timings_come_from_the_settings_and_the_defaults_page_in_time() -> None:
