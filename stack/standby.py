@@ -377,9 +377,11 @@ def stop(s: StackSettings) -> bool:
             _autoctl(s, "stop", "--pgdata", str(datas[name]), timeout=30)
     stopped = stop_pids([pid_file(s, n) for n in running], timeout=60) or bool(running)
     # The wrappers end before the servers they stop (a fast shutdown's checkpoint): wait,
-    # so a `stack up` right after finds the ports free.
+    # so a `stack up` right after finds the ports free. Only the servers of the services
+    # that ran: on a stack without a standby, node1's folder is the one-node Postgres,
+    # which its own step stops after this one.
     wait_until(COMPONENT, "its Postgres servers stopped",
-               lambda: not any(_postmaster_alive(d) for d in datas.values()), timeout=90,
+               lambda: not any(_postmaster_alive(datas[n]) for n in running), timeout=90,
                interval=0.2)
     return stopped
 

@@ -24,6 +24,7 @@ from tests.support.ingest import ingest_server
 ALL = "*"  # every column
 NOTIFY_TABLES = ("notification_endpoints", "notification_intents", "notification_deliveries",
                  "notification_attempts", "notification_reminders")
+STATEMENT_TABLES = ("statements", "statement_lines", "statement_matches", "statement_decisions")
 LOGIN_ROLES: tuple[DbRole, ...] = ("ingest", "ledger", "mirror", "finality", "ops", "cdc",
                                    "api", "notifier")
 TABLES = ("users", "balances", "deposit_addresses", "payment_events", "event_status", "outbox",
@@ -32,7 +33,8 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "event_sta
           "account_shortfalls", "holds", "event_reversals", "schema_migrations",
           "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
           "refused_deliveries", "consumer_stops", "chain_scan_cursors",
-          "chain_scan_backfills", "console_keys", "console_sessions", "operator_actions")
+          "chain_scan_backfills", "console_keys", "console_sessions", "operator_actions",
+          *STATEMENT_TABLES)
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -142,8 +144,15 @@ EXPECTED: dict[DbRole, Grants] = {
         "dead_letter_queue": {"SELECT": ALL,
                               "UPDATE": {"status", "last_seen_at", "discard_reason"}},
         "consumer_stops": {"SELECT": ALL, "DELETE": ALL},  # consume resume GROUP
-        # housekeeping forgets refusals not retried within its TTL (0031).
-        "refused_deliveries": {"SELECT": ALL, "DELETE": ALL},
+        # housekeeping forgets refusals not retried within its TTL (0031); `statements
+        # resolve` writes through the ingest's own write, which records a refusal (0032).
+        "refused_deliveries": {"SELECT": ALL, "DELETE": ALL, "INSERT": ALL,
+                               "UPDATE": {"attempts", "last_refused_at", "user_id",
+                                          "detail", "trace_id", "event"}},
+        # Statements: imported, matched (a re-match replaces undecided results) and
+        # decided by the operator (0032).
+        **{t: {"SELECT": ALL, "INSERT": ALL} for t in STATEMENT_TABLES},
+        "statement_matches": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         # The operator's adjust / revert and the hold expiry scheduler record events.
         "payment_events": {"SELECT": ALL, "INSERT": ALL},
         # ... and a DLQ replay moves the event's status back to received.
@@ -242,7 +251,9 @@ def test_every_login_role_holds_exactly_its_grants(db: Connection) -> None:
                         " has_schema_privilege(%s, 'public', 'CREATE')",
                         (name, name, name, name))
             can_connect, temporary, create, create_in_public = cur.fetchone()
-            if not can_connect or temporary or create or create_in_public:
+            # Only the operator's statement import stages in a temporary table (0032).
+            if (not can_connect or temporary != (role == "ops") or create
+                    or create_in_public):
                 wrong.append(f"{name} database: connect {can_connect} temporary {temporary}"
                              f" create {create} create in public {create_in_public}")
     assert not wrong, "grants differ from the matrix:\n" + "\n".join(wrong)
@@ -366,8 +377,9 @@ def test_a_role_is_refused_what_it_was_not_granted(as_role, role: DbRole, sql: s
     conn.rollback()
 
 
-def test_no_role_may_create_a_temporary_table(as_role) -> None:
-    for role in ("ledger", "ingest", "ops"):
+def test_no_role_but_the_operator_may_create_a_temporary_table(as_role) -> None:
+    # The operator's statement import COPYs into one first (statements/importer.py).
+    for role in ("ledger", "ingest", "api", "notifier"):
         conn = as_role(role)
         with conn.cursor() as cur, pytest.raises(psycopg2.errors.InsufficientPrivilege):
             cur.execute("CREATE TEMPORARY TABLE paystream_test_staging (x int)")
