@@ -42,7 +42,7 @@ log_line_prefix = '%m [%p] %u@%d '
 # The write path's settings, given at every start (a cluster made before them gets them
 # too) and by docker-compose.yml's postgres command: checkpoints far apart. After a
 # checkpoint every page the ledger touches is logged whole once: its WAL per event went
-# from ~2.7 KB to ~4.6 KB in the batches right after one (measured 2026-12-02); with the
+# from ~2.7 KB to ~4.6 KB in the batches right after one (docs/scaling.md); with the
 # default 1 GB that happens every ~40 s at 10,000 events/s, with 4 GB every ~2.5 min.
 # Durability is untouched: fsync, synchronous_commit and full_page_writes stay on.
 # (wal_compression=lz4 was tried: no smaller WAL after a checkpoint, so it is not set.)
@@ -50,7 +50,7 @@ log_line_prefix = '%m [%p] %u@%d '
 # overrides it): the ledger inserts into three ~200-300 MB indexes of random keys
 # (claims, transfers, event ids) and a 256 MB pool made its backends read ~0.9 and
 # write ~1 evicted block per event themselves (pg_stat_database, pg_stat_bgwriter,
-# 2026-12-03, a 3 GB database); at 1 GB, 0.2 reads and no backend writes until the
+# on a 3 GB database); at 1 GB, 0.2 reads and no backend writes until the
 # pool filled with dirty pages. A quarter of RAM is the usual advice; the stack shares
 # its machine with two JVMs and the consumers.
 WRITE_PATH_SETTINGS = {
