@@ -1,5 +1,6 @@
 """The merchant API (docs/api.md): balances, event status and history out; users, deposit
-addresses, withdrawal requests and invoices in; authenticated by API keys.
+addresses, withdrawal requests and invoices in; authenticated by API keys, each key
+seeing its merchant's resources only.
 
   app.py                  the ASGI app: /v1 and /healthz on the public port, the rest
                           on the admin port (paystream/edge/ kit); create_app
@@ -10,9 +11,12 @@ addresses, withdrawal requests and invoices in; authenticated by API keys.
   routes_withdrawals.py   POST a withdrawal request, GET its state
   routes_invoices.py      POST an invoice, GET one or pages of them, cancel one (the rules
                           are invoices/create.py's and invoices/reads.py's)
-  auth.py                 the key check: the `Reading` / `Writing` dependency whose
-                          every transaction opens with it; rate limit per key
-  keys.py                 API keys: made, listed, revoked, found by their hash
+  auth.py                 the key check: the dependency per resource scope whose every
+                          transaction opens with it (and sets the key's merchant for
+                          the tenancy policies, migration 0033); rate limit per key
+  keys.py                 API keys: a merchant's or an operator's; scopes; made,
+                          listed, revoked, found by their hash
+  key_use.py              when each key was last used, written once a minute
   database.py             the two kinds of transaction a request runs in
   reads.py                what the routes read, in the request's snapshot
   withdrawals.py          a withdrawal request's rules and its write, once per
@@ -20,5 +24,5 @@ addresses, withdrawal requests and invoices in; authenticated by API keys.
   models.py               request and answer bodies, path parameters, refusals (OpenAPI)
   metrics.py              every API metric, declared once
   settings.py             the API's settings
-  cli.py                  `paystream api` and `paystream apikeys`
+  cli.py                  `paystream api`, `paystream merchants`, `paystream apikeys`
 """

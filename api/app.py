@@ -9,8 +9,8 @@ The `/v1` routes live in one router per resource (api/routes_*.py). Each is an
 `async def` that hands ONE database transaction to a database thread (api/database.py):
 a read in one REPEATABLE READ READ ONLY snapshot, a write in one READ COMMITTED
 transaction, the key checked inside it first (api/auth.py: the routes take their
-database as the `Reading` or `Writing` dependency). Refusals are answered in the
-ingest's error format (paystream/edge/errors.py).
+database as a dependency naming the scope it needs, e.g. `BalancesRead`). Refusals are
+answered in the ingest's error format (paystream/edge/errors.py).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from paystream.api import (
 )
 from paystream.api.auth import Authenticator
 from paystream.api.database import Database
+from paystream.api.key_use import KeyUse
 from paystream.api.metrics import ApiMetrics
 from paystream.api.settings import ApiSettings
 from paystream.edge import handlers
@@ -64,7 +65,13 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     """Build the app; nothing connects to Postgres until a request needs it."""
     db = database or Database(settings)
     metrics = ApiMetrics()
-    app = fastapi_app("api", db.close, title="paystream merchant API", version="1.0.0",
+    used = KeyUse(db.connect, settings.key_use_flush_s)
+
+    def close() -> None:
+        used.close()
+        db.close()
+
+    app = fastapi_app("api", close, title="paystream merchant API", version="1.0.0",
                       description="Balances, event status and history out; users, deposit "
                                   "addresses, withdrawal requests and invoices in "
                                   "(docs/api.md).")
@@ -72,7 +79,8 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     app.state.settings = settings
     app.state.database = db
     app.state.metrics = metrics
-    app.state.authenticator = Authenticator(settings.rate_per_second, settings.rate_burst)
+    app.state.authenticator = Authenticator(settings.rate_per_second, settings.rate_burst,
+                                            used)
     add_routes(app, *(routes.router for routes in ROUTERS), probes(
         lambda: db.read(lambda cur: cur.execute("SELECT 1"), one_statement=True),
         metrics.registry, health_model=models.Health, ready_model=models.Health,

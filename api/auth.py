@@ -1,5 +1,6 @@
 """Who may call: `Authorization: Bearer <API key>`, the key live and holding the route's
-scope, within its rate limit.
+scope, within its rate limit; and what it sees: its merchant's, set by the same check
+for the transaction the route's work runs in (migration 0033's row-level security).
 
 A `/v1` route takes its database as a FastAPI dependency, `Reading` or `Writing`: an
 Access whose every transaction checks the key first, in the request's own transaction
@@ -21,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from paystream.api import keys
 from paystream.api.database import Database
+from paystream.api.key_use import KeyUse
 from paystream.edge.errors import ForbiddenError, UnauthorizedError
 from paystream.rate_limit import TokenBuckets
 from paystream.schema.db import Cursor
@@ -30,8 +32,9 @@ T = TypeVar("T")
 
 
 class Authenticator:
-    def __init__(self, rate_per_second: float, burst: int) -> None:
+    def __init__(self, rate_per_second: float, burst: int, used: KeyUse) -> None:
         self._buckets = TokenBuckets(rate_per_second, burst, what="API key")
+        self.used = used
         # `check` runs in the database threads; the buckets were written for one loop.
         self._lock = threading.Lock()
 
@@ -44,27 +47,28 @@ class Authenticator:
                                     code="missing_api_key")
         key = authorization[len(BEARER):].strip()
         if keys.KEY_PATTERN.fullmatch(key) is None:
-            raise UnauthorizedError("the API key is not valid or was revoked",
+            raise UnauthorizedError("the API key is not valid, expired or was revoked",
                                     code="invalid_api_key")
         return key
 
-    def check(self, cur: Cursor, key: str, scope: keys.Scope) -> str:
-        """The calling key's id, or a refusal: 401 (no live key), 403 (scope), 429 (its
-        bucket is empty; Retry-After)."""
+    def check(self, cur: Cursor, key: str, scope: keys.Scope) -> keys.Caller:
+        """The calling key, its merchant set for the rest of the transaction (what the
+        database's tenancy policies admit: migration 0033), or a refusal: 401 (no live
+        key), 403 (scope), 429 (its bucket is empty; Retry-After)."""
         return self.admit(keys.live_key(cur, key), scope)
 
-    def admit(self, found: keys.Caller | None, scope: keys.Scope) -> str:
+    def admit(self, found: keys.Caller | None, scope: keys.Scope) -> keys.Caller:
         """`check` on a key already looked up (keys.LIVE_KEY_SQL)."""
         if found is None:
-            raise UnauthorizedError("the API key is not valid or was revoked",
+            raise UnauthorizedError("the API key is not valid, expired or was revoked",
                                     code="invalid_api_key")
-        key_id, scopes = found
         with self._lock:
-            self._buckets.take(key_id)
-        if scope not in scopes:
+            self._buckets.take(found.key_id)
+        self.used.seen(found.key_id)
+        if not keys.grants(found.scopes, scope):
             raise ForbiddenError(f"this API key lacks the {scope.value!r} scope",
                                  code="insufficient_scope")
-        return key_id
+        return found
 
 
 class Access:
@@ -104,8 +108,8 @@ class Access:
         self._auth.admit(found, self._scope)
         return answer
 
-    async def write(self, work: Callable[[Cursor, str], T]) -> T:
-        """`work(cursor, the calling key's id)` in one write transaction, after the key's
+    async def write(self, work: Callable[[Cursor, keys.Caller], T]) -> T:
+        """`work(cursor, the calling key)` in one write transaction, after the key's
         check."""
         key, scope, auth = self.key(), self._scope, self._auth
         return await self._db.write(lambda cur: work(cur, auth.check(cur, key, scope)))
@@ -127,6 +131,15 @@ class KeyAccess(HTTPBearer):
         return Access(credentials, self._scope, state.authenticator, state.database)
 
 
-# What a /v1 route declares to get its database: with a read or a write key.
-Reading = Annotated[Access, Depends(KeyAccess(keys.Scope.READ))]
-Writing = Annotated[Access, Depends(KeyAccess(keys.Scope.WRITE))]
+# What a /v1 route declares to get its database: with a key holding its resource's scope.
+UsersRead = Annotated[Access, Depends(KeyAccess(keys.Scope.USERS_READ))]
+UsersWrite = Annotated[Access, Depends(KeyAccess(keys.Scope.USERS_WRITE))]
+BalancesRead = Annotated[Access, Depends(KeyAccess(keys.Scope.BALANCES_READ))]
+TransactionsRead = Annotated[Access, Depends(KeyAccess(keys.Scope.TRANSACTIONS_READ))]
+EventsRead = Annotated[Access, Depends(KeyAccess(keys.Scope.EVENTS_READ))]
+WithdrawalsRead = Annotated[Access, Depends(KeyAccess(keys.Scope.WITHDRAWALS_READ))]
+WithdrawalsWrite = Annotated[Access, Depends(KeyAccess(keys.Scope.WITHDRAWALS_WRITE))]
+InvoicesRead = Annotated[Access, Depends(KeyAccess(keys.Scope.INVOICES_READ))]
+InvoicesWrite = Annotated[Access, Depends(KeyAccess(keys.Scope.INVOICES_WRITE))]
+EndpointsRead = Annotated[Access, Depends(KeyAccess(keys.Scope.ENDPOINTS_READ))]
+EndpointsWrite = Annotated[Access, Depends(KeyAccess(keys.Scope.ENDPOINTS_WRITE))]

@@ -32,17 +32,24 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg2
+import psycopg2.errors
 import psycopg2.extensions
+import structlog
 
 from paystream.api.settings import ApiSettings
 from paystream.edge.db_threads import DatabaseThreads, WaitedTooLong
-from paystream.edge.errors import DatabaseUnavailableError
+from paystream.edge.errors import DatabaseUnavailableError, NotFoundError
 from paystream.schema.db import Connection, Cursor, connect
 
 T = TypeVar("T")
 # The database cannot answer now: answer 503 (a timeout is 57014, an OperationalError).
 TRANSIENT_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError, WaitedTooLong)
 IDLE = psycopg2.extensions.TRANSACTION_STATUS_IDLE
+log = structlog.get_logger("paystream.api.database")
+
+
+class TenancyNotEnforced(psycopg2.OperationalError):
+    """The API's role would see every merchant's rows: answered 503, never served."""
 
 
 class OpeningCursor(psycopg2.extensions.cursor):
@@ -77,7 +84,7 @@ class Database:
         # At most db_pool_size connections, opened on demand (the API starts without
         # Postgres); work that waits db_wait_s for a thread is refused (a slow database
         # must not queue work unboundedly).
-        self._threads = DatabaseThreads(settings.db_pool_size, self._connect,
+        self._threads = DatabaseThreads(settings.db_pool_size, self.connect,
                                         name="api-db", max_wait_s=settings.db_wait_s)
 
     async def read(self, work: Callable[[Cursor], T], *, one_statement: bool = False) -> T:
@@ -94,6 +101,12 @@ class Database:
     async def _run(self, work: Callable[[Cursor], T], kind: str) -> T:
         try:
             return await self._threads.run(lambda conn: self._transaction(conn, work, kind))
+        except psycopg2.errors.InsufficientPrivilege as exc:
+            # A write the tenancy policies refused (a row of another merchant's user):
+            # what a missing row answers, so the refusal tells nothing more.
+            if "row-level security" not in str(exc):
+                raise
+            raise NotFoundError("no such resource", code="not_found") from None
         except TRANSIENT_ERRORS as exc:
             reason = (str(exc) if isinstance(exc, WaitedTooLong)
                       else f"the database did not answer: {type(exc).__name__}")
@@ -120,11 +133,23 @@ class Database:
                 cur.execute("COMMIT")
             return result
 
-    def _connect(self) -> Connection:
+    def connect(self) -> Connection:
+        """A connection as the API's role, refused if that role is not held to the
+        merchants' row-level security (a superuser, the tables' owner or BYPASSRLS
+        would let every key see every merchant: migration 0033)."""
         s = self._settings
         conn = connect(s.database_url, connect_timeout=s.db_connect_timeout_s,
                        application_name="paystream-api")
         conn.autocommit = True  # each transaction is opened by statement
+        with conn.cursor() as cur:
+            cur.execute("SELECT row_security_active('users'), current_user")
+            enforced, role = cur.fetchone() or (False, "?")
+        if not enforced:
+            conn.close()
+            log.error("tenancy_not_enforced", role=role)
+            raise TenancyNotEnforced(
+                f"the API's database role {role!r} bypasses row-level security; connect "
+                "as paystream_api (docs/api.md#merchants)")
         return conn
 
     def close(self) -> None:

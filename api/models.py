@@ -90,11 +90,16 @@ class Transactions(Strict):
 
 
 class NewUser(Strict):
-    user_id: str = Field(pattern=f"^{USER_ID}$")
+    user_id: str = Field(pattern=f"^{USER_ID}$", description=(
+        "unique across merchants: another merchant's id answers 409 user_id_taken"))
+    merchant_id: str | None = Field(None, pattern="^m_[0-9a-z_]{1,40}$", description=(
+        "an operator's key: the merchant the user belongs to (default m_default); a "
+        "merchant's key: its own merchant, or absent"))
 
 
 class User(Strict):
     user_id: str
+    merchant_id: str
     created: bool = Field(description="false if it existed already")
 
 

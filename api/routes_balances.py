@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from paystream.api import models, reads
-from paystream.api.auth import Reading
+from paystream.api.auth import BalancesRead
 from paystream.edge.errors import InvalidRequestError, NotFoundError
 from paystream.schema import balances as books
 from paystream.schema import users
@@ -19,7 +19,7 @@ router = APIRouter()
 
 @router.get("/v1/users/{user_id}/balances", response_model=models.Balances,
             responses=models.ERRORS, summary="a user's balances, now or at a moment")
-async def get_balances(user_id: models.UserId, access: Reading,
+async def get_balances(user_id: models.UserId, access: BalancesRead,
                        at: Annotated[datetime | None, Query(
                            description="ISO 8601; the balances at that moment, from"
                                        " the postings (UTC when no offset is given)")

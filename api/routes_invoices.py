@@ -11,7 +11,8 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 
 from paystream.api import models, withdrawals
-from paystream.api.auth import Reading, Writing
+from paystream.api.auth import InvoicesRead, InvoicesWrite
+from paystream.api.keys import Caller
 from paystream.api.metrics import ApiMetrics
 from paystream.api.routes_withdrawals import IDEMPOTENCY_HEADER
 from paystream.api.settings import MAX_LIMIT, ApiSettings
@@ -31,7 +32,7 @@ STATUS = "^(" + "|".join(reads.STATUSES) + ")$"
                  "model": models.Invoice,
                  "description": "the invoice this Idempotency-Key created, as it is now"}},
              summary="create an invoice (a chain asset gets a dedicated deposit address)")
-async def post_invoice(request: Request, body: models.NewInvoice, access: Writing,
+async def post_invoice(request: Request, body: models.NewInvoice, access: InvoicesWrite,
                        idempotency_key: Annotated[str, Header(
                            alias=IDEMPOTENCY_HEADER, min_length=1, max_length=200,
                            description="the same key with the same body answers the"
@@ -48,8 +49,8 @@ async def post_invoice(request: Request, body: models.NewInvoice, access: Writin
     trace_id = request_trace_id(request)
     try:
         status, answer, replayed = await access.write(
-            lambda cur, key_id: create.create(
-                cur, key_id=key_id, idempotency_key=idem, wanted=wanted,
+            lambda cur, caller: create.create(
+                cur, key_id=caller.key_id, idempotency_key=idem, wanted=wanted,
                 created_at_text=now_text(), trace_id=trace_id))
     except Conflict as exc:
         metrics.invoices.labels(
@@ -63,7 +64,7 @@ async def post_invoice(request: Request, body: models.NewInvoice, access: Writin
 @router.get("/v1/invoices/{invoice_id}", response_model=models.InvoiceDetail,
             responses=models.ERRORS,
             summary="an invoice: amounts due and paid, its payments, its status history")
-async def get_invoice(invoice_id: models.PrintableId, access: Reading) -> dict[str, Any]:
+async def get_invoice(invoice_id: models.PrintableId, access: InvoicesRead) -> dict[str, Any]:
     found = await access.read(lambda cur: reads.invoice(cur, invoice_id))
     if found is None:
         raise NotFoundError(f"no invoice {invoice_id[:200]!r}", code="unknown_invoice")
@@ -73,7 +74,7 @@ async def get_invoice(invoice_id: models.PrintableId, access: Reading) -> dict[s
 @router.get("/v1/invoices", response_model=models.Invoices, responses=models.ERRORS,
             summary="invoices, newest first, by cursor; filtered by status, order id, user")
 async def get_invoices(
-        access: Reading,
+        access: InvoicesRead,
         status: Annotated[str | None, Query(
             pattern=STATUS, description="a state or an additional status")] = None,
         order_id: Annotated[str | None, Query(min_length=1,
@@ -98,11 +99,11 @@ async def get_invoices(
              responses=models.ERRORS,
              summary="cancel an open invoice with nothing credited (it becomes invalid)")
 async def cancel_invoice(request: Request, invoice_id: models.PrintableId,
-                         access: Writing) -> dict[str, Any]:
+                         access: InvoicesWrite) -> dict[str, Any]:
     metrics: ApiMetrics = request.app.state.metrics
     trace_id = request_trace_id(request)
 
-    def work(cur: Cursor, _: str) -> dict[str, Any] | None:
+    def work(cur: Cursor, _: Caller) -> dict[str, Any] | None:
         create.cancel(cur, invoice_id, created_at_text=now_text(), trace_id=trace_id)
         return reads.invoice(cur, invoice_id)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from paystream.api import models, reads
-from paystream.api.auth import Reading
+from paystream.api.auth import TransactionsRead
 from paystream.api.settings import MAX_LIMIT
 from paystream.edge.errors import NotFoundError
 from paystream.schema import users
@@ -18,7 +18,7 @@ router = APIRouter()
 
 @router.get("/v1/users/{user_id}/transactions", response_model=models.Transactions,
             responses=models.ERRORS, summary="a user's transfers, newest first, by cursor")
-async def get_transactions(user_id: models.UserId, access: Reading,
+async def get_transactions(user_id: models.UserId, access: TransactionsRead,
                            cursor: Annotated[str | None, Query(max_length=19)] = None,
                            limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50
                            ) -> dict[str, Any]:

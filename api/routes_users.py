@@ -11,24 +11,34 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from paystream.api import models
-from paystream.api.auth import Reading, Writing
+from paystream.api.auth import UsersRead, UsersWrite
+from paystream.api.keys import Caller
 from paystream.api.settings import MAX_LIMIT
 from paystream.edge.errors import ConflictError, InvalidRequestError, NotFoundError
 from paystream.schema import scan_backfills, users
 from paystream.schema.db import Cursor
+from paystream.schema.merchants import DEFAULT_MERCHANT
 
 router = APIRouter()
-USER_ERROR_STATUS = {"unknown_user": NotFoundError, "address_taken": ConflictError}
+USER_ERROR_STATUS = {"unknown_user": NotFoundError, "unknown_merchant": NotFoundError,
+                     "address_taken": ConflictError, "user_id_taken": ConflictError}
 
 
 @router.post("/v1/users", response_model=models.User, status_code=201,
              responses={**models.ERRORS, 200: {"model": models.User,
                                                "description": "the user existed already"}},
              summary="create a user")
-async def post_user(body: models.NewUser, access: Writing) -> JSONResponse:
-    created = await access.write(
-        lambda cur, _: _user_rule(lambda: users.add_user(cur, body.user_id)))
-    return JSONResponse({"user_id": body.user_id, "created": created},
+async def post_user(body: models.NewUser, access: UsersWrite) -> JSONResponse:
+    def work(cur: Cursor, caller: Caller) -> tuple[str, bool]:
+        # A merchant's key makes its merchant's users; an operator's names the merchant.
+        merchant = caller.merchant_id or body.merchant_id or DEFAULT_MERCHANT
+        if caller.merchant_id is not None and body.merchant_id not in (None, merchant):
+            raise NotFoundError(f"no merchant {body.merchant_id!r}", code="unknown_merchant")
+        return merchant, _user_rule(lambda: users.add_user(cur, body.user_id, merchant))
+
+    merchant, created = await access.write(work)
+    return JSONResponse({"user_id": body.user_id, "merchant_id": merchant,
+                         "created": created},
                         status_code=201 if created else 200)
 
 
@@ -38,7 +48,7 @@ async def post_user(body: models.NewUser, access: Writing) -> JSONResponse:
                                                "description": "it was this user's already"}},
              summary="assign a deposit address to a user")
 async def post_address(user_id: models.UserId, body: models.NewAddress,
-                       access: Writing) -> JSONResponse:
+                       access: UsersWrite) -> JSONResponse:
     def work(cur: Cursor) -> bool:
         added = users.add_address(cur, body.network, body.address, user_id)
         if body.scan_from_block is not None:
@@ -53,7 +63,7 @@ async def post_address(user_id: models.UserId, body: models.NewAddress,
 
 @router.get("/v1/users/{user_id}/deposit-addresses", response_model=models.Addresses,
             responses=models.ERRORS, summary="a user's deposit addresses")
-async def get_addresses(user_id: models.UserId, access: Reading,
+async def get_addresses(user_id: models.UserId, access: UsersRead,
                         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = MAX_LIMIT
                         ) -> dict[str, Any]:
     def work(cur: Cursor) -> list[users.DepositAddress]:

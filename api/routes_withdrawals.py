@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
 from paystream.api import models, reads, withdrawals
-from paystream.api.auth import Reading, Writing
+from paystream.api.auth import WithdrawalsRead, WithdrawalsWrite
 from paystream.api.metrics import ApiMetrics
 from paystream.api.settings import ApiSettings
 from paystream.edge.errors import ConflictError, NotFoundError
@@ -22,7 +22,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 @router.post("/v1/withdrawals", response_model=models.WithdrawalRequested, status_code=202,
              responses=models.ERRORS, summary="request a withdrawal (held until the gateway"
                                               " settles or fails it)")
-async def post_withdrawal(request: Request, body: models.NewWithdrawal, access: Writing,
+async def post_withdrawal(request: Request, body: models.NewWithdrawal, access: WithdrawalsWrite,
                           idempotency_key: Annotated[str, Header(
                               alias=IDEMPOTENCY_HEADER, min_length=1, max_length=200,
                               description="the same key with the same body answers"
@@ -38,8 +38,8 @@ async def post_withdrawal(request: Request, body: models.NewWithdrawal, access: 
     trace_id = request_trace_id(request)
     try:
         status, answer, replayed = await access.write(
-            lambda cur, key_id: withdrawals.request(
-                cur, key_id=key_id, idempotency_key=idem, wanted=wanted,
+            lambda cur, caller: withdrawals.request(
+                cur, key_id=caller.key_id, idempotency_key=idem, wanted=wanted,
                 provider=settings.withdrawal_provider, trace_id=trace_id))
     except ConflictError:
         metrics.withdrawals.labels("conflict").inc()
@@ -50,7 +50,7 @@ async def post_withdrawal(request: Request, body: models.NewWithdrawal, access: 
 
 @router.get("/v1/withdrawals/{withdrawal_id}", response_model=models.Withdrawal,
             responses=models.ERRORS, summary="a requested withdrawal's state")
-async def get_withdrawal(withdrawal_id: models.PrintableId, access: Reading
+async def get_withdrawal(withdrawal_id: models.PrintableId, access: WithdrawalsRead
                          ) -> dict[str, Any]:
     found = await access.read(lambda cur: reads.withdrawal(cur, withdrawal_id))
     if found is None:

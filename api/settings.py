@@ -42,6 +42,10 @@ class ApiSettings(RoleSettings):
                                                "key (429 with `Retry-After` when empty)")
     rate_burst: int = Field(200, alias="PAYSTREAM_API_RATE_BURST", ge=1,
                             description="burst size of that bucket")
+    key_use_flush_s: float = Field(60.0, alias="PAYSTREAM_API_KEY_USE_FLUSH_S", gt=0,
+                                   le=3600, description=(
+        "how often the keys' last_used_at is written (what `apikeys list` shows is at "
+        "most this old)"))
     # Database threads, each with its own connection to Postgres, one per request in
     # flight: requests beyond them wait up to db_wait_s for one, then get 503 (a slow
     # database must not queue work unboundedly).

@@ -63,6 +63,7 @@ import results  # bench/, on sys.path as the script's folder
 from ledger_bench import python_loop_seconds
 
 from paystream.api import keys
+from paystream.schema.merchants import DEFAULT_MERCHANT
 from paystream.chaos import processes as px
 from paystream.chaos.receiver import LOOPBACK_ENV, LOOPBACK_GUARD
 from paystream.ingest import standard_webhooks
@@ -360,7 +361,7 @@ def main() -> int:
     owner = connect(database_url("owner"))
     with owner, owner.cursor() as cur:
         made, key = keys.create(cur, f"bench-invoices-{run}",
-                                keys.parse_scopes("read,write"))
+                                keys.parse_scopes("read,write"), DEFAULT_MERCHANT)
 
     env = {**os.environ, **s.service_env(), **LOOPBACK_ENV,
            "PAYMENTS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(secret).decode(),

@@ -43,12 +43,19 @@ def record(cur: Cursor, intents: Sequence[tuple[Intent, str | None]]) -> Recorde
                       "created_at": i.created_at, "data": i.data, "trace_id": t}
                      for i, t in intents]),))
     fresh = len(cur.fetchall())
-    cur.execute("SELECT endpoint_id, user_id, event_types FROM notification_endpoints"
-                " WHERE disabled_at IS NULL")
+    cur.execute("SELECT endpoint_id, user_id, event_types, merchant_id"
+                " FROM notification_endpoints WHERE disabled_at IS NULL")
     endpoints = cur.fetchall()
+    # A merchant's endpoint hears of its own users only; an operator's (no merchant), of
+    # every user (migration 0033).
+    cur.execute("SELECT user_id, merchant_id FROM users WHERE user_id = ANY(%s)",
+                (sorted({i.user_id for i, _ in intents}),))
+    merchant_of = dict(cur.fetchall())
     slots = sorted((i.id, endpoint_id) for i, _ in intents
-                   for endpoint_id, user_id, patterns in endpoints
-                   if (user_id is None or user_id == i.user_id) and wants(patterns, i.type))
+                   for endpoint_id, user_id, patterns, merchant in endpoints
+                   if (user_id is None or user_id == i.user_id)
+                   and (merchant is None or merchant == merchant_of.get(i.user_id))
+                   and wants(patterns, i.type))
     made = 0
     if slots:
         cur.execute(

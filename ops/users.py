@@ -13,15 +13,16 @@ from paystream.schema import scan_backfills, users
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceRow as BalanceRow  # re-exported
 from paystream.schema.db import Connection, Cursor
+from paystream.schema.merchants import DEFAULT_MERCHANT
 
 # An operator request that cannot be carried out; the message says why.
 AdminError = users.UserError
 
 
-def add_user(conn: Connection, user_id: str) -> bool:
-    """Create a user; return False if it already existed."""
+def add_user(conn: Connection, user_id: str, merchant_id: str = DEFAULT_MERCHANT) -> bool:
+    """Create a user of `merchant_id`; return False if it was that merchant's already."""
     with conn, conn.cursor() as cur:
-        return users.add_user(cur, user_id)
+        return users.add_user(cur, user_id, merchant_id)
 
 
 def add_address(conn: Connection, network: str, address: str, user_id: str,

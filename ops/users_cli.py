@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     users_sub = users.add_subparsers(dest="users_command", required=True)
     add_user = users_sub.add_parser("add", help="create a user")
     add_user.add_argument("user_id")
+    add_user.add_argument("--merchant", default=None, metavar="MERCHANT_ID",
+                          help="the merchant the user belongs to (paystream merchants list;"
+                               " default: the default merchant, m_default)")
     add_user.set_defaults(func=_add_user)
 
     addresses = sub.add_parser("addresses", help="manage deposit addresses")
@@ -73,9 +76,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_user(args: argparse.Namespace) -> int:
     from paystream.ops import users
+    from paystream.schema.merchants import DEFAULT_MERCHANT
 
-    return _run(lambda conn: f"user {args.user_id}: " + (
-        "created" if users.add_user(conn, args.user_id) else "already exists"))
+    merchant = args.merchant or DEFAULT_MERCHANT
+    return _run(lambda conn: f"user {args.user_id} of {merchant}: " + (
+        "created" if users.add_user(conn, args.user_id, merchant) else "already exists"))
 
 
 def _add_address(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ each), the payment event, money, and the outbox. Nothing here runs on its own.
   idempotency.py      the ledger's idempotency key
   processed_events.py each event's outcome, written once
   users.py            users and their deposit addresses
+  merchants.py        merchants (tenants): made, listed; the default one
   scan_backfills.py   a deposit address's past, scanned on request (the chain scanner's)
   balances.py         balance rows and their reads
   accounts.py         the double-entry accounts

@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from paystream.schema import merchants
 from paystream.schema.chain import ADDRESS_PATTERN, NETWORK_PATTERN
 from paystream.schema.db import Cursor
 from paystream.schema.events import USER_ID_PATTERN
+from paystream.schema.merchants import DEFAULT_MERCHANT
 
 
 class UserError(ValueError):
@@ -35,12 +37,23 @@ def check_user_id(user_id: str) -> None:
                         "invalid_user_id")
 
 
-def add_user(cur: Cursor, user_id: str) -> bool:
-    """Create a user; return False if it already existed."""
+def add_user(cur: Cursor, user_id: str, merchant_id: str = DEFAULT_MERCHANT) -> bool:
+    """Create a user of `merchant_id`; return False if it was that merchant's already.
+    User ids are unique across merchants: one another merchant has (or, through the
+    merchant API, one its key cannot see) is refused as taken."""
     check_user_id(user_id)
-    cur.execute("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING"
-                " RETURNING user_id", (user_id,))
-    return cur.fetchone() is not None
+    if not merchants.exists(cur, merchant_id):
+        raise UserError(f"no merchant {merchant_id[:80]!r}", "unknown_merchant")
+    cur.execute("INSERT INTO users (user_id, merchant_id) VALUES (%s, %s)"
+                " ON CONFLICT DO NOTHING RETURNING user_id", (user_id, merchant_id))
+    if cur.fetchone() is not None:
+        return True
+    cur.execute("SELECT merchant_id FROM users WHERE user_id = %s", (user_id,))
+    found = cur.fetchone()
+    if found is None or found[0] != merchant_id:
+        raise UserError(f"user id {user_id!r} is taken (user ids are unique across"
+                        " merchants: prefix yours, or use UUIDs)", "user_id_taken")
+    return False
 
 
 def exists(cur: Cursor, user_id: str) -> bool:
@@ -74,8 +87,8 @@ def add_address(cur: Cursor, network: str, address: str, user_id: str) -> bool:
     cur.execute("SELECT user_id FROM deposit_addresses WHERE network = %s"
                 " AND address = %s", (network, address))
     found = cur.fetchone()
-    assert found is not None, "the insert conflicted, so the address is assigned"
-    if found[0] != user_id:
+    # None: the insert conflicted on a row this caller may not see (another merchant's).
+    if found is None or found[0] != user_id:
         # An address credits exactly one user: reassigning it would redirect deposits.
         raise UserError(f"{network} {address} already belongs to another user",
                         "address_taken")

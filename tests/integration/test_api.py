@@ -191,7 +191,8 @@ def test_users_and_addresses_are_created_once_and_an_address_credits_one_user(
         assert httpx.post(f"{api.url}/v1/users", json={"user_id": who},
                           headers=bearer(key)).status_code == 201
     again = httpx.post(f"{api.url}/v1/users", json={"user_id": user}, headers=bearer(key))
-    assert again.status_code == 200 and again.json() == {"user_id": user, "created": False}
+    assert again.status_code == 200 and again.json() == {
+        "user_id": user, "merchant_id": "m_default", "created": False}
     _error(httpx.post(f"{api.url}/v1/users", json={"user_id": "has space"},
                       headers=bearer(key)), 400, "invalid_request")
     address = "0x" + random_address()[2:].upper()  # stored lower-cased

@@ -34,7 +34,7 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "event_sta
           "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
           "refused_deliveries", "consumer_stops", "chain_scan_cursors",
           "chain_scan_backfills", "console_keys", "console_sessions", "operator_actions",
-          *STATEMENT_TABLES)
+          *STATEMENT_TABLES, "merchants")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -114,6 +114,8 @@ EXPECTED: dict[DbRole, Grants] = {
                                                "last_error", "delivered_at"}},
         "notification_attempts": {"SELECT": ALL, "INSERT": ALL},
         "notification_reminders": {"SELECT": ALL, "INSERT": ALL},
+        # A merchant's endpoints hear of its own users only (0033).
+        "users": {"SELECT": {"user_id", "merchant_id"}},
         "account_shortfalls": {"SELECT": {"id", "user_id", "asset", "source_event_id",
                                           "amount", "created_at", "resolved_at"}},
         "chain_deposits": {"SELECT": {"event_id", "network", "user_id", "asset", "amount",
@@ -128,8 +130,9 @@ EXPECTED: dict[DbRole, Grants] = {
         "notification_endpoints": {
             "SELECT": {"endpoint_id", "url", "user_id", "event_types",
                        "previous_secret_until", "created_at", "failing_since", "disabled_at",
-                       "disabled_reason"},
-            "INSERT": {"endpoint_id", "url", "user_id", "event_types", "secret"},
+                       "disabled_reason", "merchant_id"},
+            "INSERT": {"endpoint_id", "url", "user_id", "event_types", "secret",
+                       "merchant_id"},
             "UPDATE": {"failing_since", "disabled_at", "disabled_reason"}},
         # notifications redeliver / recover; housekeeping forgets what is done (0015).
         "notification_deliveries": {"SELECT": ALL, "INSERT": {"intent_id", "endpoint_id"},
@@ -138,6 +141,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "notification_intents": {"SELECT": ALL, "DELETE": ALL},
         "notification_attempts": {"SELECT": ALL, "DELETE": ALL},
         "users": {"SELECT": ALL, "INSERT": ALL},
+        "merchants": {"SELECT": ALL, "INSERT": ALL},  # paystream merchants add (0033)
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
         # replay, and discard with its reason (0029).
@@ -176,7 +180,9 @@ EXPECTED: dict[DbRole, Grants] = {
     "api": {
         **{t: {"SELECT": ALL} for t in (
             "balances", "processed_events", "holds", "accounts", "transfers", "postings",
-            "user_entries", "api_keys")},
+            "user_entries", "merchants")},
+        # Each key's last use, written once a minute (api/key_use.py, 0033).
+        "api_keys": {"SELECT": ALL, "UPDATE": {"last_used_at"}},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "chain_scan_backfills": {"SELECT": ALL, "INSERT": ALL},  # scan_from_block (0024)

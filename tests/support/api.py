@@ -16,6 +16,7 @@ import httpx
 from paystream.api import keys
 from paystream.launch import free_port, paystream_argv
 from paystream.schema.db import connect, database_url
+from paystream.schema.merchants import DEFAULT_MERCHANT
 
 
 @dataclass
@@ -62,12 +63,14 @@ def api_server(env: Mapping[str, str] | None = None, *, workers: int = 1
             process.wait()
 
 
-def new_key(scopes: str = "read,write", name: str = "test") -> tuple[str, str]:
-    """(key id, key) of a fresh live key, made as `paystream apikeys create` does."""
+def new_key(scopes: str = "read,write", name: str = "test",
+            merchant_id: str | None = DEFAULT_MERCHANT) -> tuple[str, str]:
+    """(key id, key) of a fresh live key of `merchant_id` (None: an operator's), made as
+    `paystream apikeys create` does."""
     conn = connect(database_url("owner"))
     try:
         with conn, conn.cursor() as cur:
-            made, key = keys.create(cur, name, keys.parse_scopes(scopes))
+            made, key = keys.create(cur, name, keys.parse_scopes(scopes), merchant_id)
     finally:
         conn.close()
     return made.key_id, key
