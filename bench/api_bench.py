@@ -5,7 +5,11 @@ api_baseline.py), both served the same way, in the same run, phases alternated.
     PYTHONPATH=. .venv/bin/python bench/api_bench.py [--duration 10] [--rate 1000]
 
 Targets (issue 18): the API's saturated throughput >= 60 % of the bare endpoint's, and
-its p99 <= 20 ms at 1,000 req/s. Saturation load comes from wrk (bench/wrk_load.py, a
+its p99 <= 20 ms at 1,000 req/s. Issue 49: the p99 at 1,000 req/s with the merchants'
+tenancy check (migration 0033's row-level security) no more than 10 % above the same
+API's without it: the same server, its phases alternated with the policies' tables'
+row-level security disabled (the connections stay open; it is enabled again however
+the run ends). Saturation load comes from wrk (bench/wrk_load.py, a
 few us of CPU per request); the fixed rate from an open-loop aiohttp generator in a
 child process that measures every request from its scheduled send time (no coordinated
 omission). Needs the stack's Postgres (`paystream stack up`). The machine is shared:
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import resource
@@ -25,6 +30,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -46,6 +52,7 @@ from tests.support.ingest import ingest_server  # noqa: E402
 
 TARGET_SHARE = 0.60
 TARGET_P99_MS = 20.0
+TARGET_TENANCY_COST = 0.10  # at most 10 % more p99 with the tenancy check
 ASSETS = ("EUR", "USD", "USDC")
 
 
@@ -159,6 +166,29 @@ def saturation(label: str, url: str, headers: dict[str, str], connections: int,
             CpuPerRequest(*per))
 
 
+@contextlib.contextmanager
+def tenancy(enabled: bool) -> Iterator[None]:
+    """Row-level security on the tables 0033's policies guard, as `enabled` says, for
+    the block; on again after it whatever happens."""
+    conn = connect(database_url("owner"))
+    conn.autocommit = True
+
+    def switch(on: bool) -> None:
+        with conn.cursor() as cur:
+            cur.execute("SELECT DISTINCT tablename FROM pg_policies"
+                        " WHERE policyname = 'merchant_only' ORDER BY 1")
+            for (table,) in cur.fetchall():
+                cur.execute(f"ALTER TABLE {table} {'ENABLE' if on else 'DISABLE'}"
+                            " ROW LEVEL SECURITY")
+
+    try:
+        switch(enabled)
+        yield
+    finally:
+        switch(True)
+        conn.close()
+
+
 def _children_seconds() -> float:
     """CPU seconds of this process's finished children: wrk, once it has exited."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -194,6 +224,7 @@ def main() -> int:
         sat: dict[str, list[Result]] = {side: [] for side in sides}
         cpu: dict[str, list[CpuPerRequest]] = {side: [] for side in sides}
         rate: dict[str, list[Result]] = {side: [] for side in sides}
+        plain_cpu: list[CpuPerRequest] = []
         for n in range(args.rounds):
             for side, (url, pid) in sides.items():
                 result, used = saturation(f"{side}, saturation #{n + 1}", url, headers,
@@ -202,11 +233,25 @@ def main() -> int:
                 cpu[side].append(used)
                 print(f"{result.line().split('  cdc wait')[0]}  cpu/req: {used.text()}",
                       flush=True)
+            with tenancy(enabled=False):
+                result, used = saturation(
+                    f"api balances without tenancy, saturation #{n + 1}",
+                    sides["api balances"][0], headers, args.concurrency, args.duration,
+                    sides["api balances"][1], pgdata)
+            plain_cpu.append(used)
+            print(f"{result.line().split('  cdc wait')[0]}  cpu/req: {used.text()}",
+                  flush=True)
+        untenanted: list[Result] = []
         for n in range(args.rounds):
             for side, (url, _pid) in sides.items():
                 rate[side].append(fixed_rate(f"{side}, {args.rate:.0f} req/s #{n + 1}", url,
                                              headers, args.rate, args.duration))
                 print(rate[side][-1].line().split("  cdc wait")[0], flush=True)
+            with tenancy(enabled=False):
+                untenanted.append(fixed_rate(
+                    f"api balances without tenancy, {args.rate:.0f} req/s #{n + 1}",
+                    sides["api balances"][0], headers, args.rate, args.duration))
+            print(untenanted[-1].line().split("  cdc wait")[0], flush=True)
     bare_rps = statistics.median(r.rps for r in sat["bare FastAPI + 1 read"])
     api_rps = statistics.median(r.rps for r in sat["api balances"])
     p99 = statistics.median(r.pct(0.99) for r in rate["api balances"])
@@ -227,6 +272,15 @@ def main() -> int:
           f"{TARGET_SHARE:.0%}): {'MET' if share >= TARGET_SHARE else 'NOT MET'}")
     print(f"p99 at {args.rate:.0f} req/s: api {p99:.2f} ms, bare {bare_p99:.2f} ms (target"
           f" <= {TARGET_P99_MS:.0f} ms): {'MET' if p99 <= TARGET_P99_MS else 'NOT MET'}")
+    plain_p99 = statistics.median(r.pct(0.99) for r in untenanted)
+    cost = p99 / plain_p99 - 1 if plain_p99 else 0.0
+    print(f"p99 at {args.rate:.0f} req/s with the tenancy check {p99:.2f} ms, without it"
+          f" {plain_p99:.2f} ms: {cost:+.0%} (target <= +{TARGET_TENANCY_COST:.0%}):"
+          f" {'MET' if cost <= TARGET_TENANCY_COST else 'NOT MET'}")
+    plain = _median_cpu(plain_cpu)
+    print(f"cpu per request at saturation without the tenancy check: {plain.text()}; with"
+          f" it postgres {api_cpu.postgres / plain.postgres - 1:+.0%}, server"
+          f" {api_cpu.server / plain.server - 1:+.0%}")
     print(f"load average at the end: {load_average()}")
     return 0
 
