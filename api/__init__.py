@@ -9,6 +9,10 @@ seeing its merchant's resources only.
   routes_transactions.py  GET a user's transfers, by cursor
   routes_users.py         POST users, POST and GET their deposit addresses
   routes_withdrawals.py   POST a withdrawal request, GET its state
+  routes_endpoints.py     the merchant's own webhook endpoints: create, read, change,
+                          delete, the secret, the delivery log, redeliver, recover,
+                          test (the rules are notify/merchant_endpoints.py's)
+  models_endpoints.py     their request and answer bodies
   routes_invoices.py      POST an invoice, GET one or pages of them, cancel one (the rules
                           are invoices/create.py's and invoices/reads.py's)
   auth.py                 the key check: the dependency per resource scope whose every

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Scope
 from paystream.api import (
     models,
     routes_balances,
+    routes_endpoints,
     routes_events,
     routes_invoices,
     routes_transactions,
@@ -40,11 +41,12 @@ from paystream.edge.app import EdgeApp, add_routes, fastapi_app
 from paystream.edge.observe import not_found
 from paystream.edge.probes import probes
 from paystream.edge.serve import frozen
+from paystream.notify.settings import NotifySettings
 
 FACTORY = "paystream.api.app:create_app_from_env"
 PUBLIC_PREFIX = "/v1/"
 PUBLIC_PATHS = frozenset({"/healthz"})
-ROUTERS = (routes_balances, routes_events, routes_invoices, routes_transactions,
+ROUTERS = (routes_balances, routes_endpoints, routes_events, routes_invoices, routes_transactions,
            routes_users, routes_withdrawals)
 
 
@@ -79,6 +81,11 @@ def create_app(settings: ApiSettings, *, database: Database | None = None) -> Ap
     app.state.settings = settings
     app.state.database = db
     app.state.metrics = metrics
+    # Endpoints a merchant adds are checked by the sender's own SSRF guard and rotated
+    # with its overlap (the notifier's settings: one rule for every door).
+    notify = NotifySettings.from_env()
+    app.state.endpoint_guard = notify.guard()
+    app.state.rotation_overlap_s = notify.rotation_overlap_s
     app.state.authenticator = Authenticator(settings.rate_per_second, settings.rate_burst,
                                             used)
     add_routes(app, *(routes.router for routes in ROUTERS), probes(

@@ -63,7 +63,6 @@ import results  # bench/, on sys.path as the script's folder
 from ledger_bench import python_loop_seconds
 
 from paystream.api import keys
-from paystream.schema.merchants import DEFAULT_MERCHANT
 from paystream.chaos import processes as px
 from paystream.chaos.receiver import LOOPBACK_ENV, LOOPBACK_GUARD
 from paystream.ingest import standard_webhooks
@@ -71,6 +70,7 @@ from paystream.launch import free_port
 from paystream.notify import endpoints
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC, PAYMENTS_TOPIC
+from paystream.schema.merchants import DEFAULT_MERCHANT
 from paystream.schema.users import add_user
 from paystream.stack import connect as stack_connect
 from paystream.stack import kafka, postgres

@@ -22,6 +22,7 @@ in operator_actions.
   routes_ledger.py           shortfalls with resolve, holds, reconcile
   routes_statements.py       settlement statements: the list, a statement's lines beside
                              our events by result, approve a proposed fee adjustment
+  routes_keys.py             merchants' API keys: listed by merchant, revoked
   routes_health.py           `paystream health`, rendered
   routes_alerts.py           Alertmanager's alerts and silences; silence, expire
   routes_audit.py            the audit page

@@ -19,6 +19,7 @@ from paystream.console import (
     routes_auth,
     routes_dead_letters,
     routes_health,
+    routes_keys,
     routes_ledger,
     routes_notifications,
     routes_search,
@@ -41,7 +42,7 @@ from paystream.logs import configure_logging
 from paystream.rate_limit import TokenBuckets
 
 FACTORY = "paystream.console.app:create_app_from_env"
-ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications,
+ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications, routes_keys,
            routes_ledger, routes_statements, routes_health, routes_alerts, routes_audit)
 
 

@@ -47,6 +47,7 @@ SECURITY_HEADERS = [
 ]
 NAV = (("/search", "Search"), ("/dead-letters", "Dead letters"),
        ("/notifications", "Notifications"), ("/endpoints", "Endpoints"),
+       ("/keys", "API keys"),
        ("/ledger", "Ledger"), ("/statements", "Statements"), ("/health", "Health"),
        ("/alerts", "Alerts"), ("/audit", "Audit"))
 

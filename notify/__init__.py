@@ -13,6 +13,10 @@ caused it and delivered as Standard-Webhooks-signed POSTs (docs/notifications.md
   schedule.py     what an answer means and when the next attempt is due (pure)
   reminders.py    scheduled reminders, claimed before they are sent
   endpoints.py    the operator's endpoints: add, list, disable, enable, rotate a secret
+  merchant_endpoints.py  a merchant's own endpoints, as the merchant API's role (the
+                  tenancy policies admit only its own): create, change, delete, the
+                  secret, the delivery log, redeliver, recover, test; every action
+                  recorded, once per Idempotency-Key
   address_guard.py  the SSRF guard: where a POST may go, at creation and at send time
   operator.py     the operator's view of deliveries: list, show, redeliver, recover
   cli.py          `paystream endpoints | notifications | notify`

@@ -54,6 +54,7 @@ log = structlog.get_logger("notify.delivery")
 USER_AGENT = "paystream-notifier/1"
 # The answers' status line is all a delivery needs: the body is never read.
 _ERROR_TEXT_MAX = 300
+HEAD_BYTES = 256  # of each answer, kept with its attempt (the merchant's delivery log)
 # The recorder waits this long for answers to gather unless this many are there already:
 # small next to the lease (an answer is recorded long before it lapses) and to the
 # intent-to-delivery target (1 s).
@@ -205,6 +206,7 @@ class Sender:
         headers["user-agent"] = USER_AGENT
         status: int | None = None
         error: str | None = None
+        head: str | None = None
         try:
             self._guard.check_scheme_and_literal(claim.url)
             # The session's total timeout (PAYSTREAM_NOTIFY_TIMEOUT_S) bounds the whole
@@ -212,6 +214,8 @@ class Sender:
             async with client.post(claim.url, data=claim.body, headers=headers,
                                    allow_redirects=False) as response:
                 status = response.status
+                # The first bytes of the answer, for the merchant's delivery log.
+                head = printable_head(await response.content.read(HEAD_BYTES))
         except TimeoutError:
             error = f"no answer within {s.timeout_s:g} s"
         except AddressRefused as exc:
@@ -226,14 +230,14 @@ class Sender:
         self._hooks.after_send()
         self._busy[claim.endpoint_id] -= 1
         self._in_flight -= 1
-        self._answers.append(self._answer(claim, started_at, latency, status, error))
+        self._answers.append(self._answer(claim, started_at, latency, status, error, head))
         self._answered.set()
         self._freed_since_claim += 1
         if self._freed_since_claim >= self._claim_when_freed:
             self._freed.set()
 
     def _answer(self, claim: store.Claim, started_at: datetime, latency: float,
-                status: int | None, error: str | None) -> store.Answer:
+                status: int | None, error: str | None, head: str | None) -> store.Answer:
         s = self.settings
         verdict = judge(status)
         metrics.ATTEMPTS.labels(claim.endpoint_id, verdict.value).inc()
@@ -258,7 +262,14 @@ class Sender:
                         intent_id=claim.intent_id, endpoint_id=claim.endpoint_id,
                         attempt=claim.attempt, status_code=status, error=error,
                         next_attempt_in_s=delay, gave_up=state == "failed")
-        return store.Answer(claim, started_at, latency, status, error, state, delay)
+        return store.Answer(claim, started_at, latency, status, error, state, delay, head)
+
+
+def printable_head(data: bytes) -> str:
+    """An answer's first bytes as text a log can show: undecodable bytes replaced,
+    control characters but newline and tab dropped."""
+    text = data.decode("utf-8", errors="replace")
+    return "".join(c for c in text if c.isprintable() or c in "\n\t")
 
 
 async def _wait(event: asyncio.Event | None, timeout_s: float, stop: threading.Event) -> None:

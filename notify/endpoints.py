@@ -60,6 +60,14 @@ def check_url(url: str) -> str:
     return url
 
 
+def guard_at_creation(url: str, guard: AddressGuard) -> None:
+    """The SSRF guard's refusal of `url` as an EndpointRefused."""
+    try:
+        guard.check_at_creation(url)
+    except AddressRefused as exc:
+        raise EndpointRefused(f"--url {exc}") from None
+
+
 def parse_events(text: str | None) -> list[str]:
     """`deposit.*,withdrawal.rejected` as a list of checked filters (none: every type)."""
     if not text:
@@ -75,10 +83,7 @@ def add(cur: Cursor, url: str, user_id: str | None, events: list[str], *,
     """A new enabled endpoint; returns (its id, its `whsec_` secret: shown only now).
     `guard` (the SSRF guard's settings) refuses a URL leading inside our network."""
     check_url(url)
-    try:
-        guard.check_at_creation(url)
-    except AddressRefused as exc:
-        raise EndpointRefused(f"--url {exc}") from None
+    guard_at_creation(url, guard)
     if user_id is not None and USER_ID_PATTERN.fullmatch(user_id) is None:
         raise EndpointRefused(f"--user must match {USER_ID_PATTERN.pattern}, got {user_id!r}")
     if user_id is not None and not users.exists(cur, user_id):

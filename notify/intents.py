@@ -65,6 +65,11 @@ class IntentType(StrEnum):
     REMINDER_INVOICE_UNPAID = "reminder.invoice_unpaid"  # an invoice's deadline close
     # Invoices (paystream.invoices): the invoice's id is the source (data.event_id), or
     # the payment's event id for what one payment does (paid_partial, paid_late).
+    # About an endpoint itself (notify/merchant_endpoints.py, notify/store.py): a test
+    # the merchant asked for, sent to that endpoint only; one disabled for failing, told
+    # to the merchant's other endpoints.
+    ENDPOINT_TEST = "endpoint.test"
+    ENDPOINT_DISABLED = "endpoint.disabled"
     INVOICE_CREATED = "invoice.created"
     INVOICE_PROCESSING = "invoice.processing"  # a payment seen, not final yet
     INVOICE_SETTLED = "invoice.settled"

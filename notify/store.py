@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
-from paystream.notify.intents import Intent, IntentType
-from paystream.schema.db import Connection
+from paystream.notify import intents
+from paystream.notify.intents import Intent, IntentType, wants
+from paystream.schema.db import Connection, Cursor
 
 # Due slots of enabled endpoints, oldest first, at most `free` per endpoint (its
 # capacity left in this process), locked SKIP LOCKED so concurrent senders share the
@@ -70,6 +71,7 @@ class Answer:
     error: str | None
     state: str  # pending (retry later), delivered, failed
     next_attempt_in_s: float | None  # when pending
+    response_head: str | None = None  # the answer's first bytes (delivery.HEAD_BYTES)
 
 
 def body_of(intent_id: str, intent_type: str, created_at: datetime, data: Any) -> bytes:
@@ -117,7 +119,7 @@ def record(conn: Connection, answers: Sequence[Answer], *, disable_after_s: floa
              "claim_id": a.claim.claim_id, "attempt": a.claim.attempt,
              "started_at": a.started_at.isoformat(), "latency_s": a.latency_s,
              "status_code": a.status_code, "error": a.error, "state": a.state,
-             "next_in_s": a.next_attempt_in_s} for a in answers]
+             "next_in_s": a.next_attempt_in_s, "head": a.response_head} for a in answers]
     payload = orjson.dumps(rows).decode()
     ok = sorted({a.claim.endpoint_id for a in answers if a.state == "delivered"})
     failing = sorted({a.claim.endpoint_id for a in answers if a.status_code is None
@@ -125,10 +127,11 @@ def record(conn: Connection, answers: Sequence[Answer], *, disable_after_s: floa
     with conn, conn.cursor() as cur:
         cur.execute(
             "INSERT INTO notification_attempts (intent_id, endpoint_id, attempt, started_at,"
-            " latency_s, status_code, error) SELECT intent_id, endpoint_id, attempt,"
-            " started_at, latency_s, status_code, error FROM jsonb_to_recordset(%s::jsonb)"
-            " AS r(intent_id text, endpoint_id text, attempt int, started_at timestamptz,"
-            " latency_s float8, status_code int, error text)", (payload,))
+            " latency_s, status_code, error, response_head) SELECT intent_id, endpoint_id,"
+            " attempt, started_at, latency_s, status_code, error, head"
+            " FROM jsonb_to_recordset(%s::jsonb) AS r(intent_id text, endpoint_id text,"
+            " attempt int, started_at timestamptz, latency_s float8, status_code int,"
+            " error text, head text)", (payload,))
         cur.execute(
             "UPDATE notification_deliveries s SET state = r.state,"
             " next_attempt_at = CASE WHEN r.state = 'pending'"
@@ -155,4 +158,36 @@ def record(conn: Connection, answers: Sequence[Answer], *, disable_after_s: floa
                 " AND failing_since < now() - make_interval(secs => %s)"
                 " RETURNING endpoint_id, url", (failing, disable_after_s))
             disabled = [(row[0], row[1]) for row in cur.fetchall()]
+            for endpoint_id, _url in disabled:
+                tell_disabled(cur, endpoint_id)
     return Recorded(lost, disabled)
+
+
+def tell_disabled(cur: Cursor, endpoint_id: str) -> None:
+    """An endpoint just disabled for failing: the action recorded, and an
+    `endpoint.disabled` intent for its merchant's other enabled endpoints that want it
+    (an operator's endpoint, without a merchant, tells no one)."""
+    cur.execute("SELECT merchant_id, url, disabled_reason, disabled_at"
+                " FROM notification_endpoints WHERE endpoint_id = %s", (endpoint_id,))
+    merchant_id, url, reason, disabled_at = cur.fetchone() or (None, None, None, None)
+    cur.execute("INSERT INTO endpoint_actions (endpoint_id, merchant_id, actor, action,"
+                " detail) VALUES (%s, %s, 'notifier', 'disabled', %s)",
+                (endpoint_id, merchant_id, orjson.dumps({"reason": reason}).decode()))
+    if merchant_id is None:
+        return
+    cur.execute("SELECT endpoint_id, event_types FROM notification_endpoints"
+                " WHERE merchant_id = %s AND disabled_at IS NULL AND endpoint_id <> %s",
+                (merchant_id, endpoint_id))
+    told = [other for other, patterns in cur.fetchall()
+            if wants(patterns, IntentType.ENDPOINT_DISABLED.value)]
+    if not told:
+        return
+    made = intents.intent_id(f"disabled:{endpoint_id}:{disabled_at.isoformat()}",
+                     IntentType.ENDPOINT_DISABLED)
+    cur.execute("INSERT INTO notification_intents (intent_id, type, user_id, created_at,"
+                " data) VALUES (%s, %s, '', now(), %s) ON CONFLICT DO NOTHING",
+                (made, IntentType.ENDPOINT_DISABLED.value, orjson.dumps({
+                    "endpoint_id": endpoint_id, "url": url, "reason": reason,
+                    "disabled_at": disabled_at.isoformat()}).decode()))
+    cur.execute("INSERT INTO notification_deliveries (intent_id, endpoint_id)"
+                " SELECT %s, unnest(%s::text[]) ON CONFLICT DO NOTHING", (made, told))

@@ -28,7 +28,7 @@ from paystream.notify import slots
 from paystream.notify.intents import IntentType, new_intent, now_text
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
-from tests.support.api import ApiServer, api_server, bearer, new_key
+from tests.support.api import UNLIMITED, ApiServer, api_server, bearer, new_key
 from tests.support.consumers import record_of, store_events, wire_message
 from tests.support.ids import unique
 from tests.support.ingest import random_address
@@ -46,9 +46,7 @@ def _cli(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[ApiServer]:
-    with api_server({"PAYSTREAM_API_RATE_PER_SECOND": "1000",
-                     "PAYSTREAM_API_RATE_BURST": "1000",
-                     "PAYSTREAM_API_KEY_USE_FLUSH_S": "0.5"}) as server:
+    with api_server({**UNLIMITED, "PAYSTREAM_API_KEY_USE_FLUSH_S": "0.5"}) as server:
         yield server
 
 
@@ -88,6 +86,17 @@ class Tenant:
                                   "expires_in_s": 3600, "order_id": unique("order")})
         assert invoice.status_code == 201, invoice.text
         self.invoice_id = invoice.json()["invoice_id"]
+        # An endpoint nothing listens on, with one delivery slot.
+        endpoint = self.call("POST", "/v1/endpoints", headers={"Idempotency-Key": "e"},
+                             json={"url": "http://127.0.0.1:9/hooks"})
+        assert endpoint.status_code == 201, endpoint.text
+        self.endpoint_id = endpoint.json()["endpoint_id"]
+        sent = self.call("POST", f"/v1/endpoints/{self.endpoint_id}/test")
+        assert sent.status_code == 202, sent.text
+        self.delivery_id = sent.json()["delivery_id"]
+        # Disabled: the stack's own sender leaves its slot as it is.
+        off = self.call("PATCH", f"/v1/endpoints/{self.endpoint_id}", json={"enabled": False})
+        assert off.status_code == 200 and off.json()["enabled"] is False
 
 
 @pytest.fixture(scope="module")
@@ -130,9 +139,22 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/invoices/{invoice_id}/cancel"): lambda ids: {},
     ("POST", "/v1/invoices"): _write(lambda ids: {
         "user_id": ids["user_id"], "asset": "USD", "amount": "3", "expires_in_s": 3600}),
+    ("POST", "/v1/endpoints"): _write(lambda ids: {
+        "url": "http://127.0.0.1:9/x", "merchant_id": ids["merchant_id"]}),
+    ("GET", "/v1/endpoints/{endpoint_id}"): lambda ids: {},
+    ("PATCH", "/v1/endpoints/{endpoint_id}"): lambda ids: {"json": {"description": "mine"}},
+    ("DELETE", "/v1/endpoints/{endpoint_id}"): lambda ids: {},
+    ("GET", "/v1/endpoints/{endpoint_id}/secret"): lambda ids: {},
+    ("POST", "/v1/endpoints/{endpoint_id}/secret/rotate"): lambda ids: {},
+    ("GET", "/v1/endpoints/{endpoint_id}/deliveries"): lambda ids: {},
+    ("POST", "/v1/endpoints/{endpoint_id}/recover"): lambda ids: {
+        "json": {"since": "2020-01-01T00:00:00Z"}},
+    ("POST", "/v1/endpoints/{endpoint_id}/test"): lambda ids: {},
+    ("POST", "/v1/deliveries/{delivery_id}/redeliver"): lambda ids: {},
 }
 # Operations whose answer to a foreign caller is not a 404, with the reason.
-LISTS = {("GET", "/v1/invoices")}  # a page of the caller's own: checked for no foreign item
+# Pages of the caller's own: checked for no foreign item.
+LISTS = {("GET", "/v1/invoices"), ("GET", "/v1/endpoints")}
 CREATES = {("POST", "/v1/users")}  # ids are global: a taken one is 409 (docs/api.md)
 
 
@@ -147,7 +169,7 @@ def _request(tenant: Tenant, method: str, template: str, ids: Ids) -> httpx.Resp
     return tenant.call(method, path, **CASES[(method, template)](ids))
 
 
-def _victim_rows(user: str) -> dict[str, Any]:
+def _victim_rows(user: str, endpoint_id: str) -> dict[str, Any]:
     """What the victim owns, read by the database's owner (no tenancy policy applies)."""
     conn = connect(database_url("owner"))
     try:
@@ -164,6 +186,16 @@ def _victim_rows(user: str) -> dict[str, Any]:
             cur.execute("SELECT array_agg(balance::text ORDER BY asset) FROM balances"
                         " WHERE user_id = %s", (user,))
             found["amounts"] = cur.fetchone()[0]
+            cur.execute("SELECT url, description, secret, previous_secret, disabled_at,"
+                        " deleted_at FROM notification_endpoints WHERE endpoint_id = %s",
+                        (endpoint_id,))
+            found["endpoint"] = cur.fetchone()
+            cur.execute("SELECT array_agg(state || ':' || attempts ORDER BY intent_id)"
+                        " FROM notification_deliveries WHERE endpoint_id = %s", (endpoint_id,))
+            found["deliveries"] = cur.fetchone()[0]
+            cur.execute("SELECT count(*) FROM endpoint_actions WHERE endpoint_id = %s",
+                        (endpoint_id,))
+            found["actions"] = cur.fetchone()[0]
         return found
     finally:
         conn.close()
@@ -184,11 +216,15 @@ def test_a_hostile_tenant_walking_every_route_finds_nothing_and_changes_nothing(
     uncovered = [op for op in operations if op not in CASES and op not in LISTS | CREATES]
     assert not uncovered, f"no tenancy case for {uncovered}: add one to CASES"
     theirs: Ids = {"user_id": victim.user, "event_id": victim.event_id,
-                   "withdrawal_id": victim.withdrawal_id, "invoice_id": victim.invoice_id}
+                   "withdrawal_id": victim.withdrawal_id, "invoice_id": victim.invoice_id,
+                   "endpoint_id": victim.endpoint_id, "delivery_id": victim.delivery_id,
+                   "merchant_id": victim.merchant_id}
     nowhere: Ids = {"user_id": NOBODY, "event_id": "evt-" + NOBODY,
                     "withdrawal_id": "api:withdrawal:" + "0" * 32,
-                    "invoice_id": "inv_" + "0" * 32}
-    before = _victim_rows(victim.user)
+                    "invoice_id": "inv_" + "0" * 32, "endpoint_id": "ep_" + "0" * 24,
+                    "delivery_id": f"ntf_{'0' * 32}.ep_{'0' * 24}",
+                    "merchant_id": "m_nosuch"}
+    before = _victim_rows(victim.user, victim.endpoint_id)
     for method, template in operations:
         if (method, template) not in CASES:
             continue
@@ -207,6 +243,8 @@ def test_a_hostile_tenant_walking_every_route_finds_nothing_and_changes_nothing(
         assert page.status_code == 200
         assert {i["user_id"] for i in page.json()["items"]} <= {attacker.user}, query
     assert victim.invoice_id in victim.call("GET", "/v1/invoices").text
+    listed = attacker.call("GET", "/v1/endpoints").json()["items"]
+    assert [e["endpoint_id"] for e in listed] == [attacker.endpoint_id]
     # A user id is unique across merchants: taken, and not created or moved.
     taken = attacker.call("POST", "/v1/users", json={"user_id": victim.user})
     assert taken.status_code == 409 and taken.json()["code"] == "user_id_taken", taken.text
@@ -217,7 +255,7 @@ def test_a_hostile_tenant_walking_every_route_finds_nothing_and_changes_nothing(
     claimed = attacker.call("POST", f"/v1/users/{attacker.user}/deposit-addresses",
                             json={"network": "ETH_MAINNET", "address": victim.address})
     assert claimed.status_code == 409 and claimed.json()["code"] == "address_taken"
-    assert _victim_rows(victim.user) == before
+    assert _victim_rows(victim.user, victim.endpoint_id) == before
 
 
 def test_an_operator_key_sees_every_merchant_and_makes_users_for_one(

@@ -17,7 +17,9 @@ from decimal import Decimal
 import pytest
 import requests
 
+from paystream.api import keys
 from paystream.launch import paystream_argv
+from paystream.schema import merchants
 from paystream.schema.db import Connection
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.console import (
@@ -258,6 +260,26 @@ def test_an_endpoint_is_disabled_with_a_reason_and_enabled_again(
                     " disabled_reason = 'test done' WHERE endpoint_id = %s", (endpoint_id,))
     audit = operator.get(console.url + "/audit", timeout=10).text
     assert "endpoint_disable" in audit and "endpoint_enable" in audit
+
+
+def test_a_merchants_keys_are_listed_and_one_is_revoked(
+        console: ConsoleServer, operator: requests.Session, db: Connection) -> None:
+    with db.cursor() as cur:
+        shop = merchants.add(cur, unique("console-shop"))
+        other = merchants.add(cur, unique("console-other"))
+        mine, _ = keys.create(cur, "checkout", keys.parse_scopes("balances:read"),
+                              shop.merchant_id)
+        theirs, _ = keys.create(cur, "theirs", keys.parse_scopes("read"), other.merchant_id)
+    page = operator.get(console.url + "/keys", params={"merchant": shop.merchant_id},
+                        timeout=10).text
+    assert mine.key_id in page and "balances:read" in page and theirs.key_id not in page
+    operator.post(f"{console.url}/keys/{mine.key_id}/revoke",
+                  data={"csrf": csrf_of(page), "merchant": shop.merchant_id}, timeout=10)
+    with db.cursor() as cur:
+        cur.execute("SELECT key_id FROM api_keys WHERE revoked_at IS NOT NULL"
+                    " AND key_id = ANY(%s)", ([mine.key_id, theirs.key_id],))
+        assert cur.fetchall() == [(mine.key_id,)]
+    assert _actions(db, "apikey_revoke", mine.key_id)[0][1] == "done"
 
 
 def _fail_logins(server: ConsoleServer, count: int, forwarded: bool = False

@@ -34,7 +34,7 @@ TABLES = ("users", "balances", "deposit_addresses", "payment_events", "event_sta
           "api_keys", "api_withdrawals", "api_idempotency", *NOTIFY_TABLES,
           "refused_deliveries", "consumer_stops", "chain_scan_cursors",
           "chain_scan_backfills", "console_keys", "console_sessions", "operator_actions",
-          *STATEMENT_TABLES, "merchants")
+          *STATEMENT_TABLES, "merchants", "endpoint_actions")
 COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE")
 TABLE_PRIVILEGES = ("DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 
@@ -114,8 +114,10 @@ EXPECTED: dict[DbRole, Grants] = {
                                                "last_error", "delivered_at"}},
         "notification_attempts": {"SELECT": ALL, "INSERT": ALL},
         "notification_reminders": {"SELECT": ALL, "INSERT": ALL},
-        # A merchant's endpoints hear of its own users only (0033).
+        # A merchant's endpoints hear of its own users only (0033); one disabled for
+        # failing is recorded (0035).
         "users": {"SELECT": {"user_id", "merchant_id"}},
+        "endpoint_actions": {"SELECT": ALL, "INSERT": ALL},
         "account_shortfalls": {"SELECT": {"id", "user_id", "asset", "source_event_id",
                                           "amount", "created_at", "resolved_at"}},
         "chain_deposits": {"SELECT": {"event_id", "network", "user_id", "asset", "amount",
@@ -130,7 +132,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "notification_endpoints": {
             "SELECT": {"endpoint_id", "url", "user_id", "event_types",
                        "previous_secret_until", "created_at", "failing_since", "disabled_at",
-                       "disabled_reason", "merchant_id"},
+                       "disabled_reason", "merchant_id", "description", "deleted_at"},
             "INSERT": {"endpoint_id", "url", "user_id", "event_types", "secret",
                        "merchant_id"},
             "UPDATE": {"failing_since", "disabled_at", "disabled_reason"}},
@@ -142,6 +144,7 @@ EXPECTED: dict[DbRole, Grants] = {
         "notification_attempts": {"SELECT": ALL, "DELETE": ALL},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "merchants": {"SELECT": ALL, "INSERT": ALL},  # paystream merchants add (0033)
+        "endpoint_actions": {"SELECT": ALL, "INSERT": ALL},  # what an operator did (0035)
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "processed_events": {"SELECT": ALL, "DELETE": ALL, "UPDATE": {"processed_at"}},
         # replay, and discard with its reason (0029).
@@ -183,6 +186,18 @@ EXPECTED: dict[DbRole, Grants] = {
             "user_entries", "merchants")},
         # Each key's last use, written once a minute (api/key_use.py, 0033).
         "api_keys": {"SELECT": ALL, "UPDATE": {"last_used_at"}},
+        # The merchant's own endpoints, their log, redeliveries and tests (0035).
+        "notification_endpoints": {
+            "SELECT": ALL,
+            "INSERT": {"endpoint_id", "url", "event_types", "secret", "merchant_id",
+                       "description"},
+            "UPDATE": {"url", "event_types", "description", "disabled_at",
+                       "disabled_reason", "failing_since", "deleted_at"}},
+        "notification_intents": {"SELECT": ALL, "INSERT": ALL},
+        "notification_deliveries": {"SELECT": ALL, "INSERT": {"intent_id", "endpoint_id"},
+                                    "UPDATE": {"state", "attempts", "next_attempt_at"}},
+        "notification_attempts": {"SELECT": ALL},
+        "endpoint_actions": {"SELECT": ALL, "INSERT": ALL},
         "users": {"SELECT": ALL, "INSERT": ALL},
         "deposit_addresses": {"SELECT": ALL, "INSERT": ALL},
         "chain_scan_backfills": {"SELECT": ALL, "INSERT": ALL},  # scan_from_block (0024)

@@ -27,6 +27,10 @@ class ApiServer:
     log_path: Path
 
 
+# A rate limit no test reaches (the rate-limit test sets its own).
+UNLIMITED = {"PAYSTREAM_API_RATE_PER_SECOND": "1000", "PAYSTREAM_API_RATE_BURST": "1000"}
+
+
 @contextmanager
 def api_server(env: Mapping[str, str] | None = None, *, workers: int = 1
                ) -> Iterator[ApiServer]:

@@ -150,6 +150,11 @@ def _value(name: str) -> Any:
             user_id=HOSTILE, result=HOSTILE, detail=HOSTILE, state="proposed",
             action=HOSTILE, decision_id=1, key=1, match_id=1)],
         "page": 1,
+        # Merchants and their keys (names are the operator's words, scopes the key's).
+        "merchants": [SimpleNamespace(merchant_id=HOSTILE, name=HOSTILE, users=1)],
+        "keys": [SimpleNamespace(key_id=HOSTILE, merchant_id=HOSTILE, name=HOSTILE,
+                                 scopes=[HOSTILE], created_at=at, expires_at=at,
+                                 last_used_at=None, revoked_at=None)],
     }
     return values.get(name, HOSTILE)
 
