@@ -13,6 +13,8 @@ seeing its merchant's resources only.
                           delete, the secret, the delivery log, redeliver, recover,
                           test (the rules are notify/merchant_endpoints.py's)
   models_endpoints.py     their request and answer bodies
+  routes_exports.py       GET the merchant's postings, transfers or invoices as CSV
+  exports.py              what those exports read, spooled from one snapshot
   routes_invoices.py      POST an invoice, GET one or pages of them, cancel one (the rules
                           are invoices/create.py's and invoices/reads.py's)
   auth.py                 the key check: the dependency per resource scope whose every

@@ -26,6 +26,7 @@ from paystream.api import (
     routes_balances,
     routes_endpoints,
     routes_events,
+    routes_exports,
     routes_invoices,
     routes_transactions,
     routes_users,
@@ -46,8 +47,8 @@ from paystream.notify.settings import NotifySettings
 FACTORY = "paystream.api.app:create_app_from_env"
 PUBLIC_PREFIX = "/v1/"
 PUBLIC_PATHS = frozenset({"/healthz"})
-ROUTERS = (routes_balances, routes_endpoints, routes_events, routes_invoices, routes_transactions,
-           routes_users, routes_withdrawals)
+ROUTERS = (routes_balances, routes_endpoints, routes_events, routes_exports, routes_invoices,
+           routes_transactions, routes_users, routes_withdrawals)
 
 
 class ApiApp(EdgeApp):

@@ -28,6 +28,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add.add_argument("--user", help="only this user's notifications")
     add.add_argument("--events", help="comma-separated types or families: deposit.*,"
                                       "withdrawal.rejected (default: every type)")
+    owner = add.add_mutually_exclusive_group()
+    owner.add_argument("--merchant", metavar="MERCHANT_ID",
+                       help="only this merchant's users' notifications (default: m_default)")
+    owner.add_argument("--every-merchant", action="store_true",
+                       help="every merchant's notifications (an operator's endpoint)")
     add.set_defaults(func=_add)
     ep_sub.add_parser("list", help="the endpoints and their state").set_defaults(func=_list)
     dis = ep_sub.add_parser("disable", help="stop delivering to an endpoint")
@@ -85,13 +90,16 @@ def _refused(action: str, exc: Exception) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     from paystream.notify import endpoints
+    from paystream.schema.merchants import DEFAULT_MERCHANT
 
     try:
         events = endpoints.parse_events(args.events)
         endpoints.check_url(args.url)
         with transaction("paystream-endpoints") as cur:
-            endpoint_id, secret = endpoints.add(cur, args.url, args.user, events,
-                                                guard=NotifySettings.from_env().guard())
+            endpoint_id, secret = endpoints.add(
+                cur, args.url, args.user, events, guard=NotifySettings.from_env().guard(),
+                merchant_id=None if args.every_merchant else
+                (args.merchant or DEFAULT_MERCHANT))
     except endpoints.EndpointRefused as exc:
         return _refused("add", exc)
     print(f"endpoint {endpoint_id} added: {args.url}"

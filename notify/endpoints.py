@@ -3,6 +3,7 @@ which writes a signing key and never reads one back: migration 0011)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,9 +11,10 @@ from urllib.parse import urlsplit
 
 from paystream.notify.address_guard import AddressGuard, AddressRefused
 from paystream.notify.intents import check_pattern
-from paystream.schema import users
+from paystream.schema import merchants, users
 from paystream.schema.db import Cursor
 from paystream.schema.events import USER_ID_PATTERN
+from paystream.schema.merchants import DEFAULT_MERCHANT
 from paystream.standard_webhooks import encode_secret
 
 KEY_BYTES = 32  # a fresh HMAC-SHA256 key: 256 bits, as the hash
@@ -79,20 +81,33 @@ def parse_events(text: str | None) -> list[str]:
 
 
 def add(cur: Cursor, url: str, user_id: str | None, events: list[str], *,
-        guard: AddressGuard) -> tuple[str, str]:
-    """A new enabled endpoint; returns (its id, its `whsec_` secret: shown only now).
-    `guard` (the SSRF guard's settings) refuses a URL leading inside our network."""
+        guard: AddressGuard, merchant_id: str | None = DEFAULT_MERCHANT) -> tuple[str, str]:
+    """A new enabled endpoint of `merchant_id` (None: every merchant's notifications);
+    returns (its id, its `whsec_` secret: shown only now). `guard` (the SSRF guard's
+    settings) refuses a URL leading inside our network."""
     check_url(url)
     guard_at_creation(url, guard)
     if user_id is not None and USER_ID_PATTERN.fullmatch(user_id) is None:
         raise EndpointRefused(f"--user must match {USER_ID_PATTERN.pattern}, got {user_id!r}")
     if user_id is not None and not users.exists(cur, user_id):
         raise EndpointRefused(f"no user {user_id!r}: add it first (paystream users add)")
+    if merchant_id is not None and not merchants.exists(cur, merchant_id):
+        raise EndpointRefused(f"no merchant {merchant_id!r} (paystream merchants list)")
+    if user_id is not None and merchant_id is not None:
+        cur.execute("SELECT merchant_id FROM users WHERE user_id = %s", (user_id,))
+        (owner,) = cur.fetchone() or (None,)
+        if owner != merchant_id:  # it would never hear of its user (notify/slots.py)
+            raise EndpointRefused(f"user {user_id!r} belongs to merchant {owner!r}: pass"
+                                  f" --merchant {owner}")
     endpoint_id = "ep_" + secrets.token_hex(12)
     key = secrets.token_bytes(KEY_BYTES)
     cur.execute("INSERT INTO notification_endpoints (endpoint_id, url, user_id, event_types,"
-                " secret) VALUES (%s, %s, %s, %s, %s)",
-                (endpoint_id, url, user_id, events, key))
+                " secret, merchant_id) VALUES (%s, %s, %s, %s, %s, %s)",
+                (endpoint_id, url, user_id, events, key, merchant_id))
+    cur.execute("INSERT INTO endpoint_actions (endpoint_id, merchant_id, actor, action,"
+                " detail) VALUES (%s, %s, 'operator', 'create', %s)",
+                (endpoint_id, merchant_id, json.dumps({"url": url, "event_types": events,
+                                                       "user_id": user_id})))
     return endpoint_id, encode_secret(key)
 
 

@@ -56,38 +56,43 @@ SHAPES: dict[str, Shape] = {
          ("asset", TEXT), ("amount", MONEY))),
     "transfers": Shape(
         "SELECT t.transfer_id, t.created_at, t.source_event_id, t.event_type, e.provider,"
-        " e.user_id, e.asset, e.amount, e.trace_id"
+        " e.user_id, u.merchant_id, e.asset, e.amount, e.trace_id"
         " FROM transfers t LEFT JOIN payment_events e ON e.event_id = t.source_event_id"
+        " LEFT JOIN users u ON u.user_id = e.user_id"
         " WHERE t.created_at >= %(start)s AND t.created_at < %(end)s"
         " ORDER BY t.transfer_id",
         (("transfer_id", INT), ("created_at", TIME), ("event_id", TEXT),
-         ("event_type", TEXT), ("provider", TEXT), ("user_id", TEXT), ("asset", TEXT),
-         ("event_amount", MONEY), ("trace_id", TEXT))),
+         ("event_type", TEXT), ("provider", TEXT), ("user_id", TEXT), ("merchant_id", TEXT),
+         ("asset", TEXT), ("event_amount", MONEY), ("trace_id", TEXT))),
     "invoices": Shape(
-        "SELECT invoice_id, user_id, api_key_id, order_id, asset, amount, state,"
-        " additional_status, amount_paid, amount_pending, created_at, expires_at"
-        " FROM invoices WHERE created_at >= %(start)s AND created_at < %(end)s"
-        " ORDER BY created_at, invoice_id",
-        (("invoice_id", TEXT), ("user_id", TEXT), ("merchant_key_id", TEXT),
+        "SELECT i.invoice_id, i.user_id, u.merchant_id, i.api_key_id, i.order_id, i.asset,"
+        " i.amount, i.state, i.additional_status, i.amount_paid, i.amount_pending,"
+        " i.created_at, i.expires_at FROM invoices i JOIN users u USING (user_id)"
+        " WHERE i.created_at >= %(start)s AND i.created_at < %(end)s"
+        " ORDER BY i.created_at, i.invoice_id",
+        (("invoice_id", TEXT), ("user_id", TEXT), ("merchant_id", TEXT),
+         ("merchant_key_id", TEXT),
          ("order_id", TEXT), ("asset", TEXT), ("amount", MONEY), ("state", TEXT),
          ("additional_status", TEXT), ("amount_paid", MONEY), ("amount_pending", MONEY),
          ("created_at", TIME), ("expires_at", TIME))),
     "statements": Shape(
         "SELECT l.statement_id, l.line_no, l.line_id, l.type, l.amount, l.fee, l.net,"
         " l.currency, l.created, l.available_on, l.payout_id, l.reference, e.event_id,"
-        " e.user_id, coalesce(k.result, 'matched'), coalesce(k.detail, '')"
+        " e.user_id, u.merchant_id, coalesce(k.result, 'matched'), coalesce(k.detail, '')"
         " FROM statement_lines l"
         " LEFT JOIN statement_matches k ON k.statement_id = l.statement_id"
         "  AND k.line_no = l.line_no"
         # No result row: the line matched the event its reference names.
         " LEFT JOIN payment_events e ON e.event_id = CASE WHEN k.match_id IS NULL"
         "  THEN l.reference ELSE k.event_id END"
+        " LEFT JOIN users u ON u.user_id = e.user_id"
         " WHERE l.created >= %(start)s AND l.created < %(end)s"
         " ORDER BY l.statement_id, l.line_no",
         (("statement_id", INT), ("line_no", INT), ("line_id", TEXT), ("type", TEXT),
          ("amount", MONEY), ("fee", MONEY), ("net", MONEY), ("currency", TEXT),
          ("created", TIME), ("available_on", TIME), ("payout_id", TEXT),
-         ("reference", TEXT), ("event_id", TEXT), ("user_id", TEXT), ("result", TEXT),
+         ("reference", TEXT), ("event_id", TEXT), ("user_id", TEXT),
+         ("merchant_id", TEXT), ("result", TEXT),
          ("detail", TEXT))),
 }
 

@@ -11,10 +11,13 @@ case for fails the test, so a new route cannot skip it.
 
 from __future__ import annotations
 
+import csv
+import io
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import count
 from typing import Any
@@ -154,7 +157,8 @@ CASES: dict[tuple[str, str], Case] = {
 }
 # Operations whose answer to a foreign caller is not a 404, with the reason.
 # Pages of the caller's own: checked for no foreign item.
-LISTS = {("GET", "/v1/invoices"), ("GET", "/v1/endpoints")}
+LISTS = {("GET", "/v1/invoices"), ("GET", "/v1/endpoints"), ("GET", "/v1/exports/postings"),
+         ("GET", "/v1/exports/transfers"), ("GET", "/v1/exports/invoices")}
 CREATES = {("POST", "/v1/users")}  # ids are global: a taken one is 409 (docs/api.md)
 
 
@@ -338,3 +342,32 @@ def test_a_merchants_endpoint_hears_of_its_own_users_only(
     assert got == {(victims.id, endpoints[victim.merchant_id]), (victims.id, endpoints[None]),
                    (attackers.id, endpoints[attacker.merchant_id]),
                    (attackers.id, endpoints[None])}
+
+
+def test_exports_hold_the_merchants_own_books_only(
+        api: ApiServer, tenants: tuple[Tenant, Tenant]) -> None:
+    victim, attacker = tenants
+    now = datetime.now(UTC)
+    window = {"from": (now - timedelta(hours=1)).isoformat(),
+              "to": (now + timedelta(minutes=5)).isoformat()}
+    for tenant, other in ((victim, attacker), (attacker, victim)):
+        postings = _csv(tenant.call("GET", "/v1/exports/postings", params=window))
+        assert postings[0] == ["transfer_id", "created_at", "event_id", "event_type",
+                               "user_id", "book", "asset", "amount"]
+        # The deposit of 50 to the tenant's user's available book, and nobody else's.
+        assert {(r[2], r[4], r[5], r[7]) for r in postings[1:]} == {
+            (tenant.event_id, tenant.user, "available", "50.000000000000000000")}
+        transfers = _csv(tenant.call("GET", "/v1/exports/transfers", params=window))
+        assert [r[2] for r in transfers[1:]] == [tenant.event_id]
+        invoices = _csv(tenant.call("GET", "/v1/exports/invoices", params=window))
+        assert [r[0] for r in invoices[1:]] == [tenant.invoice_id]
+        assert other.user not in str((postings, transfers, invoices))
+    too_long = {"from": "2026-01-01T00:00:00Z", "to": "2026-03-01T00:00:00Z"}
+    refused = victim.call("GET", "/v1/exports/postings", params=too_long)
+    assert refused.status_code == 400 and refused.json()["code"] == "invalid_range"
+
+
+def _csv(resp: httpx.Response) -> list[list[str]]:
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/csv")
+    return list(csv.reader(io.StringIO(resp.text)))

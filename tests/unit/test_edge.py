@@ -42,7 +42,7 @@ def test_every_v1_route_takes_its_database_from_the_key_dependency() -> None:
               if isinstance(r, APIRoute)]
     paths = create_app(ApiSettings()).api.openapi()["paths"]
     served = {p for p in paths if p.startswith("/v1/")}
-    assert {r.path.replace(":path", "") for r in routes} == served and len(routes) == 23
+    assert {r.path.replace(":path", "") for r in routes} == served and len(routes) == 26
     for route in routes:
         given = [d.call for d in route.dependant.dependencies]
         assert any(isinstance(call, KeyAccess) for call in given), route.path
