@@ -43,17 +43,18 @@ SHAPES: dict[str, Shape] = {
     "postings": Shape(
         "SELECT p.transfer_id, t.created_at, t.source_event_id, t.event_type, e.provider,"
         " p.account_id, a.kind, a.owner,"
-        " CASE WHEN a.kind IN ('available', 'pending', 'held') THEN a.owner END,"
-        " p.asset, p.amount"
+        " u.user_id, u.merchant_id, p.asset, p.amount"
         " FROM transfers t JOIN postings p ON p.transfer_id = t.transfer_id"
         " JOIN accounts a ON a.account_id = p.account_id"
+        " LEFT JOIN users u ON u.user_id = a.owner"
+        "  AND a.kind IN ('available', 'pending', 'held')"
         " LEFT JOIN payment_events e ON e.event_id = t.source_event_id"
         " WHERE t.created_at >= %(start)s AND t.created_at < %(end)s"
         " ORDER BY p.transfer_id, p.account_id",
         (("transfer_id", INT), ("created_at", TIME), ("event_id", TEXT),
          ("event_type", TEXT), ("provider", TEXT), ("account_id", INT),
          ("account_kind", TEXT), ("account_owner", TEXT), ("user_id", TEXT),
-         ("asset", TEXT), ("amount", MONEY))),
+         ("merchant_id", TEXT), ("asset", TEXT), ("amount", MONEY))),
     "transfers": Shape(
         "SELECT t.transfer_id, t.created_at, t.source_event_id, t.event_type, e.provider,"
         " e.user_id, u.merchant_id, e.asset, e.amount, e.trace_id"
