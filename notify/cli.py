@@ -115,8 +115,9 @@ def _list(args: argparse.Namespace) -> int:
     with database("paystream-endpoints") as conn, conn.cursor() as cur:
         rows = endpoints.list_endpoints(cur)
     print(format_table(
-        ("id", "url", "user", "events", "state", "since"),
-        [(e.endpoint_id, e.url, e.user_id or "any", ",".join(e.event_types) or "all",
+        ("id", "merchant", "url", "user", "events", "state", "since"),
+        [(e.endpoint_id, e.merchant_id or "every", e.url, e.user_id or "any",
+          ",".join(e.event_types) or "all",
           f"disabled: {e.disabled_reason}" if e.disabled_at else
           ("failing" if e.failing_since else "enabled"),
           f"{(e.disabled_at or e.failing_since or e.created_at):%Y-%m-%d %H:%M:%S}")

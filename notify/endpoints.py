@@ -35,10 +35,12 @@ class Endpoint:
     failing_since: datetime | None
     disabled_at: datetime | None
     disabled_reason: str | None
+    merchant_id: str | None  # None: every merchant's notifications
+    deleted_at: datetime | None  # deleted by its merchant (the API)
 
 
 COLUMNS = ("endpoint_id", "url", "user_id", "event_types", "created_at", "failing_since",
-           "disabled_at", "disabled_reason")
+           "disabled_at", "disabled_reason", "merchant_id", "deleted_at")
 
 
 def check_url(url: str) -> str:

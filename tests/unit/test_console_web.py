@@ -95,10 +95,11 @@ def _value(name: str) -> Any:
         "event_id", "user_id", "provider", "event_type", "asset", "status", "found_as",
         "intent_id", "endpoint_id", "type", "state", "last_error", "url", "disabled_reason",
         "source_event_id", "resolution", "actor", "action", "target", "result", "detail",
-        "component", "check", "value", "threshold", "verdict", "name", "hold_id", "key_id")},
+        "component", "check", "value", "threshold", "verdict", "name", "hold_id", "key_id",
+        "merchant_id")},
         amount=Decimal("1"), fee=Decimal("0"), balance=Decimal("1"), pending=Decimal("0"),
         held=Decimal("0"), received_at=at, created_at=at, at=at, delivered_at=None,
-        failing_since=None, disabled_at=at, resolved_at=None, attempts=1, last_status=500,
+        failing_since=None, disabled_at=at, resolved_at=None, deleted_at=None, attempts=1, last_status=500,
         id=1, event_types=[HOSTILE])
     row.state = SimpleNamespace(value=HOSTILE) if name == "holds" else HOSTILE
     story = Story({"event_id": HOSTILE, "provider": HOSTILE, "event_type": HOSTILE,
