@@ -99,8 +99,8 @@ def _value(name: str) -> Any:
         "merchant_id")},
         amount=Decimal("1"), fee=Decimal("0"), balance=Decimal("1"), pending=Decimal("0"),
         held=Decimal("0"), received_at=at, created_at=at, at=at, delivered_at=None,
-        failing_since=None, disabled_at=at, resolved_at=None, deleted_at=None, attempts=1, last_status=500,
-        id=1, event_types=[HOSTILE])
+        failing_since=None, disabled_at=at, resolved_at=None, deleted_at=None, attempts=1,
+        last_status=500, id=1, event_types=[HOSTILE])
     row.state = SimpleNamespace(value=HOSTILE) if name == "holds" else HOSTILE
     story = Story({"event_id": HOSTILE, "provider": HOSTILE, "event_type": HOSTILE,
                    "user_id": HOSTILE, "asset": HOSTILE, "amount": Decimal(1),
