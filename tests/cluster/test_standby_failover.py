@@ -11,7 +11,8 @@ every accepted event applied exactly once; every balance equals the oracle compu
 the accepted events; every event's notification intent recorded by the notifier;
 `paystream reconcile` clean; the old node rejoins as the standby. Then the same again
 with the roles swapped: the new primary killed, the pipeline fails back to the first
-node and passes the same checks (on the books of both rounds).
+node and passes the same checks (on the books of both rounds). Between the rounds,
+`pgbackrest check` on the node the first promoted: WAL archived from it.
 
 Runs last in tests/cluster (its file name sorts last): the nodes' roles are swapped
 afterwards, which the other tests do not care about but a reader of the logs should know.
@@ -36,11 +37,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from paystream.backups import BackupSettings
 from paystream.env import read_one
 from paystream.launch import paystream_argv
 from paystream.notify import intents
 from paystream.schema.db import connect, database_url
-from paystream.stack import standby
+from paystream.stack import backup, standby
 from paystream.stack.process import pid_alive, read_pid
 from paystream.stack.settings import StackSettings
 from paystream.stack.targets import MetricsPortSettings
@@ -207,6 +209,7 @@ def test_primary_killed_under_traffic_fails_over_and_back(standby_stack):
             wait_for("the prefunding applied", lambda: _applied([f.event_id for f in funded]),
                      timeout=120, interval=0.5)
             first = _fail_over_under_traffic(s, traffic, moved, "over")
+            _archiving_from_the_new_primary()
             second = _fail_over_under_traffic(s, traffic, moved, "back")
         # Back where it began: the node killed first is the primary again.
         assert second["new"] == first["old"] != first["new"]
@@ -255,6 +258,15 @@ def _fail_over_under_traffic(s: StackSettings, traffic: Traffic, moved: list[Pat
     print(f"fail {label}: the round took {time.monotonic() - round_started:.1f} s, "
           f"{time.monotonic() - checked_at:.1f} s of it the checks and the rejoin")
     return {"old": str(primary["name"]), "new": str(new_primary["name"])}
+
+
+def _archiving_from_the_new_primary() -> None:
+    """pgBackRest after a failover: `check` finds the primary among the stanza's two
+    nodes, switches its WAL and waits until the segment is in the repository, pushed by
+    the new primary's archive_command (what a backup needs; 1-2 s, a backup ~15)."""
+    started = time.monotonic()
+    backup.pgbackrest(BackupSettings.from_env(), "check", timeout=120)
+    print(f"pgbackrest check on the new primary: {time.monotonic() - started:.1f} s")
 
 
 def _wait_applying_again(traffic: Traffic, killed_at: float) -> float:
