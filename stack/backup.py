@@ -166,20 +166,23 @@ def take(settings: BackupSettings, backup_type: str) -> backups.Backup:
 
 
 def missing_wal(settings: BackupSettings, first: str, last: str) -> list[str]:
-    """The WAL segments from `first` to `last` (inclusive, one timeline) the repository
-    lacks, asked of the repository itself (`pgbackrest repo-ls`, any repository type)."""
+    """The WAL segments from `first` to `last` (inclusive) the repository lacks, asked of
+    the repository itself (`pgbackrest repo-ls`, any repository type). Across a failover
+    `last` is on a later timeline: a position counts as present when a segment of any
+    timeline from `first`'s to `last`'s holds it (the switch point's has both)."""
     archive = backups.archive_id(backups.info_json(settings))
-    if archive is None:
-        return segment_range(first, last)
     wanted = segment_range(first, last)
+    if archive is None:
+        return wanted
+    timelines = [f"{tli:08X}" for tli in range(int(first[:8], 16), int(last[:8], 16) + 1)]
     present: set[str] = set()
-    for folder in sorted({name[:16] for name in wanted}):
+    for folder in sorted({tli + name[8:16] for name in wanted for tli in timelines}):
         listing = json.loads(pgbackrest(settings, "--log-level-file=off", "repo-ls",
                                         f"archive/{STANZA}/{archive}/{folder}",
                                         "--output=json", timeout=120))
-        present |= {name[:24] for name, entry in listing.items()
+        present |= {name[8:24] for name, entry in listing.items()
                     if entry.get("type") == "file" and len(name) > 24 and name[24] == "-"}
-    return [name for name in wanted if name not in present]
+    return [name for name in wanted if name[8:] not in present]
 
 
 def next_segment(name: str) -> str:
@@ -190,8 +193,10 @@ def next_segment(name: str) -> str:
 
 
 def segment_range(first: str, last: str) -> list[str]:
-    """The segments from `first` to `last`, inclusive (one timeline)."""
+    """The segments from `first`'s position to `last`'s, inclusive, named on `first`'s
+    timeline: positions, not names, are compared (`last` may be on a later timeline,
+    whose names sort after every one of `first`'s)."""
     found = [first]
-    while found[-1] < last:
+    while found[-1][8:] < last[8:]:
         found.append(next_segment(found[-1]))
     return found
