@@ -132,7 +132,8 @@ BENCH := PYTHONPATH=$(CURDIR) $(BIN)/python
 INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
-	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements
+	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements \
+	bench-standby
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -154,6 +155,19 @@ bench-cluster: stack-up  ## one broker vs three: CDC and e2e latency, idle CPU a
 	$(TEST_CLUSTER_STACK) $(BIN)/paystream stack up && \
 	  $(BENCH) bench/cluster_cost.py --cluster $(TEST_CLUSTER_STACK); status=$$?; \
 	  $(TEST_CLUSTER_STACK) $(BIN)/paystream stack down; exit $$status
+
+# A stack of its own, made afresh (its state dir deleted first): the baseline is a
+# stack without a standby, and the bench gives it one (which `stack up` then keeps).
+BENCH_STANDBY_DIR := $(CURDIR)/.stack-bench-standby
+BENCH_STANDBY_STACK := PAYSTREAM_STATE_DIR=$(BENCH_STANDBY_DIR) PAYSTREAM_PG_PORT=5444 \
+	PAYSTREAM_PG_STANDBY_PORT=5445 PAYSTREAM_PG_MONITOR_PORT=5446 PAYSTREAM_KAFKA_PORT=9292 \
+	PAYSTREAM_CONTROLLER_PORT=9293 PAYSTREAM_CONNECT_PORT=8087 PAYSTREAM_ANVIL_PORT=8549 \
+	PAYSTREAM_FAILOVER_METRICS_PORT=9419
+bench-standby: install  ## ledger CPU/event and e2e p50/p99 at 500/s: no standby, sync, async
+	$(BENCH_STANDBY_STACK) $(BIN)/paystream stack down && rm -rf $(BENCH_STANDBY_DIR)
+	$(BENCH_STANDBY_STACK) $(BIN)/paystream stack up && \
+	  $(BENCH_STANDBY_STACK) $(BENCH) bench/standby_cost.py; status=$$?; \
+	  $(BENCH_STANDBY_STACK) $(BIN)/paystream stack down; exit $$status
 
 bench-notify: stack-up  ## webhook deliveries/s vs a one-at-a-time sender; p99 at 200 intents/s
 	$(BENCH) bench/notify_bench.py

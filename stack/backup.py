@@ -51,8 +51,11 @@ def config_path(settings: BackupSettings) -> Path:
 
 
 def archive_command(settings: BackupSettings) -> str:
+    """pg1-path is the archiving server's own folder (Postgres runs the command there):
+    with a standby either node archives once it is the primary, the other's folder
+    possibly gone (docs/operations.md#a-standby-and-failover)."""
     return (f"pgbackrest --config={shlex.quote(str(config_path(settings)))}"
-            f" --stanza={STANZA} archive-push %p")
+            f' --stanza={STANZA} --pg1-path="$(pwd -P)" archive-push %p')
 
 
 # Given to the live server only, at every start (postgres.start): see the docstring.
@@ -63,7 +66,8 @@ def server_settings(settings: BackupSettings) -> dict[str, str]:
             "archive_timeout": "60s"}
 
 
-def config_text(s: StackSettings, settings: BackupSettings, cipher_pass: str) -> str:
+def config_text(s: StackSettings, settings: BackupSettings, cipher_pass: str,
+                standby: tuple[Path, int] | None = None) -> str:
     h = home(s)
     return "\n".join([
         "# Written by `paystream stack up` (stack/backup.py); rewritten at every up.",
@@ -85,19 +89,26 @@ def config_text(s: StackSettings, settings: BackupSettings, cipher_pass: str) ->
         "log-level-file=info",
         "",
         f"[{STANZA}]",
-        # With a standby pg_data is a symlink to node1's folder (stack/standby.py):
-        # pgBackRest wants the server's data_directory itself.
-        f"pg1-path={s.pg_data.resolve() if s.pg_data.is_symlink() else s.pg_data}",
-        f"pg1-port={s.pg_port}",
-        "pg1-socket-path=/tmp",
-        f"pg1-user={OS_USER}",
+        *(line for n, (path, port) in enumerate(_nodes(s, standby), 1) for line in (
+            f"pg{n}-path={path}", f"pg{n}-port={port}", f"pg{n}-socket-path=/tmp",
+            f"pg{n}-user={OS_USER}")),
         "",
     ])
 
 
-def ensure_config(s: StackSettings, settings: BackupSettings) -> bool:
-    """The folders and the configuration (the key generated once); True if the file
-    changed."""
+def _nodes(s: StackSettings, standby: tuple[Path, int] | None) -> list[tuple[Path, int]]:
+    """The stanza's servers: the stack's cluster, and the standby's (folder, port) when
+    there is one, so `backup` and `check` find whichever is the primary. With a standby
+    pg_data is a symlink to node1's folder (stack/standby.py): pgBackRest wants the
+    server's data_directory itself."""
+    nodes = [(s.pg_data.resolve() if s.pg_data.is_symlink() else s.pg_data, s.pg_port)]
+    return nodes if standby is None else [*nodes, standby]
+
+
+def ensure_config(s: StackSettings, settings: BackupSettings,
+                  standby: tuple[Path, int] | None = None) -> bool:
+    """The folders and the configuration (the key generated once); `standby`: node2's
+    folder and port (stack/standby.py owns them). True if the file changed."""
     pw = pwd.getpwnam(OS_USER)
     cipher = credentials.ensure_secret(backups.CIPHER_SECRET)
     for folder in (home(s), repo_path(s), log_dir(s), home(s) / "lock", home(s) / "spool"):
@@ -105,7 +116,7 @@ def ensure_config(s: StackSettings, settings: BackupSettings) -> bool:
         os.chown(folder, pw.pw_uid, pw.pw_gid)
         os.chmod(folder, 0o700)
     path = config_path(settings)
-    text = config_text(s, settings, cipher)
+    text = config_text(s, settings, cipher, standby)
     if path.exists() and path.read_text() == text:
         return False
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -155,20 +166,23 @@ def take(settings: BackupSettings, backup_type: str) -> backups.Backup:
 
 
 def missing_wal(settings: BackupSettings, first: str, last: str) -> list[str]:
-    """The WAL segments from `first` to `last` (inclusive, one timeline) the repository
-    lacks, asked of the repository itself (`pgbackrest repo-ls`, any repository type)."""
+    """The WAL segments from `first` to `last` (inclusive) the repository lacks, asked of
+    the repository itself (`pgbackrest repo-ls`, any repository type). Across a failover
+    `last` is on a later timeline: a position counts as present when a segment of any
+    timeline from `first`'s to `last`'s holds it (the switch point's has both)."""
     archive = backups.archive_id(backups.info_json(settings))
-    if archive is None:
-        return segment_range(first, last)
     wanted = segment_range(first, last)
+    if archive is None:
+        return wanted
+    timelines = [f"{tli:08X}" for tli in range(int(first[:8], 16), int(last[:8], 16) + 1)]
     present: set[str] = set()
-    for folder in sorted({name[:16] for name in wanted}):
+    for folder in sorted({tli + name[8:16] for name in wanted for tli in timelines}):
         listing = json.loads(pgbackrest(settings, "--log-level-file=off", "repo-ls",
                                         f"archive/{STANZA}/{archive}/{folder}",
                                         "--output=json", timeout=120))
-        present |= {name[:24] for name, entry in listing.items()
+        present |= {name[8:24] for name, entry in listing.items()
                     if entry.get("type") == "file" and len(name) > 24 and name[24] == "-"}
-    return [name for name in wanted if name not in present]
+    return [name for name in wanted if name[8:] not in present]
 
 
 def next_segment(name: str) -> str:
@@ -179,8 +193,10 @@ def next_segment(name: str) -> str:
 
 
 def segment_range(first: str, last: str) -> list[str]:
-    """The segments from `first` to `last`, inclusive (one timeline)."""
+    """The segments from `first`'s position to `last`'s, inclusive, named on `first`'s
+    timeline: positions, not names, are compared (`last` may be on a later timeline,
+    whose names sort after every one of `first`'s)."""
     found = [first]
-    while found[-1] < last:
+    while found[-1][8:] < last[8:]:
         found.append(next_segment(found[-1]))
     return found

@@ -61,7 +61,9 @@ def pid_alive(pid: int) -> bool:
             if fh.read().split(") ", 1)[1][0] != "Z":
                 return True
         return len(os.listdir(f"/proc/{pid}/task")) > 1
-    except (FileNotFoundError, IndexError):
+    # ProcessLookupError: reaped between the open and the read (ESRCH; seen in the
+    # failover test while it waited for a SIGKILLed postmaster).
+    except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
 
 
@@ -151,8 +153,10 @@ def run(cmd: list[str], component: str, *, env: dict[str, str] | None = None,
     """Run a command to completion; raise StackError with its output when it fails.
     `stdin`: text fed to it (how a secret reaches a command: never on its argv)."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})}, input=stdin,
+        # errors="replace": a tool's log may carry bytes that are not UTF-8
+        # (pg_autoctl 2.0's `set node` logs an uninitialised parameter's bytes).
+        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                              timeout=timeout, env={**os.environ, **(env or {})}, input=stdin,
                               stdin=subprocess.DEVNULL if stdin is None else None)
     except subprocess.TimeoutExpired as exc:
         raise StackError(component, f"timed out after {timeout:.0f} s: {' '.join(cmd)}",

@@ -42,7 +42,7 @@ from paystream.backups import Backup, BackupSettings, backups
 from paystream.consumers.ledger.reconcile import Report, reconcile
 from paystream.reconcile_checks import FEATURE_CHECKS
 from paystream.schema.db import Cursor, connect, database_url, snapshot
-from paystream.stack import backup, postgres, scratch
+from paystream.stack import backup, postgres, scratch, standby
 from paystream.stack.process import StackError, wait_until
 from paystream.stack.settings import StackSettings
 
@@ -250,7 +250,8 @@ def verify(s: StackSettings, settings: BackupSettings, data_dir: Path, port: int
     if not found:
         raise DrillError("the repository holds no backup: `paystream db backup`")
     latest = found[-1]
-    m = mark(s)
+    # With a standby, the restore point is marked on whichever node is the primary.
+    m = mark(standby.on_primary(s, standby.StandbySettings.from_env()) if s.standby else s)
     missing = backup.missing_wal(settings, latest.wal_start, m.segment)
     if missing:
         raise DrillError(

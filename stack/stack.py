@@ -73,10 +73,13 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         s.logs_dir.mkdir(parents=True, exist_ok=True)
         _step("debian packages", lambda: ", ".join(ensure_packages()) or False)
         _step("postgres cluster (initdb)", lambda: postgres.ensure_cluster(s))
-        _step("pgbackrest configuration", lambda: backup.ensure_config(s, backups))
-        backs_up = _postgres_steps(s) if not s.standby else _standby_steps(s)
-        if backs_up:
-            _step("pgbackrest stanza and check", lambda: backup.ensure_stanza(backups))
+        _step("pgbackrest configuration", lambda: backup.ensure_config(
+            s, backups, standby.backup_node(s)))
+        if s.standby:
+            _standby_steps(s)
+        else:
+            _postgres_steps(s)
+        _step("pgbackrest stanza and check", lambda: backup.ensure_stanza(backups))
         if with_pgbouncer or bouncer.enabled:
             _step("pgbouncer (debian)", pgbouncer.ensure_installed)
             _step(f"pgbouncer start :{bouncer.port}", lambda: pgbouncer.start(s, bouncer))
@@ -94,8 +97,7 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
         _step("anvil (npm)", lambda: anvil.ensure_installed(s))
         _step(f"anvil start :{anvil.AnvilConfig.from_env().port}", lambda: anvil.start(s))
         _configure(s)
-        if backs_up:
-            _step("first full backup", lambda: backup.ensure_first_backup(backups))
+        _step("first full backup", lambda: backup.ensure_first_backup(backups))
         if s.standby:
             _step("failover follower", lambda: follower.start(s))
         if with_prometheus or prom.enabled:
@@ -111,20 +113,19 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
     return 0
 
 
-def _postgres_steps(s: StackSettings) -> bool:
-    """The one-node cluster (the default); True: it is what pgBackRest backs up."""
+def _postgres_steps(s: StackSettings) -> None:
+    """The one-node cluster (the default)."""
     _step("postgres huge pages", lambda: postgres.reserve_huge_pages(s))
     _step(f"postgres start :{s.pg_port}", lambda: postgres.start(s))
     _step("postgres WAL archiving", lambda: postgres.ensure_archiving(s))
     _step("postgres role and database", lambda: postgres.ensure_role_and_database(s))
-    return True
 
 
-def _standby_steps(s: StackSettings) -> bool:
+def _standby_steps(s: StackSettings) -> None:
     """Two nodes under pg_auto_failover (stack/standby.py). The first time the stack's
     cluster is made as a one-node one (roles, database, slot), then handed to its keeper;
-    after, the keepers start the nodes and the roles are ensured on the primary. True
-    when node1 is the primary: pgBackRest's stanza names node1 (docs/operations.md)."""
+    after, the keepers start the nodes and the roles are ensured on the primary.
+    pgBackRest's stanza names both nodes and finds the primary (stack/backup.py)."""
     cfg = standby.StandbySettings.from_env()
     _step("pg_auto_failover (debian)", standby.ensure_installed)
     if not standby.registered(s, standby.nodes(s)[0]):
@@ -132,13 +133,12 @@ def _standby_steps(s: StackSettings) -> bool:
         standby.form(s, cfg, _step)
         # pg1-path: node1's folder now (pg_data became a symlink to it).
         _step("pgbackrest configuration", lambda: backup.ensure_config(
-            s, BackupSettings.from_env()))
+            s, BackupSettings.from_env(), standby.backup_node(s)))
     else:
         standby.form(s, cfg, _step)
         primary = standby.on_primary(s, cfg)
         _step(f"postgres role and database :{primary.pg_port}",
               lambda: postgres.ensure_role_and_database(primary))
-    return standby.primary_port(s, cfg) == s.pg_port
 
 
 def _stop_stale_connect(s: StackSettings) -> bool:
@@ -165,10 +165,23 @@ def _configure(s: StackSettings) -> None:
           lambda: ", ".join(kafka.ensure_topics(s)) or False)
     _step(f"connector {s.connector_name}", _always(lambda: connect.register(s)))
     if s.standby:
+        _step("CDC on the primary", lambda: _follow_if_moved(s))
         # Postgres handed to its keeper under a running connector (a one-node stack made
         # a standby one) cut its replication connection: its task may have FAILED.
         _step("connector task restart if FAILED", lambda: _restart_failed_task(s))
     _step("connector and task RUNNING", _always(lambda: connect.wait_running(s)))
+
+
+def _follow_if_moved(s: StackSettings) -> str | bool:
+    """The failover follower's work, now, when the primary is not the node Debezium
+    reads: the monitor may fail over as the stack comes up (seen: node1's last health
+    check, from before `down`, was stale), and the follower starts after the connector's
+    checks, which its task fails on the old primary, a standby now."""
+    primary = standby.primary_port(s, standby.StandbySettings.from_env())
+    if primary is None or primary == s.cdc_port:
+        return False
+    events, intents = follower.follow(s, primary)
+    return f":{primary}, republished {events} events and {intents} intents"
 
 
 def _restart_failed_task(s: StackSettings) -> bool:

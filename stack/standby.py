@@ -92,6 +92,13 @@ def nodes(s: StackSettings) -> tuple[PgNode, PgNode]:
             PgNode("node2", s.pg_standby_port, home(s) / "node2"))
 
 
+def backup_node(s: StackSettings) -> tuple[Path, int] | None:
+    """node2's folder and port for pgBackRest's stanza (stack/backup.py), with a
+    standby."""
+    node2 = nodes(s)[1]
+    return (node2.data, node2.port) if s.standby else None
+
+
 def monitor_data(s: StackSettings) -> Path:
     return home(s) / "monitor"
 
@@ -165,14 +172,34 @@ def prepare_node1(s: StackSettings) -> None:
     """The stack's cluster made ready for its keeper: NODE_CONF included last (after
     the include pg_autoctl appends at its create) and pg_auto_failover's users let in."""
     data = s.pg_data
-    user = pwd.getpwnam(OS_USER)
-    conf = data / NODE_CONF
-    conf.write_text(node_conf_text())
-    os.chown(conf, user.pw_uid, user.pw_gid)
+    _write_node_conf(data / NODE_CONF)
     hba = data / "pg_hba.conf"
     text = hba.read_text()
     if HBA_LINES not in text:
         hba.write_text(HBA_LINES + text)
+
+
+def _write_node_conf(conf: Path) -> None:
+    user = pwd.getpwnam(OS_USER)
+    conf.write_text(node_conf_text())
+    os.chown(conf, user.pw_uid, user.pw_gid)
+
+
+def refresh_node_conf(s: StackSettings) -> str | bool:
+    """NODE_CONF in each node's folder as this paystream writes it (a stack converted by
+    an older one keeps its copy; node2 got node1's with its basebackup), each running
+    server reloaded (archive_command takes a reload); the nodes changed, or False."""
+    changed = []
+    for node in nodes(s):
+        conf = node.data / NODE_CONF
+        if not conf.exists() or conf.read_text() == node_conf_text():
+            continue
+        _write_node_conf(conf)
+        with contextlib.suppress(StackError):  # not running: it reads it when it starts
+            postgres.superuser_sql(s.model_copy(update={"pg_port": node.port}),
+                                   "SELECT pg_reload_conf()")
+        changed.append(node.name)
+    return ", ".join(changed) or False
 
 
 def include_node_conf(s: StackSettings) -> None:
@@ -327,9 +354,18 @@ def form(s: StackSettings, cfg: StandbySettings, run_step: Step) -> None:
     wait_until(COMPONENT, "the primary taking writes", lambda: _primary_serving(s, cfg),
                timeout=120, log=log_file(s, n1.name), interval=0.5)
     run_step("synchronous standby streaming", lambda: _wait_settled(s, cfg))
+    run_step(f"node settings ({NODE_CONF})", lambda: refresh_node_conf(s))
     primary = primary_port(s, cfg)
     if not s.cdc_node_file.exists() and primary is not None:
         s.cdc_node_file.write_text(f"{primary}\n")
+
+
+def set_replication_quorum(s: StackSettings, node: PgNode, on: bool) -> None:
+    """The node in the replication quorum (a synchronous standby) or out of it (an
+    asynchronous one: the primary's synchronous_standby_names becomes ''), through its
+    keeper and the monitor (`pg_autoctl set node replication-quorum`)."""
+    _autoctl(s, "set", "node", "replication-quorum", "true" if on else "false",
+             "--pgdata", str(node.data), timeout=60)
 
 
 def _primary_serving(s: StackSettings, cfg: StandbySettings) -> bool:

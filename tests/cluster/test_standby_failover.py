@@ -9,7 +9,10 @@ asserted: the pipeline applies an event accepted after the kill within 30 s of t
 the ingest answered only 2xx or a retryable 503 (the sender retries as a provider does);
 every accepted event applied exactly once; every balance equals the oracle computed from
 the accepted events; every event's notification intent recorded by the notifier;
-`paystream reconcile` clean; the old node rejoins as the standby.
+`paystream reconcile` clean; the old node rejoins as the standby. Then the same again
+with the roles swapped: the new primary killed, the pipeline fails back to the first
+node and passes the same checks (on the books of both rounds). Between the rounds,
+`pgbackrest check` on the node the first promoted: WAL archived from it.
 
 Runs last in tests/cluster (its file name sorts last): the nodes' roles are swapped
 afterwards, which the other tests do not care about but a reader of the logs should know.
@@ -34,11 +37,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from paystream.backups import BackupSettings
 from paystream.env import read_one
 from paystream.launch import paystream_argv
 from paystream.notify import intents
 from paystream.schema.db import connect, database_url
-from paystream.stack import standby
+from paystream.stack import backup, standby
 from paystream.stack.process import pid_alive, read_pid
 from paystream.stack.settings import StackSettings
 from paystream.stack.targets import MetricsPortSettings
@@ -51,6 +55,10 @@ PREFUND = Decimal(100000)
 SENDERS = 4
 RATE_PER_SENDER = 40  # requests a second each: ~160/s in all on a 2-core machine
 RECOVERY_LIMIT_S = 30
+# Traffic before each kill (the pipeline busy when it dies) and after the recovery
+# (accepted on the new primary): short, the test runs in CI's budget.
+TRAFFIC_BEFORE_KILL_S = 5
+TRAFFIC_AFTER_RECOVERY_S = 3
 RETRY_BUDGET_S = 120
 
 
@@ -181,7 +189,10 @@ def standby_stack() -> StackSettings:
     return s
 
 
-def test_primary_killed_under_traffic_fails_over_and_loses_nothing(standby_stack):
+def test_primary_killed_under_traffic_fails_over_and_back(standby_stack):
+    """Two rounds on the same traffic and books: the primary killed, the standby
+    promoted, the old node rebuilt as the standby; then that new primary killed in turn,
+    so the pipeline fails back to the first node. Every check after each round."""
     s = standby_stack
     users = [unique("fo-user") for _ in range(USERS)]
     create_users(users)
@@ -189,7 +200,7 @@ def test_primary_killed_under_traffic_fails_over_and_loses_nothing(standby_stack
                                                         "0"), stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL)
                         for group in ("ledger", "notifier"))
-    moved: Path | None = None
+    moved: list[Path] = []
     try:
         with ingest_server() as server:
             traffic = Traffic(server.url, users)
@@ -197,36 +208,65 @@ def test_primary_killed_under_traffic_fails_over_and_loses_nothing(standby_stack
                 funded = [traffic.send("deposit", u, PREFUND, client) for u in users]
             wait_for("the prefunding applied", lambda: _applied([f.event_id for f in funded]),
                      timeout=120, interval=0.5)
-            threads = [threading.Thread(target=traffic.run, args=(n,)) for n in
-                       range(SENDERS)]
-            for t in threads:
-                t.start()
-            try:
-                time.sleep(8)
-                primary = _primary_node()
-                killed_at = time.monotonic()
-                _kill_postmaster(int(primary["pid"]))  # type: ignore[call-overload]
-                moved = Path(f"{primary['data_dir']}.lost-{int(time.time())}")
-                os.rename(str(primary["data_dir"]), moved)
-                recovery_s = _wait_applying_again(traffic, killed_at)
-                print(f"failover: primary {primary['name']} :{primary['port']} killed; "
-                      f"an event accepted after the kill applied {recovery_s:.1f} s after it")
-                time.sleep(5)
-            finally:
-                traffic.stop.set()
-                for t in threads:
-                    t.join(timeout=RETRY_BUDGET_S + 30)
-            _check_books(traffic)
-        assert recovery_s <= RECOVERY_LIMIT_S
-        new_primary = _primary_node()
-        assert new_primary["name"] != primary["name"]
-        _wait_rejoined(s)
+            first = _fail_over_under_traffic(s, traffic, moved, "over")
+            _archiving_from_the_new_primary()
+            second = _fail_over_under_traffic(s, traffic, moved, "back")
+        # Back where it began: the node killed first is the primary again.
+        assert second["new"] == first["old"] != first["new"]
     finally:
         for process in (ledger, notifier):
             process.terminate()
             process.wait(timeout=30)
-        if moved is not None:
-            shutil.rmtree(moved, ignore_errors=True)
+        for folder in moved:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _fail_over_under_traffic(s: StackSettings, traffic: Traffic, moved: list[Path],
+                             label: str) -> dict[str, str]:
+    """One round: signed traffic, the primary killed and its folder moved away, applying
+    again within the limit, the books checked (everything sent so far), and the killed
+    node back as the synchronous standby. The old and new primaries' names."""
+    round_started = time.monotonic()
+    traffic.stop = threading.Event()
+    first_of_round = len(traffic.sent)
+    threads = [threading.Thread(target=traffic.run, args=(n + first_of_round,))
+               for n in range(SENDERS)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(TRAFFIC_BEFORE_KILL_S)
+        primary = _primary_node()
+        killed_at = time.monotonic()
+        _kill_postmaster(int(primary["pid"]))  # type: ignore[call-overload]
+        folder = Path(f"{primary['data_dir']}.lost-{int(time.time())}")
+        os.rename(str(primary["data_dir"]), folder)
+        moved.append(folder)
+        recovery_s = _wait_applying_again(traffic, killed_at)
+        print(f"fail {label}: primary {primary['name']} :{primary['port']} killed; an "
+              f"event accepted after the kill applied {recovery_s:.1f} s after it")
+        time.sleep(TRAFFIC_AFTER_RECOVERY_S)
+    finally:
+        traffic.stop.set()
+        for t in threads:
+            t.join(timeout=RETRY_BUDGET_S + 30)
+    checked_at = time.monotonic()
+    _check_books(traffic, first_of_round)
+    assert recovery_s <= RECOVERY_LIMIT_S
+    new_primary = _primary_node()
+    assert new_primary["name"] != primary["name"]
+    _wait_rejoined(s)
+    print(f"fail {label}: the round took {time.monotonic() - round_started:.1f} s, "
+          f"{time.monotonic() - checked_at:.1f} s of it the checks and the rejoin")
+    return {"old": str(primary["name"]), "new": str(new_primary["name"])}
+
+
+def _archiving_from_the_new_primary() -> None:
+    """pgBackRest after a failover: `check` finds the primary among the stanza's two
+    nodes, switches its WAL and waits until the segment is in the repository, pushed by
+    the new primary's archive_command (what a backup needs; 1-2 s, a backup ~15)."""
+    started = time.monotonic()
+    backup.pgbackrest(BackupSettings.from_env(), "check", timeout=120)
+    print(f"pgbackrest check on the new primary: {time.monotonic() - started:.1f} s")
 
 
 def _wait_applying_again(traffic: Traffic, killed_at: float) -> float:
@@ -242,7 +282,8 @@ def _wait_applying_again(traffic: Traffic, killed_at: float) -> float:
     raise AssertionError("nothing accepted after the kill was applied within 120 s")
 
 
-def _check_books(traffic: Traffic) -> None:
+def _check_books(traffic: Traffic, first_of_round: int) -> None:
+    """Everything sent so far (every round); the 503s of this round's kill."""
     sent = traffic.sent
     refused = [(x.event_id, x.statuses) for x in sent
                if any(isinstance(c, int) and c < 500 and not 200 <= c < 300
@@ -253,8 +294,9 @@ def _check_books(traffic: Traffic) -> None:
     assert other_5xx == [], other_5xx
     unanswered = [x.event_id for x in sent if x.accepted_at is None]
     assert unanswered == [], f"{len(unanswered)} events never accepted"
-    retried = sum(1 for x in sent if 503 in x.statuses)
-    print(f"sent {len(sent)} events, {retried} answered 503 at least once, all accepted")
+    retried = sum(1 for x in sent[first_of_round:] if 503 in x.statuses)
+    print(f"sent {len(sent) - first_of_round} events this round, {retried} answered 503 "
+          "at least once, all accepted")
     assert retried > 0, "the kill made no request wait: no failover was under traffic"
     accepted = [x.event_id for x in sent]
     wait_for("every accepted event applied", lambda: _applied(accepted), timeout=120,

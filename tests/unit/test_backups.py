@@ -47,6 +47,13 @@ def test_segments_roll_over_to_the_next_log_id_after_ff() -> None:
         "000000010000000000000003"]
 
 
+def test_a_range_across_a_failover_ends_at_the_last_position_not_its_timeline() -> None:
+    """The backup on timeline 1, the restore point on 2 after a failover: the positions
+    3 to 5 (a comparison of names never ended: every name of timeline 2 sorts after)."""
+    assert segment_range("000000010000000000000003", "000000020000000000000005") == [
+        "000000010000000000000003", "000000010000000000000004", "000000010000000000000005"]
+
+
 def test_info_is_read_oldest_first_with_times_and_wal_ranges() -> None:
     found = parse_backups(INFO)
     assert [b.label for b in found] == ["20261207-014122F",

@@ -18,7 +18,7 @@ from paystream import credentials, kafka_security
 from paystream.connectors import endpoint
 from paystream.connectors.registration import connector_config
 from paystream.schema import db
-from paystream.stack import compose, connect, kafka, postgres, stack
+from paystream.stack import compose, connect, kafka, postgres, stack, standby
 from paystream.stack.kafka import CONFIG_DIR, TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -412,21 +412,22 @@ def _merge_service(base: dict, override: dict) -> dict:
     return out
 
 
-def _merged() -> dict:
+def _merged(override: dict) -> dict:
+    """The base file with `override` on top, as `docker compose -f base -f override`."""
     services = dict(SERVICES)
-    for name, service in CLUSTER_FILE["services"].items():
+    for name, service in override["services"].items():
         if "extends" in service:
             source = yaml.safe_load((ROOT / service["extends"]["file"]).read_text())
             # Compose never shares depends_on through extends.
             start = {k: v for k, v in source["services"][service["extends"]["service"]].items()
                      if k != "depends_on"}
         else:
-            start = services[name]
+            start = services.get(name, {})  # a service of the override's own
         services[name] = _merge_service(start, service)
-    return {"services": services, "volumes": {**COMPOSE["volumes"], **CLUSTER_FILE["volumes"]}}
+    return {"services": services, "volumes": {**COMPOSE["volumes"], **override["volumes"]}}
 
 
-MERGED = _merged()
+MERGED = _merged(CLUSTER_FILE)
 CLUSTER_SERVICES = MERGED["services"]
 
 
@@ -543,3 +544,77 @@ def test_alertmanager_runs_the_stacks_configuration_from_its_own_volume(
     alertmanager.check(path)
     for key in ("PAYSTREAM_ALERT_WEBHOOK_URL", "PAYSTREAM_ALERT_SMTP_SMARTHOST"):
         assert key in _env("secrets")
+
+
+# --- the standby variant: docker-compose.standby.yml merged onto the base file ---
+
+STANDBY_FILE = yaml.safe_load((ROOT / "docker-compose.standby.yml").read_text())
+STANDBY_SERVICES = _merged(STANDBY_FILE)["services"]
+NODE_SERVICES = ("postgres", "postgres-2")
+
+
+def test_standby_variant_every_client_reaches_both_nodes_as_schema_db_does():
+    """Every DSN of the base file names both nodes and asks for the writable one, with
+    the query schema/db.py adds without Docker; role, database and passfile unchanged."""
+    local = db.PostgresAddress(host="h", port=1, db="d", standby_port=2).dsn("ingest")
+    extra = local.split("?", 1)[1].split("&", 1)[1]
+    urls = {(name, key): value for name, svc in SERVICES.items()
+            for key, value in (svc.get("environment") or {}).items()
+            if key.endswith("DATABASE_URL")}
+    assert len(urls) > 10
+    for (name, key), base_url in urls.items():
+        url = _interpolate(str(STANDBY_SERVICES[name]["environment"][key]))
+        parts, base = urlsplit(url), urlsplit(_interpolate(base_url))
+        assert parts.netloc == base.netloc.replace("@postgres:5432",
+                                                   "@postgres:5432,postgres-2:5432"), url
+        assert (parts.path, parts.query) == (
+            base.path, f"{base.query}&{extra}" if base.query else extra), url
+
+
+def test_standby_variant_nodes_run_the_base_files_settings_and_the_local_standbys():
+    command = SERVICES["postgres"]["command"]
+    given = dict(command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "-c")
+    del given["hba_file"]  # the node's pg_hba.conf is copied into its data folder
+    sql = (ROOT / "compose" / "standby-node.sql").read_text()
+    altered = dict(re.findall(r"ALTER SYSTEM SET (\w+) = '([^']*)';", sql))
+    node_conf = dict(re.findall(r"^(\w+) = '([^']*)'$", standby.node_conf_text(), re.M))
+    local = {k: node_conf[k] for k in ("wal_level", "wal_keep_size",
+                                       "shared_preload_libraries")}
+    assert altered == {**given, **local}
+    for name in NODE_SERVICES:
+        node = STANDBY_SERVICES[name]
+        assert node["command"] == STANDBY_SERVICES["postgres"]["command"]
+        assert node["environment"]["GLIBC_TUNABLES"] == postgres.MALLOC_TUNABLES
+        assert "ports" not in node and "expose" not in node
+    assert "ports" not in STANDBY_SERVICES["pg-monitor"]
+
+
+def test_standby_variant_hba_is_the_base_one_after_pg_auto_failovers_users():
+    def rules(path: Path) -> list[list[str]]:
+        return [line.split() for line in path.read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+
+    base = rules(ROOT / "compose" / "pg_hba.conf")
+    node = rules(ROOT / "compose" / "pg_hba.standby.conf")
+    # The local stack's lines for the same users, on the compose network not loopback.
+    pgaf = [line.split("#")[0].replace("127.0.0.1/32", "all").split()
+            for line in standby.HBA_LINES.splitlines()]
+    assert node == pgaf + base
+    for name in NODE_SERVICES:
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in STANDBY_SERVICES[name]["volumes"]}
+        assert mounts["/etc/paystream/pg_hba.conf"] == "./compose/pg_hba.standby.conf"
+
+
+def test_standby_variant_data_folders_are_below_their_volumes_and_each_its_own():
+    """A keeper rebuilding its node renames a fresh copy into place: not a mount point."""
+    script = _interpolate(STANDBY_SERVICES["postgres"]["command"][-1])
+    pgdata = re.search(r"export PGDATA=(\S+)", script).group(1)
+    volumes = {}
+    for name in (*NODE_SERVICES, "pg-monitor"):
+        data = [v for v in STANDBY_SERVICES[name]["volumes"]
+                if v.split(":")[1] == "/var/lib/postgresql/data"]
+        assert len(data) == 1, name
+        volumes[name] = data[0].split(":")[0]
+    assert Path(pgdata).parent == Path("/var/lib/postgresql/data")
+    assert len(set(volumes.values())) == 3, volumes
+    assert "--replication-quorum true" in script and "--run" in script
