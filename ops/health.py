@@ -422,13 +422,13 @@ class HealthChecker:
              Sample("paystream_notify_disabled_endpoints", disabled)))
 
     def _statement_check(self, cur: Cursor) -> CheckResult:
-        """Statement differences (statements/reads.py UNRESOLVED: not matched, and no
-        `done` decision as the newest) and the oldest one's age."""
+        """Statement differences unresolved (migration 0036's rule, the one
+        statements/reads.py lists by) and the oldest one's age."""
         cur.execute(
             "SELECT count(*), coalesce(extract(epoch FROM now() - min(k.matched_at)), 0)"
-            " FROM statement_matches k WHERE k.result <> 'matched'"
-            " AND (SELECT d.state FROM statement_decisions d WHERE d.match_id = k.match_id"
-            "      ORDER BY d.decision_id DESC LIMIT 1) IS DISTINCT FROM 'done'")
+            " FROM statement_matches k WHERE statement_unresolved("
+            " k.result, (SELECT d.state FROM statement_decisions d"
+            "  WHERE d.match_id = k.match_id ORDER BY d.decision_id DESC LIMIT 1))")
         count, age_s = one_row(cur)
         count, age_s = int(count), max(0.0, float(age_s))
         return CheckResult(

@@ -18,7 +18,8 @@ PAGE_LIMIT = 500
 _LAST = ("LEFT JOIN LATERAL (SELECT d.decision_id, d.action, d.state, d.actor, d.event_id"
          " AS decided_event FROM statement_decisions d WHERE d.match_id = k.match_id"
          " ORDER BY d.decision_id DESC LIMIT 1) d ON true")
-UNRESOLVED = "k.result <> 'matched' AND d.state IS DISTINCT FROM 'done'"
+# Unresolved (the rule is migration 0036's, the health check's too), with _LAST's `d`.
+UNRESOLVED = "statement_unresolved(k.result, d.state)"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ statement's. The CLI runs in-process (paystream.cli.main): no interpreter start-
 from __future__ import annotations
 
 import csv
+import json
 import re
 import uuid
 from collections.abc import Callable
@@ -118,8 +119,10 @@ def test_a_statement_with_injected_differences_finds_them_and_resolving_them_is_
     with path.open("w", newline="") as f:
         csv.writer(f).writerows([HEADER, *rows])
 
+    before = unresolved_in_health(capsys)
     code, out = cli(capsys, "statements", "import", "--provider", "payments", str(path))
     assert code == 0, out
+    assert unresolved_in_health(capsys) == before + 4  # the health check counts them
     statement_id = re.search(r"statements import: statement (\d+),", out)[1]  # type: ignore[index]
     code, out = cli(capsys, "statements", "show", statement_id)
     assert code == 1, out
@@ -148,6 +151,7 @@ def test_a_statement_with_injected_differences_finds_them_and_resolving_them_is_
     resolve(db, ledger_db, capsys, statement_id, ids, n)
     code, out = cli(capsys, "statements", "show", statement_id)
     assert code == 0 and "0 unresolved" in out, out
+    assert unresolved_in_health(capsys) == before
     exported(capsys, tmp_path, {r[0] for r in rows}, ids["d1"], n)
     code, out = cli(capsys, "reconcile", "--user", alice, "--user", bob)
     assert code == 0 and out.startswith("reconcile: ok"), out
@@ -192,6 +196,13 @@ def resolve(db: Connection, ledger_db: Database, capsys: pytest.CaptureFixture[s
                            ("acknowledge", "done", "ana"), ("adjust_fee", "proposed", "ana")]
     # The approver is the console's key (its id and name), never the proposer.
     assert decided[4][:2] == ("adjust_fee", "done") and "(stmt-approver)" in decided[4][2]
+
+
+def unresolved_in_health(capsys: pytest.CaptureFixture[str]) -> int:
+    """The unresolved differences `paystream health --check statements` counts."""
+    code, out = cli(capsys, "health", "--check", "statements", "--json")
+    (check,) = json.loads(out)
+    return int(re.search(r"\((\d+) unresolved\)", check["value"])[1])  # type: ignore[index]
 
 
 def exported(capsys: pytest.CaptureFixture[str], tmp_path: Path, line_ids: set[str],
