@@ -7,6 +7,7 @@ expired days whole, keeps the young ones and creates the days ahead."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from datetime import time as clock
 
 import pytest
 
+from paystream.notify import operator
 from paystream.ops.housekeeping import maintain_attempt_partitions
 from paystream.schema.db import Connection, PostgresAddress, connect
 from paystream.schema.migrate import apply_pending
@@ -176,3 +178,50 @@ def test_housekeeping_drops_expired_days_whole_and_keeps_the_young(migrated) -> 
         # Run again: nothing left to do.
         again = maintain_attempt_partitions(ops, ttl_days=30, ahead_days=20)
         assert (again.created, again.dropped, again.deleted) == (0, 0, 0)
+
+
+def _nodes(plan: dict) -> Iterator[dict]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def test_an_intents_attempts_are_read_by_index_in_every_partition(migrated) -> None:
+    """`notifications show` (notify.operator.show) over several days of other intents'
+    attempts: each partition is read by its index, none scanned whole (the indexes of
+    partitions housekeeping makes later are the parent's, inherited)."""
+    with closing(connect(migrated.dsn("owner"))) as owner:
+        today = datetime.now(UTC).date()
+        with owner.cursor() as cur:
+            for age in range(4):  # the legacy partition and three days ahead
+                cur.execute(
+                    "INSERT INTO notification_attempts (intent_id, endpoint_id, attempt,"
+                    " started_at, latency_s, status_code, recorded_at) SELECT %s, %s, n,"
+                    " now(), 0.1, 200, %s FROM generate_series(1, 2000) n",
+                    (INTENT, ENDPOINT, _midnight(today + timedelta(days=age)) + timedelta(
+                        hours=1)))
+            other = "ntf_" + "c" * 32
+            cur.execute("INSERT INTO notification_intents (intent_id, type, user_id,"
+                        " created_at, data) VALUES (%s, 'deposit.credited', 'u1', now(),"
+                        " '{}')", (other,))
+            cur.execute("INSERT INTO notification_deliveries (intent_id, endpoint_id, state)"
+                        " VALUES (%s, %s, 'delivered')", (other, ENDPOINT))
+            cur.execute("INSERT INTO notification_attempts (intent_id, endpoint_id, attempt,"
+                        " started_at, latency_s, status_code, recorded_at) VALUES"
+                        " (%s, %s, 1, now(), 0.1, 200, %s)",
+                        (other, ENDPOINT, _midnight(today + timedelta(days=2))))
+            cur.execute("ANALYZE notification_attempts")
+            _, _, attempts = operator.show(cur, other)
+            assert len(attempts) == 1
+            statement = cur.query
+            cur.execute("SET LOCAL enable_seqscan = off")
+            cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
+            plan = cur.fetchone()[0]
+        owner.rollback()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    scans = [n for n in _nodes(plan[0]["Plan"])
+             if n.get("Relation Name", "").startswith("notification_attempts")]
+    assert len({n["Relation Name"] for n in scans}) >= 4, scans
+    assert all(n["Node Type"] != "Seq Scan" and not n.get("Rows Removed by Filter")
+               for n in scans), [(n["Relation Name"], n["Node Type"]) for n in scans]
