@@ -1,4 +1,4 @@
-"""Cost against history kept (issue 48): housekeeping's time to forget one day of
+"""Cost against history kept: housekeeping's time to forget one day of
 notification attempts when the database holds 1 M, 10 M and 30 M of them, by partition
 (migration 0035's daily partitions, dropped by housekeeping's function) and, as the
 baseline, by rows (the same day deleted in batches of 1,000 from an unpartitioned twin,
@@ -18,7 +18,7 @@ a full history. Prints one line per figure and size, and last
 `--figures processed_events_by_rows` measures housekeeping's purge of the idempotency
 claims the same way (rows, the real purge_final batches): the table not partitioned yet.
 
-Not measured here yet (issue 48 asks for them): ingest and ledger CPU per event and the
+Not measured here yet: ingest and ledger CPU per event and the
 ingest's p99 at 1,000/s against the stored events' count.
 """
 

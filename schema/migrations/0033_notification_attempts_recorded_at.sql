@@ -1,6 +1,6 @@
 -- notification_attempts becomes partitioned by day (0035), so housekeeping forgets a
--- day of attempts by dropping its partition instead of deleting its rows (issue 48,
--- docs/operations.md#housekeeping). Expand, step 1 of 3: the partition key, stamped by
+-- day of attempts by dropping its partition instead of deleting its rows
+-- (docs/operations.md#housekeeping). Expand, step 1 of 3: the partition key, stamped by
 -- the database (the notifier's started_at is its own clock's), and a bound every
 -- existing row is under, so the table can become the first partition (MINVALUE to the
 -- bound) without a scan under an exclusive lock (0034 validates, 0035 attaches).
