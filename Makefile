@@ -133,7 +133,7 @@ INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
 	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements \
-	bench-standby
+	bench-standby bench-growth
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -192,6 +192,12 @@ bench-restore: stack-up  ## a full backup of 1 GiB more restored to a scratch cl
 STATEMENTS_BENCH_ARGS ?=
 bench-statements: stack-up  ## 1 M-line statement import + match; 10 M postings to Parquet vs COPY
 	$(BENCH) bench/statements_bench.py $(STATEMENTS_BENCH_ARGS)
+
+# GROWTH_BENCH_ARGS="--sizes 1000000 10000000" where 30 M does not fit: the fill writes
+# each size twice (partitioned and not), ~30,000 rows/s on a busy 2-core machine.
+GROWTH_BENCH_ARGS ?=
+bench-growth: stack-up  ## one day of notification attempts forgotten at 1 M, 10 M, 30 M: by partition vs by rows
+	$(BENCH) bench/growth_bench.py $(GROWTH_BENCH_ARGS)
 
 # Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
 # --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`

@@ -107,7 +107,9 @@ def _add_health(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _add_housekeeping(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hk = sub.add_parser("housekeeping",
                         help="delete final processed_events entries, delivered "
-                             "notifications and refused deliveries older than their TTLs")
+                             "notifications and refused deliveries older than their TTLs;"
+                             " create notification attempts' daily partitions ahead and"
+                             " drop the expired ones")
     hk.add_argument("--ttl-days", type=float, default=None,
                     help="keep processed_events entries younger than this (default 14)")
     hk.add_argument("--notifications-ttl-days", type=float, default=None,
@@ -297,6 +299,7 @@ def _housekeeping(args: argparse.Namespace) -> int:
         DEFAULT_TTL_DAYS,
         FINAL_OUTCOMES,
         PurgeResult,
+        maintain_attempt_partitions,
         purge_notifications,
         purge_processed_events,
         purge_refusals,
@@ -326,6 +329,14 @@ def _housekeeping(args: argparse.Namespace) -> int:
                                       pause_s=args.pause, max_batches=args.max_batches,
                                       dry_run=args.dry_run),
                f"processed_events entries with outcome {'/'.join(FINAL_OUTCOMES)}", ttl)
+        # Before the intents: attempts dropped with their day need no row deletes.
+        parts = maintain_attempt_partitions(conn, ttl_days=notify_ttl, dry_run=args.dry_run)
+        print(f"housekeeping{' (dry run)' if parts.dry_run else ''}: notification_attempts"
+              f" partitions of days older than {notify_ttl:g} days"
+              f" {'to drop' if parts.dry_run else 'dropped'}: {parts.dropped}; created"
+              f" ahead: {parts.created}; expired rows of the default partition deleted:"
+              f" {parts.deleted}; skipped (lock not granted or day already in the"
+              f" default): {parts.skipped}")
         report(purge_notifications(conn, ttl_days=notify_ttl, batch_size=batch,
                                    pause_s=args.pause, max_batches=args.max_batches,
                                    dry_run=args.dry_run),

@@ -1,6 +1,8 @@
 """Housekeeping: forget idempotency rows whose outcome is final and older than a TTL,
 notifications whose deliveries are all final and older than theirs, and deliveries
-refused at the door (ingest/refusals.py) not retried within theirs.
+refused at the door (ingest/refusals.py) not retried within theirs; keep the daily
+partitions of notification_attempts created ahead and drop the expired ones whole
+(migration 0039, maintain_attempt_partitions).
 
 processed_events grows by one row per event. Past the TTL a redelivery is no longer
 plausible (Kafka retention, Debezium and consumer replays all act within hours), and if
@@ -48,6 +50,9 @@ DEFAULT_NOTIFICATION_TTL_DAYS = 30.0
 # retries of one refusal keep its row young (last_refused_at).
 DEFAULT_REFUSALS_TTL_DAYS = 30.0
 DEFAULT_BATCH_SIZE = 1000
+# notification_attempts' daily partitions made this far ahead: housekeeping may miss
+# two weeks of runs before a day's attempts fall in the default partition (never fail).
+DEFAULT_PARTITIONS_AHEAD_DAYS = 14
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,44 @@ def purge_refusals(conn: Connection, *, ttl_days: float = DEFAULT_REFUSALS_TTL_D
     a time (ingest.refusals.purge_older)."""
     return _purge(conn, refusals.purge_older, refusals.count_older,
                   ttl_days, batch_size, pause_s, max_batches, dry_run)
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    created: int
+    dropped: int
+    deleted: int  # expired rows of the default partition (only if runs were missed)
+    skipped: int  # a lock not granted within 1 s, or a day already in the default
+    dry_run: bool = False
+
+
+def maintain_attempt_partitions(conn: Connection, *,
+                                ttl_days: float = DEFAULT_NOTIFICATION_TTL_DAYS,
+                                ahead_days: int = DEFAULT_PARTITIONS_AHEAD_DAYS,
+                                dry_run: bool = False) -> PartitionResult:
+    """notification_attempts' daily partitions: create those from today to `ahead_days`
+    ahead, drop each whose last instant is more than `ttl_days` old (a day of attempts
+    in one DROP TABLE, whatever the table's size), in the table owner's function
+    (migration 0039). A dry run counts the partitions that would go."""
+    if ttl_days < 0 or ahead_days < 0:
+        raise ValueError("ttl_days and ahead_days must be >= 0")
+    with conn.cursor() as cur:
+        if dry_run:
+            cur.execute(
+                "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                " WHERE i.inhparent = 'notification_attempts'::regclass"
+                "  AND substring(pg_get_expr(c.relpartbound, c.oid)"
+                "   FROM 'TO \\(''([^'']+)''\\)')::timestamptz"
+                "   <= now() - make_interval(secs => %s)", (ttl_days * 86400,))
+            row = cur.fetchone()
+            assert row is not None  # a count returns one row
+            return PartitionResult(0, int(row[0]), 0, 0, dry_run=True)
+        cur.execute("SELECT created, dropped, deleted, skipped"
+                    " FROM notification_attempts_partitions(%s, %s)", (ahead_days, ttl_days))
+        row = cur.fetchone()
+        assert row is not None  # the function returns one row
+        created, dropped, deleted, skipped = (int(v) for v in row)
+        return PartitionResult(created, dropped, deleted, skipped)
 
 
 def _purge(conn: Connection, purge: Callable[[Cursor, datetime, int], int],

@@ -214,11 +214,13 @@ EXPECTED: dict[DbRole, Grants] = {
 }
 SEQUENCES = ("transfers_transfer_id_seq", "accounts_account_id_seq",
              "dead_letter_queue_id_seq", "account_shortfalls_id_seq",
-             "chain_scan_backfills_backfill_id_seq")
+             "chain_scan_backfills_backfill_id_seq", "notification_attempts_row_id_seq")
 EXPECTED_SEQUENCES: dict[DbRole, set[str]] = {
     # accounts' ids are an identity column: inserting needs no right on its sequence.
     "ledger": {"transfers_transfer_id_seq", "account_shortfalls_id_seq"},
     "mirror": {"dead_letter_queue_id_seq"},
+    # notification_attempts' ids since it is partitioned (0039): a default, not identity.
+    "notifier": {"notification_attempts_row_id_seq"},
     "ops": {"chain_scan_backfills_backfill_id_seq"},
     "api": {"chain_scan_backfills_backfill_id_seq"},
 }
@@ -370,6 +372,9 @@ REFUSED = [
     ("notifier", "DELETE FROM notification_deliveries WHERE false"),
     ("notifier", "UPDATE notification_intents SET data = '{}' WHERE false"),
     ("mirror", "SELECT rotate_notification_secret('ep_x', 'x', '1 hour')"),
+    # Creating and dropping attempts' partitions: the operator's housekeeping only (0039).
+    ("notifier", "SELECT notification_attempts_partitions(0, NULL)"),
+    ("api", "SELECT notification_attempts_partitions(0, NULL)"),
 ]
 
 

@@ -131,6 +131,12 @@ def test_cli_reports_what_it_deleted(db) -> None:
         assert done.stdout.startswith("housekeeping: deleted ")
         assert int(done.stdout.split()[2]) >= 7
         assert "of at most 3" in done.stdout
+        # The attempts' partitions (0039): today's and 14 days ahead exist after a run.
+        assert "notification_attempts partitions of days older than 30 days dropped:" in (
+            done.stdout)
+        cur.execute("SELECT to_regclass('notification_attempts_' || to_char("
+                    " (now() AT TIME ZONE 'UTC')::date + 14, 'YYYYMMDD'))")
+        assert cur.fetchone()[0] is not None
         assert existing(cur, old) == set()
 
 
