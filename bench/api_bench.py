@@ -5,7 +5,7 @@ api_baseline.py), both served the same way, in the same run, phases alternated.
     PYTHONPATH=. .venv/bin/python bench/api_bench.py [--duration 10] [--rate 1000]
 
 Targets (issue 18): the API's saturated throughput >= 60 % of the bare endpoint's, and
-its p99 <= 20 ms at 1,000 req/s. Issue 49: the p99 at 1,000 req/s with the merchants'
+its p99 <= 20 ms at 1,000 req/s. Tenancy: the p99 at 1,000 req/s with the merchants'
 tenancy check (migration 0033's row-level security) no more than 10 % above the same
 API's without it: the same server, its phases alternated with the policies' tables'
 row-level security disabled (the connections stay open; it is enabled again however

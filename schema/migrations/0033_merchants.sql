@@ -1,4 +1,4 @@
--- Merchants (tenants, issue 49): a merchant owns its users, and through them their
+-- Merchants (tenants): a merchant owns its users, and through them their
 -- deposit addresses, balances, events, withdrawals and invoices; an API key belongs to
 -- one merchant, or is an operator's key (merchant_id NULL) that sees every merchant. A
 -- webhook endpoint receives its merchant's notifications (NULL: an operator's, all).

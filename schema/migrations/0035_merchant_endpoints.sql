@@ -1,4 +1,4 @@
--- Merchants manage their own webhook endpoints over the API (issue 49; docs/api.md
+-- Merchants manage their own webhook endpoints over the API (docs/api.md
 -- #endpoints): create, change, delete, read and rotate the secret, page through the
 -- delivery log, redeliver, recover, send a test. Every action is recorded
 -- (endpoint_actions), each write once per Idempotency-Key.
