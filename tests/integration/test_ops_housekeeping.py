@@ -303,6 +303,8 @@ def test_notifications_done_and_past_their_ttl_go_with_their_slots_and_attempts(
         for table in ("notification_attempts", "notification_deliveries",
                       "notification_intents"):
             cur.execute(f"DELETE FROM {table} WHERE intent_id = ANY(%s)", (kept,))
+        # The endpoints' record first (endpoints add writes one: migration 0035).
+        cur.execute("DELETE FROM endpoint_actions WHERE endpoint_id = ANY(%s)", ([ep1, ep2],))
         cur.execute("DELETE FROM notification_endpoints WHERE endpoint_id = ANY(%s)",
                     ([ep1, ep2],))
 
@@ -340,6 +342,7 @@ def test_a_slot_moved_back_to_pending_during_the_purge_keeps_its_intent(db) -> N
             for table in ("notification_attempts", "notification_deliveries",
                           "notification_intents"):
                 cur.execute(f"DELETE FROM {table} WHERE intent_id = %s", (intent,))
+            cur.execute("DELETE FROM endpoint_actions WHERE endpoint_id = %s", (ep,))
             cur.execute("DELETE FROM notification_endpoints WHERE endpoint_id = %s", (ep,))
     finally:
         other.close()
