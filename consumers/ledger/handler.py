@@ -2,14 +2,15 @@
 
 All of it runs in the batch transaction the commit protocol opened. `apply` does, in
 this order (the steps are numbered at the call sites too):
-  1. read each record into an event (a broken one becomes a dead letter) and drop
-     repeats of an idempotency key inside the batch;
+  1. read each record into an event (a broken one becomes a dead letter);
   2. dead-letter what the outbox did not send: an event whose payment_events row is
      missing, holds another content hash, or has a status no redelivery explains
      (schema.stored_events.judge: only the outbox can credit, whatever else can produce
      to the topic); settlements that no chain deposit the watcher decided explains.
      Before anything is recorded, so a replayed dead letter is not mistaken for a
-     duplicate. Set aside the events of users that do not exist: what the outbox stored,
+     duplicate, and every record, so an altered copy is judged even next to its genuine
+     one; then drop repeats of an idempotency key inside the batch. Set aside the
+     events of users that do not exist: what the outbox stored,
      judged from the books like an overdraft, so a final rejection (unknown_user) that
      step 6 claims with the others, not a dead letter (docs/guarantees.md);
   3. create the balance rows of first credits, then lock every touched balance row
@@ -129,21 +130,23 @@ class LedgerHandler:
 
     def apply(self, cur: Cursor, records: Sequence[Record]) -> BatchResult:
         result = BatchResult()
-        # Step 1. Each record as an event; repeats of a key inside the batch.
+        # Step 1. Each record as an event.
         candidates: list[Candidate] = []
         for record in records:
             try:
                 candidates.append(read_event(record))
             except PoisonError as exc:
                 result.dead_letters.append(DeadLetter(record, exc.reason, exc.detail))
-        unique, repeats = dedupe(candidates)
-        result.outcomes["duplicate"] += len(repeats)
         # Step 2. Dead letters: records the outbox did not send, settlements no decided
-        # deposit explains. Events of unknown users are set aside: rejected at step 6.
-        valid, statuses = _outbox_events_only(cur, unique, result)
-        valid, strangers = _known_users_only(cur, valid)
+        # deposit explains. Every record is judged before repeats of a key are dropped:
+        # an altered copy next to its genuine one is a dead letter, whichever comes
+        # first, and never hides the genuine one as its "duplicate".
+        valid, statuses = _outbox_events_only(cur, candidates, result)
         deposits, problems = settlements.judge(cur, valid)
-        valid = _without_dead_letters(valid, problems, result)
+        valid, repeats = dedupe(_without_dead_letters(valid, problems, result))
+        result.outcomes["duplicate"] += len(repeats)
+        # Events of unknown users are set aside: rejected at step 6.
+        valid, strangers = _known_users_only(cur, valid)
         if not valid and not strangers:
             return result
         to_claim = len(valid) + len(strangers)

@@ -123,6 +123,9 @@ def test_a_merchant_tests_rotates_reads_the_log_recovers_and_deletes(
     wait_until(lambda: sent.json()["intent_id"] in hooks.ids(path), 30, "the test delivered")
     assert not hooks.refused(), hooks.refused()
     assert hooks.bodies(path)[-1]["type"] == "endpoint.test"
+    # The receiver hears the request before the notifier records the attempt.
+    wait_until(lambda: merchant.call("GET", f"/v1/endpoints/{endpoint_id}/deliveries")
+               .json()["items"], 10, "the attempt recorded")
     log = merchant.call("GET", f"/v1/endpoints/{endpoint_id}/deliveries").json()
     assert log["items"][0]["status_code"] == 200 and log["items"][0]["response_head"] == "ok"
     assert log["items"][0]["delivery_id"] == sent.json()["delivery_id"]

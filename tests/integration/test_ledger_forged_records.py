@@ -164,3 +164,31 @@ def test_a_settlement_the_watcher_did_not_decide_credits_nothing(db, ledger_db) 
         assert cur.fetchone() == ("pending",)
         cur.execute("SELECT status FROM event_status WHERE event_id = %s", (deposit_id,))
         assert cur.fetchone() == ("pending_finality",)
+
+
+def test_an_altered_copy_in_the_batch_of_its_genuine_record_is_a_dead_letter(
+        db, ledger_db) -> None:
+    """Repeats of an event inside one batch are dropped only after every record was
+    judged: an altered copy ahead of its genuine record neither hides it (the genuine
+    one is applied) nor, behind it, passes as its duplicate."""
+    user = unique("forged-batch")
+    first, second = (PaymentEvent(f"{user}-{n}", EventType.DEPOSIT, user, "USDC",
+                                  Decimal(a), "test") for n, a in (("a", "10"), ("b", "4")))
+    with db.cursor() as cur:
+        create_users(cur, [user])
+        store_events(cur, [first, second])
+
+    def record(event: PaymentEvent, amount: str, offset: int) -> Record:
+        body = {**event.to_wire(), "amount": amount}
+        return _record(body, offset)
+
+    # The forgery of `first` comes before it; the forgery of `second` after it.
+    batch = [record(first, "1000", 0), record(first, "10", 1), record(second, "4", 2),
+             record(second, "4000", 3)]
+    result = ledger_apply(ledger_db.connection(), batch)
+    assert sorted((d.record.origin.offset, d.reason) for d in result.dead_letters) == [
+        (0, "content_mismatch"), (3, "content_mismatch")], result
+    assert result.outcomes["applied"] == 2 and result.outcomes["duplicate"] == 0, result
+    with db.cursor() as cur:
+        cur.execute("SELECT balance FROM balances WHERE user_id = %s", (user,))
+        assert cur.fetchall() == [(Decimal(14),)]
