@@ -133,7 +133,7 @@ INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
 	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements \
-	bench-standby bench-growth
+	bench-standby bench-growth bench-upgrade
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -196,6 +196,18 @@ bench-statements: stack-up  ## 1 M-line statement import + match; 10 M postings 
 # GROWTH_BENCH_ARGS="--sizes 1000000 10000000" where 30 M does not fit: the fill writes
 # each size twice (partitioned and not), ~30,000 rows/s on a busy 2-core machine.
 GROWTH_BENCH_ARGS ?=
+# An upgrade under traffic (bench/upgrade_bench.py): the previous release brings a
+# fresh stack of its own up, then this release's migrations and processes replace it.
+BENCH_UPGRADE_DIR := $(CURDIR)/.stack-bench-upgrade
+BENCH_UPGRADE_STACK := PAYSTREAM_STATE_DIR=$(BENCH_UPGRADE_DIR) PAYSTREAM_PG_PORT=5447 \
+	PAYSTREAM_KAFKA_PORT=9392 PAYSTREAM_CONTROLLER_PORT=9393 PAYSTREAM_CONNECT_PORT=8089 \
+	PAYSTREAM_ANVIL_PORT=8551
+UPGRADE_BENCH_ARGS ?= --events 1000000 --rate 200
+bench-upgrade: install  ## migrations and a rolling restart under 200/s: 5xx, lock waits, lost, double
+	$(BENCH_UPGRADE_STACK) $(BIN)/paystream stack down && rm -rf $(BENCH_UPGRADE_DIR)
+	$(BENCH_UPGRADE_STACK) $(BENCH) bench/upgrade_bench.py $(UPGRADE_BENCH_ARGS); \
+	  status=$$?; $(BENCH_UPGRADE_STACK) $(BIN)/paystream stack down; exit $$status
+
 bench-growth: stack-up  ## one day of notification attempts forgotten at 1 M, 10 M, 30 M: by partition vs by rows
 	$(BENCH) bench/growth_bench.py $(GROWTH_BENCH_ARGS)
 
