@@ -7,7 +7,8 @@
 -- request's key check (api_caller below) sets `paystream.merchant_id` for its
 -- transaction, and a RESTRICTIVE policy on every table the API reads or writes by user
 -- admits only rows whose user belongs to that merchant. The rule lives here, once
--- (api_user_visible), under every route's SQL; a route cannot forget it. Every other role
+-- (api_sees_user; 0040 gives it an inlined form), under every route's SQL; a route
+-- cannot forget it. Every other role
 -- keeps seeing every row (a permissive `true` policy: RLS on a table applies to all
 -- roles but its owner). docs/api.md#merchants-tenancy.
 --
@@ -56,15 +57,11 @@ CREATE FUNCTION api_merchant() RETURNS TEXT LANGUAGE sql STABLE AS $$
     SELECT coalesce(nullif(current_setting('paystream.merchant_id', true), ''), 'm_default')
 $$;
 
--- THE tenancy rule: may the request's key see this user (and what hangs off them)? A
--- row when it may. A set-returning SQL function, so that a policy's
--- `EXISTS (SELECT FROM api_user_visible(user_id))` is inlined into the query as an index
--- probe of users: a scalar function holding a subquery is not inlined, and ran as a
--- function call per row cost the balances read 80 % more Postgres CPU (bench-api).
-CREATE FUNCTION api_user_visible(user_id TEXT) RETURNS SETOF BOOLEAN
-    LANGUAGE sql STABLE AS $$
-    SELECT true FROM users u WHERE u.user_id = api_user_visible.user_id
-                               AND api_merchant() IN (u.merchant_id, '*')
+-- THE tenancy rule: may the request's key see this user (and what hangs off them)?
+CREATE FUNCTION api_sees_user(user_id TEXT) RETURNS BOOLEAN LANGUAGE sql STABLE AS $$
+    SELECT api_merchant() = '*' OR EXISTS (
+        SELECT FROM users u WHERE u.user_id = api_sees_user.user_id
+                              AND u.merchant_id = api_merchant())
 $$;
 
 -- What a live key is: not revoked, not expired (one place; api_caller and the previous
@@ -113,9 +110,9 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION api_merchant(), api_user_visible(TEXT), api_caller(TEXT),
+REVOKE ALL ON FUNCTION api_merchant(), api_sees_user(TEXT), api_caller(TEXT),
     api_live_key(TEXT) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION api_merchant(), api_user_visible(TEXT), api_caller(TEXT),
+GRANT EXECUTE ON FUNCTION api_merchant(), api_sees_user(TEXT), api_caller(TEXT),
     api_live_key(TEXT) TO paystream_api;
 
 -- The policies: every role sees every row (`everyone`), and the API's role only what
@@ -125,25 +122,25 @@ CREATE POLICY merchant_only ON users AS RESTRICTIVE TO paystream_api
     USING (api_merchant() IN (merchant_id, '*'));
 CREATE POLICY everyone ON balances USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON balances AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_user_visible(user_id)));
+    USING (api_sees_user(user_id));
 CREATE POLICY everyone ON deposit_addresses USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON deposit_addresses AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_user_visible(user_id)));
+    USING (api_sees_user(user_id));
 CREATE POLICY everyone ON payment_events USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON payment_events AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_user_visible(user_id)));
+    USING (api_sees_user(user_id));
 CREATE POLICY everyone ON accounts USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON accounts AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_user_visible(owner)));
+    USING (api_sees_user(owner));
 CREATE POLICY everyone ON api_withdrawals USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON api_withdrawals AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_user_visible(user_id)));
+    USING (api_sees_user(user_id));
 CREATE POLICY everyone ON invoices USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON invoices AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_user_visible(user_id)));
+    USING (api_sees_user(user_id));
 CREATE POLICY everyone ON holds USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON holds AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_user_visible(user_id)));
+    USING (api_sees_user(user_id));
 CREATE POLICY everyone ON notification_endpoints USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON notification_endpoints AS RESTRICTIVE TO paystream_api
     USING (api_merchant() IN (merchant_id, '*'));

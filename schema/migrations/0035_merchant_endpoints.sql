@@ -31,23 +31,22 @@ CREATE TABLE endpoint_actions (
 );
 CREATE INDEX endpoint_actions_by_endpoint ON endpoint_actions (endpoint_id, id);
 
--- The tenancy rule for what hangs off an endpoint (0033's api_user_visible for users; a
--- set-returning SQL function for the same reason: inlined into the policy's EXISTS).
-CREATE FUNCTION api_endpoint_visible(endpoint_id TEXT) RETURNS SETOF BOOLEAN
-    LANGUAGE sql STABLE AS $$
-    SELECT true FROM notification_endpoints e
-     WHERE e.endpoint_id = api_endpoint_visible.endpoint_id
-       AND api_merchant() IN (e.merchant_id, '*')
+-- The tenancy rule for what hangs off an endpoint (0033's api_sees_user for users).
+CREATE FUNCTION api_sees_endpoint(endpoint_id TEXT) RETURNS BOOLEAN LANGUAGE sql STABLE AS $$
+    SELECT api_merchant() = '*' OR EXISTS (
+        SELECT FROM notification_endpoints e
+         WHERE e.endpoint_id = api_sees_endpoint.endpoint_id
+           AND e.merchant_id = api_merchant())
 $$;
-REVOKE ALL ON FUNCTION api_endpoint_visible(TEXT) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION api_endpoint_visible(TEXT) TO paystream_api;
+REVOKE ALL ON FUNCTION api_sees_endpoint(TEXT) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION api_sees_endpoint(TEXT) TO paystream_api;
 
 CREATE POLICY everyone ON notification_deliveries USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON notification_deliveries AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_endpoint_visible(endpoint_id)));
+    USING (api_sees_endpoint(endpoint_id));
 CREATE POLICY everyone ON notification_attempts USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON notification_attempts AS RESTRICTIVE TO paystream_api
-    USING (EXISTS (SELECT FROM api_endpoint_visible(endpoint_id)));
+    USING (api_sees_endpoint(endpoint_id));
 CREATE POLICY everyone ON endpoint_actions USING (true) WITH CHECK (true);
 CREATE POLICY merchant_only ON endpoint_actions AS RESTRICTIVE TO paystream_api
     USING (api_merchant() IN (merchant_id, '*'));
