@@ -59,7 +59,7 @@ def migrated() -> Iterator[PostgresAddress]:
 
 
 def test_the_migration_applies_while_the_notifier_inserts_attempts() -> None:
-    """0037-0039 under a writer inserting an attempt every 5 ms as the notifier does (by
+    """0037-0039 (and the later ones) under a writer inserting an attempt every 5 ms as the notifier does (by
     the table's name, no id): no insert fails, none waits long, every one is kept."""
     waits: list[float] = []
     errors: list[BaseException] = []
@@ -91,7 +91,7 @@ def test_the_migration_applies_while_the_notifier_inserts_attempts() -> None:
         finally:
             stop.set()
             writer.join()
-        assert applied[-1] == "0039_notification_attempts_by_day"
+        assert "0039_notification_attempts_by_day" in applied
         assert not errors, errors[:3]
         assert max(waits) < 0.5, max(waits)
         with closing(connect(address.dsn("owner"))) as owner, owner.cursor() as cur:
