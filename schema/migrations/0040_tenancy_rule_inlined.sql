@@ -8,8 +8,10 @@
 --
 -- Online and safe to run on any database: CREATE OR REPLACE, and ALTER POLICY swaps a
 -- policy's expression in place (a short lock on each table, no rewrite; the runner's
--- lock_timeout and retries apply). The scalar functions stay until a later release
--- drops them (expand, then contract: docs/operations.md#upgrading).
+-- lock_timeout and retries apply). The scalar functions go: only the policies called
+-- them, never the code of any release. A database migrated while 0033 and 0035 briefly
+-- held the inlined form ends the same as any other (tests/integration/
+-- test_upgrade_path.py compares them).
 
 CREATE OR REPLACE FUNCTION api_user_visible(user_id TEXT) RETURNS SETOF BOOLEAN
     LANGUAGE sql STABLE AS $$
@@ -40,3 +42,12 @@ ALTER POLICY merchant_only ON notification_deliveries
     USING (EXISTS (SELECT FROM api_endpoint_visible(endpoint_id)));
 ALTER POLICY merchant_only ON notification_attempts
     USING (EXISTS (SELECT FROM api_endpoint_visible(endpoint_id)));
+-- The day partitions' first one, 0039's renamed table: its own policy, the same rule.
+ALTER POLICY merchant_only ON notification_attempts_legacy
+    USING (EXISTS (SELECT FROM api_endpoint_visible(endpoint_id)));
+
+-- No release's code calls these; only the policies did.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS api_sees_user(TEXT);
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS api_sees_endpoint(TEXT);

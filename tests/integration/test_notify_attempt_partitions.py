@@ -59,8 +59,9 @@ def migrated() -> Iterator[PostgresAddress]:
 
 
 def test_the_migration_applies_while_the_notifier_inserts_attempts() -> None:
-    """0037-0039 (and the later ones) under a writer inserting an attempt every 5 ms as the notifier does (by
-    the table's name, no id): no insert fails, none waits long, every one is kept."""
+    """0037-0039 (and the later ones) under a writer inserting an attempt every 5 ms as
+    the notifier does (by the table's name, no id): no insert fails, none waits long,
+    every one is kept."""
     waits: list[float] = []
     errors: list[BaseException] = []
     stop = threading.Event()

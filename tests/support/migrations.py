@@ -14,15 +14,23 @@ from tests.support.ids import unique
 
 
 @contextmanager
+def scratch_database(label: str) -> Iterator[PostgresAddress]:
+    """An empty database of its own on the stack's Postgres, dropped afterwards."""
+    settings = StackSettings.from_env()
+    name = unique("paystream_" + label).replace("-", "_")
+    superuser_sql(settings, f'CREATE DATABASE "{name}" OWNER paystream')
+    try:
+        yield replace(PostgresAddress.direct_from_env(), db=name)
+    finally:
+        superuser_sql(settings, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
 def database_at(migration: str, setup_sql: str = "", *,
                 params: tuple[object, ...] | None = None) -> Iterator[PostgresAddress]:
     """A database of its own on the stack's Postgres, with the migrations up to
     `migration` applied and then `setup_sql` run as the owner; dropped afterwards."""
-    settings = StackSettings.from_env()
-    name = unique("paystream_at_" + migration[:4]).replace("-", "_")
-    superuser_sql(settings, f'CREATE DATABASE "{name}" OWNER paystream')
-    address = replace(PostgresAddress.direct_from_env(), db=name)
-    try:
+    with scratch_database("at_" + migration[:4]) as address:
         owner = connect(address.dsn("owner"))
         try:
             assert apply_pending(owner, upto=migration)[-1] == migration
@@ -32,5 +40,3 @@ def database_at(migration: str, setup_sql: str = "", *,
         finally:
             owner.close()
         yield address
-    finally:
-        superuser_sql(settings, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

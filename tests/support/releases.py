@@ -55,3 +55,14 @@ def previous_release(tmp: Path) -> Release:
             (package / name.split(".", 1)[1]).symlink_to(source / folder)
     shipped = frozenset(p.name for p in (source / MIGRATIONS).glob("*.sql"))
     return Release(commit, newest, tmp / "view", shipped)
+
+
+def previous_migrations() -> tuple[str, list[tuple[str, str]]]:
+    """The commit of the release before the newest migration and the migrations it
+    shipped, as (name, sql) in the runner's order (schema.migrate.migration_files)."""
+    newest = _git("log", "-1", "--format=%H", "--diff-filter=A", "--", MIGRATIONS
+                  ).decode().strip()
+    commit = _git("rev-parse", f"{newest}^").decode().strip()
+    paths = sorted(p for p in _git("ls-tree", "--name-only", commit, f"{MIGRATIONS}/"
+                                   ).decode().split() if p.endswith(".sql"))
+    return commit, [(Path(p).stem, _git("show", f"{commit}:{p}").decode()) for p in paths]

@@ -4,16 +4,15 @@ databases and the two drift apart (an edit to 0033 and 0035 once left 0039 calli
 function that upgraded databases did not have: bench/upgrade_bench.py found it). A
 change is a new migration. Comments may change; the SQL may not.
 
-The previous release is the commit before the newest migration was added (as in
-tests/support/releases.py), read from git."""
+The previous release is the commit before the newest migration was added, read from
+git (tests/support/releases.py)."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
-import pytest
+from tests.support.releases import previous_migrations
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = "schema/migrations"
@@ -28,14 +27,6 @@ RESTORED = {
 }
 
 
-def _git(*args: str) -> str:
-    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
-                          timeout=60)
-    if done.returncode != 0:
-        pytest.fail(f"git {' '.join(args)}: {done.stderr.strip()} (a full clone is needed)")
-    return done.stdout
-
-
 def sql_only(text: str) -> str:
     """The statements without comments or layout."""
     return " ".join(re.sub(r"--[^\n]*", "", text).split())
@@ -48,17 +39,14 @@ def test_sql_only_ignores_comments_and_layout() -> None:
 
 
 def test_the_previous_releases_migrations_are_unchanged() -> None:
-    newest = _git("log", "-1", "--format=%H", "--diff-filter=A", "--", MIGRATIONS).strip()
-    release = _git("rev-parse", f"{newest}^").strip()
-    shipped = _git("ls-tree", "--name-only", release, f"{MIGRATIONS}/").split()
+    release, shipped = previous_migrations()
     assert shipped, "no migrations in the previous release"
     changed = []
-    for path in shipped:
-        name = Path(path).name
-        current = ROOT / MIGRATIONS / name
+    for name, sql in shipped:
+        current = ROOT / MIGRATIONS / f"{name}.sql"
         if not current.exists():
             changed.append(f"{name}: removed or renamed")
-        elif sql_only(_git("show", f"{release}:{path}")) != sql_only(current.read_text()) \
-                and not any(release.startswith(c) and f == name for c, f in RESTORED):
+        elif sql_only(sql) != sql_only(current.read_text()) and not any(
+                release.startswith(c) and f == current.name for c, f in RESTORED):
             changed.append(f"{name}: its SQL differs from what {release[:10]} shipped")
     assert changed == [], "write a new migration instead:\n" + "\n".join(changed)
