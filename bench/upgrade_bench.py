@@ -5,9 +5,11 @@ this release's, one at a time. Prints what a provider and the books saw.
     make bench-upgrade        (a fresh stack of its own; --events sets the history kept)
 
 1. The previous release (the commit before the newest migration, tests/support/
-   releases.py) brings a fresh stack up: its schema is the old one.
+   releases.py, or `--release COMMIT`) brings a fresh stack up: its schema is the old
+   one.
 2. `--events` stored events with their books are written by COPY-speed SQL
-   (bench/console_bench.py's fill, reconcile-clean), so the migrations meet a history.
+   (bench/console_bench.py's fill, reconcile-clean), and `--attempts` notification
+   attempts, so the migrations meet a history.
 3. Two ingests and two ledger consumers of the previous release run; a sender offers
    `--rate` signed deposits a second to them, round robin, as a load balancer would:
    a refused connection goes to the other ingest (a provider behind a balancer never
@@ -154,6 +156,23 @@ def _fill(events: int) -> None:
     fill(events)
 
 
+def _fill_attempts(n: int) -> None:
+    """`n` notification attempts (the table the newest migrations partition), on one
+    delivery of the fill's, in the columns every release since 0032 has."""
+    conn = connect(database_url("owner"), application_name="bench-upgrade-fill")
+    began = time.monotonic()
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO notification_attempts (intent_id, endpoint_id, attempt,"
+                        " started_at, latency_s, status_code)"
+                        " SELECT d.intent_id, d.endpoint_id, g, now(), 0.1, 500"
+                        " FROM (SELECT intent_id, endpoint_id FROM notification_deliveries"
+                        " LIMIT 1) d, generate_series(1, %s) g", (n,))
+    finally:
+        conn.close()
+    print(f"  notification_attempts {n:>14,} rows {time.monotonic() - began:6.1f} s")
+
+
 def _ledger(group: str, logs: Path, env: dict[str, str], name: str) -> ConsumerProcess:
     return ConsumerProcess.start("ledger", topic=PAYMENTS_TOPIC, group=group,
                                  dlq_topic=f"{group}-dlq", log_dir=logs, env=env, name=name)
@@ -210,13 +229,17 @@ def _bursts(answers: list[Answer]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--attempts", type=int, default=1_000_000,
+                        help="notification attempts stored (what 0037-0039 partition)")
     parser.add_argument("--rate", type=float, default=200)
     parser.add_argument("--phase-s", type=float, default=10,
                         help="seconds of traffic before, between and after the steps")
     parser.add_argument("--blocking", action="store_true")
+    parser.add_argument("--release", help="the old release's commit (default: the one "
+                                          "before the newest migration)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-upgrade-"))
-    release = previous_release(tmp)
+    release = previous_release(tmp, args.release)
     new_names = {name + ".sql" for name, _ in migration_files()} - release.migrations
     print(f"migrations this release adds: {', '.join(sorted(new_names))}")
     # Processes start outside the source tree: `python -m` puts the working folder
@@ -225,6 +248,7 @@ def main() -> int:
     old = {"PYTHONPATH": str(release.view)}
     _old_stack_up(release)
     _fill(args.events)
+    _fill_attempts(args.attempts)
     users = [f"bench-upgrade-{uuid.uuid4().hex[:6]}-{i}" for i in range(40)]
     create_users(users)
     group = f"bench-upgrade-{uuid.uuid4().hex[:6]}"
@@ -288,7 +312,8 @@ def _report(args: argparse.Namespace, answers: list[Answer], sampler: LockSample
     reconcile = subprocess.run(paystream_argv("reconcile"), capture_output=True, text=True,
                                timeout=600)
     burst = _bursts(answers)
-    print(f"\n== upgrade under traffic: {args.events:,} events stored, {args.rate:g}/s"
+    print(f"\n== upgrade under traffic: {args.events:,} events and {args.attempts:,}"
+          f" attempts stored, {args.rate:g}/s"
           f"{', with a blocking CREATE INDEX' if args.blocking else ''} ==")
     for name, took in steps:
         print(f"  {name}: {took:.2f} s")

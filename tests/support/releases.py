@@ -21,7 +21,6 @@ MIGRATIONS = "schema/migrations"
 @dataclass(frozen=True)
 class Release:
     commit: str  # the commit the code is read from
-    newest_migration_commit: str  # the commit that added the newest migration
     view: Path  # PYTHONPATH for it
     migrations: frozenset[str]  # the migration files it shipped
 
@@ -34,11 +33,12 @@ def _git(*args: str) -> bytes:
     return done.stdout
 
 
-def previous_release(tmp: Path) -> Release:
-    """The release before the newest migration, extracted under `tmp`."""
+def previous_release(tmp: Path, commit: str | None = None) -> Release:
+    """The release before the newest migration (or the code of `commit`: an older
+    release), extracted under `tmp`."""
     newest = _git("log", "-1", "--format=%H", "--diff-filter=A", "--", MIGRATIONS
                   ).decode().strip()
-    commit = _git("rev-parse", f"{newest}^").decode().strip()
+    commit = _git("rev-parse", commit or f"{newest}^").decode().strip()
     source = tmp / "source"
     source.mkdir()
     with tarfile.open(fileobj=io.BytesIO(_git("archive", commit))) as archive:
@@ -54,7 +54,7 @@ def previous_release(tmp: Path) -> Release:
         else:
             (package / name.split(".", 1)[1]).symlink_to(source / folder)
     shipped = frozenset(p.name for p in (source / MIGRATIONS).glob("*.sql"))
-    return Release(commit, newest, tmp / "view", shipped)
+    return Release(commit, tmp / "view", shipped)
 
 
 def previous_migrations() -> tuple[str, list[tuple[str, str]]]:
