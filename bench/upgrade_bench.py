@@ -257,19 +257,28 @@ def main() -> int:
     logs.mkdir()
     sender, sampler = Sender(users, args.rate), LockSampler()
     steps: list[tuple[str, float]] = []
+    every: list[ConsumerProcess] = []
     with contextlib.ExitStack() as stack:
+        # On the way out, whatever happened: no ledger, sender or sampler left behind.
+        stack.callback(lambda: [p.kill() for p in every if p.alive()])
+        stack.callback(sampler.stop.set)
+        stack.callback(sender.stop.set)
         ingests = [stack.enter_context(contextlib.ExitStack()) for _ in range(2)]
         urls = [ing.enter_context(ingest_server({**ingest_env(), **old},
                                                 log_path=logs / f"old-ingest-{i}.log"))
                 .url for i, ing in enumerate(ingests)]
         ledgers = [_ledger(group, logs, old, f"old-ledger-{i}") for i in range(2)]
+        every.extend(ledgers)
         sender.urls[:] = urls
         threads = [threading.Thread(target=sender.run), threading.Thread(target=sampler.run)]
         for t in threads:
             t.start()
         time.sleep(args.phase_s)
-        applied, took = _migrate(args.blocking)
-        steps.append((f"migrations {', '.join(applied) or 'none'}", took))
+        try:
+            applied, took = _migrate(args.blocking)
+            steps.append((f"migrations {', '.join(applied) or 'none'}", took))
+        except Exception as exc:  # reported, and the run fails on it
+            steps.append((f"migrations FAILED: {exc}".strip(), float("nan")))
         time.sleep(args.phase_s)
         for i in range(2):
             began = time.monotonic()
@@ -283,6 +292,7 @@ def main() -> int:
         for i in range(2):
             began = time.monotonic()
             newer = _ledger(group, logs, {}, f"new-ledger-{i}")
+            every.append(newer)
             time.sleep(3)  # it joins the group before the old one leaves
             code = ledgers[i].terminate()
             ledgers[i] = newer
@@ -324,7 +334,8 @@ def _report(args: argparse.Namespace, answers: list[Answer], sampler: LockSample
     print(f"5xx other than 503: {server_errors}; longest 503 run {burst:.2f} s,"
           f" target <= {BURST_LIMIT_S:g} s; no answer: {statuses.get('no answer', 0)}")
     print(f"lost {lost}, double {double}; reconcile exit {reconcile.returncode}")
-    ok = (server_errors == 0 and burst <= BURST_LIMIT_S and sampler.longest_s <= LOCK_LIMIT_S
+    ok = (not any("FAILED" in name for name, _ in steps) and server_errors == 0
+          and burst <= BURST_LIMIT_S and sampler.longest_s <= LOCK_LIMIT_S
           and lost == 0 and double == 0 and reconcile.returncode == 0
           and "no answer" not in statuses)
     print(f"RESULT: {'PASS' if ok else 'FAIL'}")
