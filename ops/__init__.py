@@ -1,8 +1,8 @@
 """The operator's checks, actions and schedulers (`paystream reconcile | health |
-housekeeping | shortfalls | adjust | revert | holds | dlq | users | addresses | balances |
+housekeeping | shortfalls | adjust | revert | holds | users | addresses | balances |
 refusals | invoices`).
 
-  cli.py               the commands on the books, health and dead letters (parse, call)
+  cli.py               the commands on the books and health (parse, call)
   users_cli.py         the commands on users, addresses, balances and refusals
   users.py             creating users and addresses, reading balances
   health.py            the health checks: stuck events, slot WAL, lag, DLQ, connector,

@@ -1,8 +1,8 @@
-"""`paystream reconcile | health | housekeeping | shortfalls | dlq`: the operator's checks
+"""`paystream reconcile | health | housekeeping | shortfalls`: the operator's checks
 and actions.
 
 Exit codes (paystream/operator_cli.py): 0 clean / healthy / done; 1 a mismatch, an
-unhealthy check, an open shortfall, a refused replay; 2 the command could not run (bad
+unhealthy check, an open shortfall; 2 the command could not run (bad
 arguments, the database unreachable).
 """
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # imported on use: `paystream --help` must not need the Kafka
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub.add_parser("migrate", help="apply pending SQL migrations") \
         .set_defaults(func=_migrate)
-    for add in (_add_reconcile, _add_health, _add_housekeeping, _add_books, _add_dlq):
+    for add in (_add_reconcile, _add_health, _add_housekeeping, _add_books):
         add(sub)
 
 
@@ -171,27 +171,6 @@ def _add_books(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     hl_exp.add_argument("--interval", type=float, default=5.0, metavar="SECONDS")
     hl_exp.add_argument("--limit", type=int, default=500, help="holds per round")
     hl_exp.set_defaults(func=_holds_expire)
-
-
-def _add_dlq(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dlq = sub.add_parser("dlq", help="inspect, replay and discard dead letters")
-    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    p_list = dsub.add_parser("list", help="dead letters, newest first")
-    p_list.add_argument("--status", default="open",
-                        help="open, replayed, discarded or all (default open)")
-    p_list.add_argument("--limit", type=int, default=50)
-    p_list.set_defaults(func=_dlq_list)
-    p_show = dsub.add_parser("show", help="one dead letter with payload and attempts")
-    p_show.add_argument("id", type=int)
-    p_show.set_defaults(func=_dlq_show)
-    p_replay = dsub.add_parser("replay", help="send the event back through the outbox")
-    p_replay.add_argument("id", type=int)
-    p_replay.set_defaults(func=_dlq_replay)
-    p_discard = dsub.add_parser("discard", help="close one for good, saying why (it is "
-                                "never replayed; its money never applied)")
-    p_discard.add_argument("id", type=int)
-    p_discard.add_argument("--reason", required=True, help="why, for the record")
-    p_discard.set_defaults(func=_dlq_discard)
 
 
 # The names of ops.health.CHECK_NAMES, repeated here so that `paystream --help`
@@ -453,58 +432,4 @@ def _holds_expire(args: argparse.Namespace) -> int:
         run_forever(args.limit, args.interval)
     written = expire_round(args.limit)
     print(f"holds expire: {len(written)} hold(s) past their expiry voided")
-    return EXIT_OK
-
-
-def _dlq_list(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import list_dead_letters
-
-    status = None if args.status == "all" else args.status
-    with transaction("paystream-dlq") as cur:
-        rows = list_dead_letters(cur, status, args.limit)
-    print(format_table(
-        ("id", "status", "reason", "event_id", "origin"),
-        [(str(r["id"]), r["status"], r["error_reason"], r["event_id"] or "-",
-          f"{r['source_topic']}[{r['source_partition']}]@{r['source_offset']}")
-         for r in rows],
-        right_aligned={0}))
-    return EXIT_OK
-
-
-def _dlq_show(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import show_dead_letter
-
-    with transaction("paystream-dlq") as cur:
-        row = show_dead_letter(cur, args.id)
-    if row is None:
-        print(f"no dead letter with id {args.id}", file=sys.stderr)
-        return EXIT_PROBLEM
-    print(json.dumps(row, indent=2, default=str))
-    return EXIT_OK
-
-
-def _dlq_replay(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import ReplayRefused, replay
-
-    try:
-        with transaction("paystream-dlq") as cur:
-            done = replay(cur, args.id)
-    except ReplayRefused as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
-    print(f"replayed dead letter {done.dlq_id}: event {done.event_id} sent again "
-          f"through the outbox (message id {done.outbox_id})")
-    return EXIT_OK
-
-
-def _dlq_discard(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import ReplayRefused, discard
-
-    try:
-        with transaction("paystream-dlq") as cur:
-            discard(cur, args.id, args.reason)
-    except ReplayRefused as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
-    print(f"discarded dead letter {args.id}: {args.reason.strip()}")
     return EXIT_OK

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "paystream.api.cli",
     "paystream.consume",
     "paystream.ops.cli",
+    "paystream.consumers.dead_letters.cli",
     "paystream.invoices.cli",
     "paystream.notify.cli",
     "paystream.run",
