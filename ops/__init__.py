@@ -2,7 +2,8 @@
 migrate | reconcile | health | housekeeping | users | addresses | balances | refusals`).
 A feature's own commands live in its folder: the ledger's books in consumers/ledger/
 (`shortfalls | adjust | revert | holds`), the dead letters in consumers/dead_letters/,
-invoices/, notify/, statements/, the chain scanner in finality/scanner/.
+invoices/, notify/, statements/, the chain's (the scanner, `reconcile --chain`) in
+finality/.
 
   cli.py               migrate, reconcile (the ledger's check with every feature's),
                        health, housekeeping (parse, call)
@@ -14,9 +15,6 @@ invoices/, notify/, statements/, the chain scanner in finality/scanner/.
   health_exporter.py   `health --serve-metrics`: the checks as metrics, and the full
                        reconciliation on a schedule
   backup_metrics.py    the exporter's WAL archiving and newest-backup metrics
-  chain_reconcile.py   `reconcile --chain`: each deposit address's balance on chain
-                       against the custody the books posted for it; its metrics
-  chain_reconcile_cli.py  running it once, or on a schedule (`--loop`)
   housekeeping.py      purging final outcomes and delivered notifications past a TTL
   prometheus/          alert rules; grafana/ the dashboards
 """

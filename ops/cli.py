@@ -4,7 +4,7 @@ consumers/ledger/cli.py, the dead letters in consumers/dead_letters/cli.py, ...)
 
 `reconcile` is the ledger's self-check with every feature's own check
 (paystream/reconcile_checks.py), or with --chain the chain deposits' custody against the
-chain (ops/chain_reconcile.py): it composes features, so it lives here, above them.
+chain (finality/chain_reconcile.py): it composes features, so it lives here, above them.
 
 Exit codes (paystream/operator_cli.py): 0 clean / healthy / done; 1 a mismatch, an
 unhealthy check; 2 the command could not run (bad arguments, the database unreachable).
@@ -159,7 +159,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     from paystream.reconcile_checks import FEATURE_CHECKS
 
     if args.chain:
-        from paystream.ops import chain_reconcile_cli
+        from paystream.finality import chain_reconcile_cli
 
         return chain_reconcile_cli.run(args)
     chain_only = [flag for flag, given in (("--network", args.network), ("--block", args.block),
