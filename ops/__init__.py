@@ -7,7 +7,7 @@ finality/.
 
   cli.py               migrate, reconcile (the ledger's check with every feature's),
                        health, housekeeping (parse, call)
-  users_cli.py         the commands on users, addresses, balances and refusals
+  users_cli.py         the commands on users, addresses and balances
   users.py             creating users and addresses, reading balances
   health.py            the health checks: stuck events, slot WAL, lag, DLQ, connector,
                        stopped groups
