@@ -56,15 +56,17 @@ async def resolve(request: Request, form: Posted, shortfall_id: RowIdPath) -> Re
 
 @router.post("/ledger/reconcile")
 async def reconcile_now(request: Request, form: Posted) -> Response:
-    """`paystream reconcile`, whole ledger, on a connection of its own (one snapshot; it
-    may take longer than a page's statement timeout on a large ledger)."""
+    """`paystream reconcile`, whole ledger, with every feature's own check as the command
+    runs them (paystream/reconcile_checks.py), on a connection of its own (one snapshot;
+    it may take longer than a page's statement timeout on a large ledger)."""
     from paystream.consumers.ledger.reconcile import reconcile
     from paystream.consumers.ledger.reconcile_report import format_report
     from paystream.operator_cli import database
+    from paystream.reconcile_checks import FEATURE_CHECKS
 
     def run() -> tuple[bool, str]:
         with database("paystream-console-reconcile", autocommit=True) as conn:
-            report = reconcile(conn)
+            report = reconcile(conn, checks=FEATURE_CHECKS)
         return report.clean, format_report(report)
 
     clean, text = await asyncio.to_thread(run)
