@@ -1,7 +1,8 @@
 """Dead letters: the list with its filters, one in detail, replay (one, or every one
 matching a filter after a confirm step that shows how many), and discard with a reason.
-A replay or discard runs the operator commands' own functions
-(consumers/dead_letters/replay.py), and its record in operator_actions commits with it."""
+A replay or discard runs the operator commands' own functions, and the pages read through
+the queue's own (consumers/dead_letters/replay.py: no SQL here); an action's record in
+operator_actions commits with it."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from paystream.console.web import Form, Operator, Posted, Refused, act, console_
 from paystream.consumers.dead_letters.replay import (
     DeadLetterFilter,
     ReplayRefused,
+    count_open_by_reason,
     discard,
     list_dead_letters,
     matching_ids,
     replay,
     show_dead_letter,
+    stored_event,
 )
 from paystream.edge.params import RowIdPath, RowIdQuery, text_query
 from paystream.schema.db import Cursor
@@ -59,11 +62,9 @@ async def dead_letters(request: Request, _: Operator, status: Filter = "open",
                        before: RowIdQuery = None) -> Response:
     matching = _filter(status, reason, provider, age)
 
-    def read(cur: Cursor) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+    def read(cur: Cursor) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
         rows = list_dead_letters(cur, limit=PAGE + 1, matching=matching, before_id=before)
-        cur.execute("SELECT error_reason, count(*) FROM dead_letter_queue"
-                    " WHERE status = 'open' GROUP BY error_reason ORDER BY 2 DESC LIMIT 20")
-        return rows, cur.fetchall()
+        return rows, count_open_by_reason(cur)
 
     rows, open_reasons = await console_of(request).db.read(read)
     more = rows[PAGE]["id"] if len(rows) > PAGE else None
@@ -78,15 +79,11 @@ def _detail(cur: Any, dlq_id: int) -> dict[str, Any]:
     if row is None:
         raise Refused(404, f"no dead letter with id {dlq_id}")
     stored = None
-    if row.get("event_id"):
-        cur.execute("SELECT status, provider, payload"
-                    " FROM payment_events JOIN event_status USING (event_id)"
-                    " WHERE event_id = %s", (row["event_id"],))
-        found = cur.fetchone()
-        if found is not None:
-            stored = {"status": found[0], "provider": found[1],
-                      "body": json.dumps(found[2], indent=2, sort_keys=True,
-                                         ensure_ascii=False)}
+    found = stored_event(cur, row["event_id"]) if row.get("event_id") else None
+    if found is not None:
+        stored = {"status": found[0], "provider": found[1],
+                  "body": json.dumps(found[2], indent=2, sort_keys=True,
+                                     ensure_ascii=False)}
     row["attempts_text"] = json.dumps(row.get("attempts"), indent=2, ensure_ascii=False)
     row["headers_text"] = json.dumps(row.get("headers"), indent=2, ensure_ascii=False)
     return {"dead": row, "stored": stored}

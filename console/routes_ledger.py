@@ -11,8 +11,9 @@ from fastapi.responses import Response
 
 from paystream.console import audit
 from paystream.console.web import Operator, Posted, act, console_of, render
+from paystream.consumers.ledger import shortfalls
 from paystream.edge.params import RowIdPath
-from paystream.ops import shortfalls
+from paystream.notify.ledger_consequence import shortfall_resolved
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
 from paystream.schema.holds import open_holds
@@ -41,7 +42,8 @@ async def resolve(request: Request, form: Posted, shortfall_id: RowIdPath) -> Re
     resolution = form.get("resolution")
 
     def work(cur: Cursor) -> str:
-        row, still_flagged = shortfalls.resolve(cur, shortfall_id, resolution)
+        row, still_flagged = shortfalls.resolve(cur, shortfall_id, resolution,
+                                                 shortfall_resolved)
         return (f"resolved: {row.user_id} owed {format_amount(row.amount)} {row.asset}"
                 f" ({resolution.strip()[:500]}); "
                 + ("still flagged: other shortfalls are open" if still_flagged
@@ -54,15 +56,17 @@ async def resolve(request: Request, form: Posted, shortfall_id: RowIdPath) -> Re
 
 @router.post("/ledger/reconcile")
 async def reconcile_now(request: Request, form: Posted) -> Response:
-    """`paystream reconcile`, whole ledger, on a connection of its own (one snapshot; it
-    may take longer than a page's statement timeout on a large ledger)."""
+    """`paystream reconcile`, whole ledger, with every feature's own check as the command
+    runs them (paystream/reconcile_checks.py), on a connection of its own (one snapshot;
+    it may take longer than a page's statement timeout on a large ledger)."""
     from paystream.consumers.ledger.reconcile import reconcile
+    from paystream.consumers.ledger.reconcile_report import format_report
     from paystream.operator_cli import database
-    from paystream.ops.reconcile import format_report
+    from paystream.reconcile_checks import FEATURE_CHECKS
 
     def run() -> tuple[bool, str]:
         with database("paystream-console-reconcile", autocommit=True) as conn:
-            report = reconcile(conn)
+            report = reconcile(conn, checks=FEATURE_CHECKS)
         return report.clean, format_report(report)
 
     clean, text = await asyncio.to_thread(run)

@@ -10,9 +10,9 @@ from fastapi.responses import Response
 from paystream.api.reads import parse_cursor, transactions
 from paystream.console import search, story
 from paystream.console.web import Operator, Refused, console_of, render
+from paystream.consumers.ledger.shortfalls import list_shortfalls
 from paystream.edge.errors import InvalidRequestError
 from paystream.edge.params import PrintableIdPath, UserIdPath, text_query
-from paystream.ops.shortfalls import list_shortfalls
 from paystream.schema import balances
 from paystream.schema.db import Cursor
 from paystream.schema.holds import open_holds

@@ -20,7 +20,8 @@ The groups:
   ledger/         group `ledger`: payment events onto the double-entry books, once
   dead_letters/   the dead-letter queue in one place: sending (send.py, the runtime's),
                   group `dlq-mirror` (mirror.py: the DLQ topic as rows of
-                  dead_letter_queue), and listing and replaying them (replay.py)
+                  dead_letter_queue), listing and replaying them (replay.py), and
+                  `paystream dlq` (cli.py)
   notifier.py     group `notifier`: notification intents recorded with their delivery
                   slots (the intents, slots and sender are notify/'s)
 """

@@ -15,6 +15,9 @@ final, and never if a reorg removed it.
   events.py    the finalisation / reorg event ids and payloads for the outbox
   metrics.py   every finality metric, declared once
   settings.py  per-network settings from the environment
+  chain_reconcile.py  `paystream reconcile --chain`: each deposit address's balance on
+               chain against the custody the books posted for it; its metrics
+  chain_reconcile_cli.py  running it once, or on a schedule (`--loop`)
 
 scanner/     the chain scanner, a package of its own: deposits read from the chain
                itself, for those no webhook brought (it shares rpc.py and settings.py)

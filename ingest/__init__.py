@@ -25,5 +25,5 @@ written idempotently with their outbox rows, one group commit for many deliverie
   store.py              Postgres for the ingest: the pool and the group transaction
   metrics.py            every ingest metric, declared once
   settings.py           the ingest's settings
-  cli.py                `paystream ingest`
+  cli.py                `paystream ingest`; `paystream refusals list`
 """

@@ -1,11 +1,13 @@
-"""`paystream ingest`: serve the webhooks (the operator's commands on users, addresses,
-balances and refusals are ops/users_cli.py's)."""
+"""`paystream ingest`: serve the webhooks; `paystream refusals list`: the deliveries it
+refused at the door (its records, refusals.py). The operator's commands on users,
+addresses and balances are ops/users_cli.py's."""
 
 from __future__ import annotations
 
 import argparse
 
 from paystream.ingest.settings import IngestSettings
+from paystream.operator_cli import EXIT_OK, database, format_table
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,6 +20,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        help="worker processes (each has its own pool and rate limits)")
     serve.set_defaults(func=_serve)
 
+    refused = sub.add_parser(
+        "refusals", help="gateway events refused at the door (422), newest first")
+    refused_sub = refused.add_subparsers(dest="refusals_command", required=True)
+    listing = refused_sub.add_parser("list", help="the latest refused deliveries")
+    listing.add_argument("--code", choices=("unknown_user", "reference_of_other_user"))
+    listing.add_argument("--user", default=None)
+    listing.add_argument("--limit", type=int, default=50)
+    listing.set_defaults(func=_refusals)
+
 
 def _serve(args: argparse.Namespace) -> int:
     from paystream.ingest.serve import serve
@@ -25,3 +36,13 @@ def _serve(args: argparse.Namespace) -> int:
     # Fail here, with the reason (a SettingsError: exit 2), not in every worker.
     serve(IngestSettings.from_env(), args.host, args.port, args.workers)
     return 0
+
+
+def _refusals(args: argparse.Namespace) -> int:
+    from paystream.ingest import refusals
+
+    with database("paystream-admin") as conn, conn, conn.cursor() as cur:
+        rows = refusals.latest(cur, args.code, args.user, args.limit)
+    print(format_table(("last refused", "provider", "code", "user", "event", "attempts"),
+                       rows, right_aligned={5}, rule=True))
+    return EXIT_OK

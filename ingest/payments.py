@@ -36,7 +36,7 @@ PROVIDER = "payments"
 # must not be able to occupy (and so block) the id of a real chain deposit.
 CHAIN_EVENT_ID = re.compile(r"[A-Z0-9_]+:0x[0-9a-f]{64}(:.*)?")
 # The ids of operator adjustments / reverts and of scheduled hold expiries
-# (ops/operator_events.py), of the merchant API's withdrawal requests
+# (consumers/ledger/operator_events.py), of the merchant API's withdrawal requests
 # (api/withdrawals.py), and of the events a statement line with no reference resolves to
 # (statements/decisions.py, which alone may use its prefix): a gateway taking one could
 # block that event.

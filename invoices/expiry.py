@@ -1,5 +1,5 @@
 """The invoice expiry scheduler: open invoices past their deadline with nothing pending,
-expired in the style of the hold expiry (ops/hold_expiry.py).
+expired in the style of the hold expiry (consumers/ledger/hold_expiry.py).
 
 Each round is one transaction that
   1. claims up to `limit` open invoices (new, processing) past expires_at with no

@@ -4,7 +4,9 @@ transaction (intents.py says which), a shortfall.opened per shortfall, and what 
 consequences told (the invoices' notices), all in ONE outbox round trip: a record per
 source partition (key `<topic>-<partition>`, so a user's intents always take the same
 notification partition, in order). Only events planned here: a redelivered event was
-dropped as a duplicate before step 8 and notifies nobody twice.
+dropped as a duplicate before step 8 and notifies nobody twice. Also the notice of a
+shortfall a person resolved (shortfall_resolved), written in the resolution's
+transaction.
 
 Typed by what it reads (Protocols below), so the ledger and this module import
 nothing of each other; paystream/consume.py registers it.
@@ -87,3 +89,32 @@ class Notifications:
         publish(cur, NOTIFICATIONS_AGGREGATE,
                 [message for (topic, partition), batch_of in sorted(by_source.items())
                  for message in intents.outbox_batches(batch_of, f"{topic}-{partition}")])
+
+
+class ResolvedShortfall(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def asset(self) -> str: ...
+    @property
+    def amount(self) -> Decimal: ...
+    @property
+    def source_event_id(self) -> str: ...
+    @property
+    def resolution(self) -> str | None: ...
+
+
+def shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall, still_flagged: bool) -> None:
+    """Tell the user a shortfall was resolved, in the resolution's transaction: the
+    `tell` the doors (`paystream shortfalls resolve`, the console) hand the ledger's
+    consumers/ledger/shortfalls.py resolve()."""
+    intent = intents.new_intent(
+        intents.IntentType.SHORTFALL_RESOLVED, resolved.source_event_id,
+        resolved.user_id, event_type="shortfall_resolved", asset=resolved.asset,
+        amount=resolved.amount, created_at=intents.now_text(),
+        shortfall_id=resolved.id, resolution=resolved.resolution,
+        account_flagged=still_flagged)
+    publish(cur, NOTIFICATIONS_AGGREGATE,
+            intents.outbox_batches([(intent, resolved.source_event_id)], intent.user_id))

@@ -1,9 +1,13 @@
-"""The operator's checks, actions and schedulers (`paystream reconcile | health |
-housekeeping | shortfalls | adjust | revert | holds | dlq | users | addresses | balances |
-refusals | invoices`).
+"""The operator's checks that span the parts, and what has no other home (`paystream
+migrate | reconcile | health | housekeeping | users | addresses | balances | refusals`).
+A feature's own commands live in its folder: the ledger's books in consumers/ledger/
+(`shortfalls | adjust | revert | holds`), the dead letters in consumers/dead_letters/,
+invoices/, notify/, statements/, the chain's (the scanner, `reconcile --chain`) in
+finality/.
 
-  cli.py               the commands on the books, health and dead letters (parse, call)
-  users_cli.py         the commands on users, addresses, balances and refusals
+  cli.py               migrate, reconcile (the ledger's check with every feature's),
+                       health, housekeeping (parse, call)
+  users_cli.py         the commands on users, addresses and balances
   users.py             creating users and addresses, reading balances
   health.py            the health checks: stuck events, slot WAL, lag, DLQ, connector,
                        stopped groups
@@ -11,13 +15,6 @@ refusals | invoices`).
   health_exporter.py   `health --serve-metrics`: the checks as metrics, and the full
                        reconciliation on a schedule
   backup_metrics.py    the exporter's WAL archiving and newest-backup metrics
-  reconcile.py         `paystream reconcile`'s report of the ledger's self-check
-  chain_reconcile.py   `reconcile --chain`: each deposit address's balance on chain
-                       against the custody the books posted for it; its metrics
-  chain_reconcile_cli.py  running it once, or on a schedule (`--loop`)
   housekeeping.py      purging final outcomes and delivered notifications past a TTL
-  shortfalls.py        reversed credits a balance could not cover, and their resolution
-  operator_events.py   adjustments, reverts and hold expiries as events into the outbox
-  hold_expiry.py       the hold expiry scheduler (`holds expire --loop`)
   prometheus/          alert rules; grafana/ the dashboards
 """

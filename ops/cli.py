@@ -1,9 +1,13 @@
-"""`paystream reconcile | health | housekeeping | shortfalls | dlq`: the operator's checks
-and actions.
+"""`paystream migrate | reconcile | health | housekeeping`: the operator's checks that
+span the parts (the features' own commands are in their folders: the ledger's books in
+consumers/ledger/cli.py, the dead letters in consumers/dead_letters/cli.py, ...).
+
+`reconcile` is the ledger's self-check with every feature's own check
+(paystream/reconcile_checks.py), or with --chain the chain deposits' custody against the
+chain (finality/chain_reconcile.py): it composes features, so it lives here, above them.
 
 Exit codes (paystream/operator_cli.py): 0 clean / healthy / done; 1 a mismatch, an
-unhealthy check, an open shortfall, a refused replay; 2 the command could not run (bad
-arguments, the database unreachable).
+unhealthy check; 2 the command could not run (bad arguments, the database unreachable).
 """
 
 from __future__ import annotations
@@ -19,21 +23,18 @@ from paystream.operator_cli import (
     EXIT_OK,
     EXIT_PROBLEM,
     database,
-    format_table,
-    transaction,
 )
 from paystream.ops.health_settings import HealthSettings
 from paystream.process_settings import ProcessSettings
 
 if TYPE_CHECKING:  # imported on use: `paystream --help` must not need the Kafka client
     from paystream.ops.health import HealthChecker
-    from paystream.ops.operator_events import Written
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub.add_parser("migrate", help="apply pending SQL migrations") \
         .set_defaults(func=_migrate)
-    for add in (_add_reconcile, _add_health, _add_housekeeping, _add_books, _add_dlq):
+    for add in (_add_reconcile, _add_health, _add_housekeeping):
         add(sub)
 
 
@@ -127,73 +128,6 @@ def _add_housekeeping(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     hk.set_defaults(func=_housekeeping)
 
 
-def _add_books(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """shortfalls, adjust, revert, holds: the operator's hand on the books."""
-    sf = sub.add_parser("shortfalls",
-                        help="reversed credits the balance could not cover (flagged users)")
-    sf_sub = sf.add_subparsers(dest="shortfalls_cmd")
-    sf.add_argument("--all", action="store_true", help="resolved ones too")
-    sf.add_argument("--user", metavar="USER_ID", help="only this user's")
-    sf.set_defaults(func=_shortfalls_list)
-    sf_resolve = sf_sub.add_parser("resolve", help="record how one was settled; lifts the "
-                                   "flag once the user has none open")
-    sf_resolve.add_argument("id", type=int)
-    sf_resolve.add_argument("--resolution", required=True,
-                            help="what happened (recovered off-platform, written off, ...)")
-    sf_resolve.set_defaults(func=_shortfalls_resolve)
-
-    adj = sub.add_parser("adjust", help="credit or debit a user's available balance"
-                         " (an adjustment event through the outbox)")
-    adj.add_argument("--user", required=True, metavar="USER_ID")
-    adj.add_argument("--asset", required=True)
-    adj.add_argument("--amount", required=True, metavar="±X",
-                     help="positive credits, negative debits (a debit available cannot"
-                          " cover opens a shortfall)")
-    adj.add_argument("--reason", required=True, help="why, for the record")
-    adj.add_argument("--idempotency-key", required=True, metavar="KEY",
-                     help="the same key is the same adjustment: a rerun records nothing")
-    adj.set_defaults(func=_adjust)
-
-    rev = sub.add_parser("revert", help="reverse what is left of an applied event"
-                         " (a revert event through the outbox)")
-    rev.add_argument("event_id")
-    rev.add_argument("--reason", required=True, help="why, for the record")
-    rev.set_defaults(func=_revert)
-
-    hl = sub.add_parser("holds", help="withdrawals in flight")
-    hl_sub = hl.add_subparsers(dest="holds_cmd", required=True, metavar="ACTION")
-    hl_list = hl_sub.add_parser("list", help="open holds (oldest first)")
-    hl_list.add_argument("--user", metavar="USER_ID")
-    hl_list.set_defaults(func=_holds_list)
-    hl_exp = hl_sub.add_parser("expire", help="void the holds past their expiry"
-                               " (hold_expired events through the outbox)")
-    hl_exp.add_argument("--loop", action="store_true", help="keep going, every --interval")
-    hl_exp.add_argument("--interval", type=float, default=5.0, metavar="SECONDS")
-    hl_exp.add_argument("--limit", type=int, default=500, help="holds per round")
-    hl_exp.set_defaults(func=_holds_expire)
-
-
-def _add_dlq(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dlq = sub.add_parser("dlq", help="inspect, replay and discard dead letters")
-    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    p_list = dsub.add_parser("list", help="dead letters, newest first")
-    p_list.add_argument("--status", default="open",
-                        help="open, replayed, discarded or all (default open)")
-    p_list.add_argument("--limit", type=int, default=50)
-    p_list.set_defaults(func=_dlq_list)
-    p_show = dsub.add_parser("show", help="one dead letter with payload and attempts")
-    p_show.add_argument("id", type=int)
-    p_show.set_defaults(func=_dlq_show)
-    p_replay = dsub.add_parser("replay", help="send the event back through the outbox")
-    p_replay.add_argument("id", type=int)
-    p_replay.set_defaults(func=_dlq_replay)
-    p_discard = dsub.add_parser("discard", help="close one for good, saying why (it is "
-                                "never replayed; its money never applied)")
-    p_discard.add_argument("id", type=int)
-    p_discard.add_argument("--reason", required=True, help="why, for the record")
-    p_discard.set_defaults(func=_dlq_discard)
-
-
 # The names of ops.health.CHECK_NAMES, repeated here so that `paystream --help`
 # does not import the Kafka client (a unit test keeps both in step).
 CHECK_NAMES = ("database", "stuck_events", "oldest_unapplied", "replication_slot",
@@ -221,11 +155,11 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _reconcile(args: argparse.Namespace) -> int:
     from paystream.consumers.ledger.reconcile import reconcile
-    from paystream.ops.reconcile import format_report
+    from paystream.consumers.ledger.reconcile_report import format_report
     from paystream.reconcile_checks import FEATURE_CHECKS
 
     if args.chain:
-        from paystream.ops import chain_reconcile_cli
+        from paystream.finality import chain_reconcile_cli
 
         return chain_reconcile_cli.run(args)
     chain_only = [flag for flag, given in (("--network", args.network), ("--block", args.block),
@@ -346,165 +280,4 @@ def _housekeeping(args: argparse.Namespace) -> int:
                               pause_s=args.pause, max_batches=args.max_batches,
                               dry_run=args.dry_run),
                "refused deliveries not retried", refusals_ttl)
-    return EXIT_OK
-
-
-def _shortfalls_list(args: argparse.Namespace) -> int:
-    from paystream.ops import shortfalls
-
-    with transaction("paystream-shortfalls") as cur:
-        rows = shortfalls.list_shortfalls(cur, include_resolved=args.all, user_id=args.user)
-    if not rows:
-        print("shortfalls: none" + ("" if args.all else " open"))
-        return EXIT_OK
-    print(shortfalls.render_table(rows))
-    # Open shortfalls are a problem to act on: scripts and cron see it in the exit code.
-    return EXIT_PROBLEM if any(r.resolved_at is None for r in rows) else EXIT_OK
-
-
-def _shortfalls_resolve(args: argparse.Namespace) -> int:
-    from paystream.ops import shortfalls
-    from paystream.schema.amounts import format_amount
-
-    try:
-        with transaction("paystream-shortfalls") as cur:
-            row, still_flagged = shortfalls.resolve(cur, args.id, args.resolution)
-    except shortfalls.ResolveRefused as exc:
-        print(f"shortfalls resolve: {exc}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    state = ("still flagged: other shortfalls are open" if still_flagged
-             else "no longer flagged: withdrawals are accepted again")
-    print(f"shortfall {row.id} resolved: {row.user_id} owed {format_amount(row.amount)} "
-          f"{row.asset}; {state}")
-    return EXIT_OK
-
-
-def _written(command: str, written: Written) -> None:
-    from paystream.schema.amounts import format_amount
-
-    event = written.event
-    state = ("recorded" if written.outcome.value == "accepted"
-             else "already recorded (nothing written)")
-    print(f"{command}: {event.event_id} ({event.event_type.value} of"
-          f" {format_amount(event.amount)} {event.asset} for {event.user_id}) {state};"
-          f" trace {written.trace_id}. The ledger applies it: `paystream balances --user"
-          f" {event.user_id}`")
-
-
-def _adjust(args: argparse.Namespace) -> int:
-    from decimal import Decimal, InvalidOperation
-
-    from paystream.ops.operator_events import OperatorEventError, adjust
-    from paystream.schema.amounts import AmountError, parse_amount
-
-    text = args.amount.strip()
-    try:
-        Decimal(text)
-        magnitude = parse_amount(text.lstrip("+-"))
-    except (InvalidOperation, AmountError) as exc:
-        print(f"adjust: --amount {text!r}: {exc or 'not a decimal number'}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    amount = -magnitude if text.startswith("-") else magnitude
-    try:
-        with transaction("paystream-adjust") as cur:
-            written = adjust(cur, user_id=args.user, asset=args.asset, amount=amount,
-                             reason=args.reason, idempotency_key=args.idempotency_key)
-    except OperatorEventError as exc:
-        print(f"adjust: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
-    _written("adjust", written)
-    return EXIT_OK
-
-
-def _revert(args: argparse.Namespace) -> int:
-    from paystream.ops.operator_events import OperatorEventError, revert
-
-    try:
-        with transaction("paystream-revert") as cur:
-            written = revert(cur, args.event_id, args.reason)
-    except OperatorEventError as exc:
-        print(f"revert: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
-    _written("revert", written)
-    return EXIT_OK
-
-
-def _holds_list(args: argparse.Namespace) -> int:
-    from paystream.schema.amounts import format_amount
-    from paystream.schema.holds import open_holds
-
-    with transaction("paystream-holds") as cur:
-        rows = open_holds(cur, args.user)
-    if not rows:
-        print("holds: none open")
-        return EXIT_OK
-    print(format_table(("hold_id", "user", "asset", "amount", "fee", "state", "expires_at"),
-                       [(h.hold_id, h.user_id, h.asset, format_amount(h.amount),
-                         format_amount(h.fee) if h.fee else "0", h.state.value,
-                         expires.isoformat()) for h, expires in rows],
-                       right_aligned={3, 4}))
-    return EXIT_OK
-
-
-def _holds_expire(args: argparse.Namespace) -> int:
-    from paystream.ops.hold_expiry import expire_round, run_forever
-
-    if args.loop:
-        run_forever(args.limit, args.interval)
-    written = expire_round(args.limit)
-    print(f"holds expire: {len(written)} hold(s) past their expiry voided")
-    return EXIT_OK
-
-
-def _dlq_list(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import list_dead_letters
-
-    status = None if args.status == "all" else args.status
-    with transaction("paystream-dlq") as cur:
-        rows = list_dead_letters(cur, status, args.limit)
-    print(format_table(
-        ("id", "status", "reason", "event_id", "origin"),
-        [(str(r["id"]), r["status"], r["error_reason"], r["event_id"] or "-",
-          f"{r['source_topic']}[{r['source_partition']}]@{r['source_offset']}")
-         for r in rows],
-        right_aligned={0}))
-    return EXIT_OK
-
-
-def _dlq_show(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import show_dead_letter
-
-    with transaction("paystream-dlq") as cur:
-        row = show_dead_letter(cur, args.id)
-    if row is None:
-        print(f"no dead letter with id {args.id}", file=sys.stderr)
-        return EXIT_PROBLEM
-    print(json.dumps(row, indent=2, default=str))
-    return EXIT_OK
-
-
-def _dlq_replay(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import ReplayRefused, replay
-
-    try:
-        with transaction("paystream-dlq") as cur:
-            done = replay(cur, args.id)
-    except ReplayRefused as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
-    print(f"replayed dead letter {done.dlq_id}: event {done.event_id} sent again "
-          f"through the outbox (message id {done.outbox_id})")
-    return EXIT_OK
-
-
-def _dlq_discard(args: argparse.Namespace) -> int:
-    from paystream.consumers.dead_letters.replay import ReplayRefused, discard
-
-    try:
-        with transaction("paystream-dlq") as cur:
-            discard(cur, args.id, args.reason)
-    except ReplayRefused as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
-    print(f"discarded dead letter {args.id}: {args.reason.strip()}")
     return EXIT_OK

@@ -1,6 +1,5 @@
-"""`paystream users add`, `addresses add [--pool]`, `balances`, `refusals list`: the operator's
-commands on the tables the ingest reads (the actions are ops/users.py's; the refusals are
-the ingest's records, ingest/refusals.py)."""
+"""`paystream users add`, `addresses add [--pool]`, `balances`: the operator's commands on
+the tables the ingest reads (the actions are ops/users.py's)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from paystream.operator_cli import (
     EXIT_OK,
     EXIT_PROBLEM,
     database,
-    format_table,
     iso_moment,
 )
 
@@ -62,15 +60,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                " e.g. 2026-12-02T10:00:00Z; UTC when no offset is given);"
                                " needs --user")
     balances.set_defaults(func=_balances)
-
-    refused = sub.add_parser(
-        "refusals", help="gateway events refused at the door (422), newest first")
-    refused_sub = refused.add_subparsers(dest="refusals_command", required=True)
-    listing = refused_sub.add_parser("list", help="the latest refused deliveries")
-    listing.add_argument("--code", choices=("unknown_user", "reference_of_other_user"))
-    listing.add_argument("--user", default=None)
-    listing.add_argument("--limit", type=int, default=50)
-    listing.set_defaults(func=_refusals)
 
 
 
@@ -133,17 +122,6 @@ def _balances(args: argparse.Namespace) -> int:
     from paystream.ops import users
 
     return _run(lambda conn: users.render_table(users.balances(conn, args.user, args.at)))
-
-
-def _refusals(args: argparse.Namespace) -> int:
-    from paystream.ingest import refusals
-
-    def listing(conn: Connection) -> str:
-        with conn, conn.cursor() as cur:
-            rows = refusals.latest(cur, args.code, args.user, args.limit)
-        return format_table(("last refused", "provider", "code", "user", "event", "attempts"),
-                            rows, right_aligned={5}, rule=True)
-    return _run(listing)
 
 
 def _run(action: Callable[[Connection], str]) -> int:

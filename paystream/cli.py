@@ -10,9 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
 
 from paystream.env import SettingsError
 from paystream.operator_cli import EXIT_CANNOT_RUN, CannotRunError
+
+if TYPE_CHECKING:
+    from paystream.notify.ledger_consequence import ResolvedShortfall
+    from paystream.schema.db import Cursor
 
 # (module, function) pairs; each function takes the subparsers object and adds commands
 # whose parsers set `func` (a callable taking the parsed args and returning an exit code).
@@ -26,6 +31,8 @@ COMMAND_MODULES = (
     "paystream.api.cli",
     "paystream.consume",
     "paystream.ops.cli",
+    "paystream.consumers.ledger.cli",
+    "paystream.consumers.dead_letters.cli",
     "paystream.invoices.cli",
     "paystream.notify.cli",
     "paystream.run",
@@ -36,11 +43,22 @@ COMMAND_MODULES = (
 )
 
 
+# What a feature's commands are handed of other features, as the ledger consumer is
+# handed its consequences (paystream/consume.py), so the ledger imports none: resolving a
+# shortfall (consumers/ledger/cli.py) tells its user through notify/.
+def _tell_shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall,
+                             still_flagged: bool) -> None:
+    from paystream.notify.ledger_consequence import shortfall_resolved
+
+    shortfall_resolved(cur, resolved, still_flagged)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="paystream",
         description="Payment-event pipeline: webhooks -> outbox -> Debezium -> Kafka -> ledger",
     )
+    parser.set_defaults(tell_shortfall_resolved=_tell_shortfall_resolved)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -11,7 +11,7 @@ consumer_stops row: consumers/stops.py); its consumers, idle meanwhile, rejoin w
 second and read again from the committed offsets.
 
 The command spans both packages, so it lives here, above them. The dead letters'
-commands (`paystream dlq`) are the operator's: ops/cli.py."""
+commands (`paystream dlq`) are the queue's own: consumers/dead_letters/cli.py."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def services(ingest_port: int, api_port: int = 8100, console_port: int = 8102
                 "endpoints add`)"),
         Service("connector-watchdog", "paystream.stack.cli", ["stack", "watchdog"],
                 "restarts the Debezium connector's FAILED tasks (logs only)"),
-        Service("hold-expiry", "paystream.ops.cli", ["holds", "expire", "--loop"],
+        Service("hold-expiry", "paystream.consumers.ledger.cli", ["holds", "expire", "--loop"],
                 "voids withdrawal holds past PAYSTREAM_HOLD_TTL_S (logs only)"),
         Service("invoice-expiry", "paystream.invoices.cli",
                 ["invoices", "expire", "--loop"],

@@ -1,6 +1,6 @@
 """holds: withdrawals in flight (migration 0009). The ledger places and closes them in its
-batch transaction; the expiry scheduler (ops/operator_events.py) claims the expired ones. The
-table's trigger refuses any other transition, whoever writes."""
+batch transaction; the expiry scheduler (consumers/ledger/operator_events.py) claims the
+expired ones. The table's trigger refuses any other transition, whoever writes."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ statement_decisions (only inserted: the audit), in the caller's transaction.
                        applies it like any delivery; a refusal is recorded as such
   fee_mismatch         a proposed adjustment of the payment's user by the difference
                        (the contract's fee minus the provider's), written as an operator
-                       adjustment (ops/operator_events.py) only once someone other than
+                       adjustment (consumers/ledger/operator_events.py) only once someone other than
                        the proposer approved it (the console, or `statements approve`)
   missing_at_provider  acknowledged, or with `revert` the event reverted
-                       (ops/operator_events.py revert)
+                       (consumers/ledger/operator_events.py revert)
   amount_mismatch,     acknowledged with the reason (a claim opened with the provider,
   duplicate            a payout corrected by hand): nothing is written to the books
 """
@@ -22,6 +22,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from paystream.consumers.ledger.operator_events import (
+    OperatorEventError,
+    adjust,
+    derived_id,
+    revert,
+)
 from paystream.ingest.errors import IngestError
 from paystream.ingest.payments import (
     RESERVED_PREFIXES,
@@ -29,7 +35,6 @@ from paystream.ingest.payments import (
     PaymentWrite,
     parse_payment,
 )
-from paystream.ops.operator_events import OperatorEventError, adjust, derived_id, revert
 from paystream.schema.db import Cursor, one_row
 
 # A line type's event in the books (the ingest's gateway event types).

@@ -5,5 +5,6 @@
   mirror.py   group `dlq-mirror`: the DLQ topic as rows of dead_letter_queue, the stored
               event marked dead_lettered when the contents match
   replay.py   the operator's side: list, show, replay one after its cause is fixed, or
-              discard one with its reason (`paystream dlq`, the console's pages)
+              discard one with its reason (the console's pages and cli.py)
+  cli.py      `paystream dlq list | show | replay | discard`
 """

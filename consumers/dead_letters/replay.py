@@ -106,6 +106,23 @@ def show_dead_letter(cur: Cursor, dlq_id: int) -> dict[str, Any] | None:
     return dict(zip(columns, row, strict=True))
 
 
+def count_open_by_reason(cur: Cursor) -> list[tuple[str, int]]:
+    """The open dead letters counted by reason, the 20 most common first."""
+    cur.execute("SELECT error_reason, count(*) FROM dead_letter_queue"
+                " WHERE status = 'open' GROUP BY error_reason ORDER BY 2 DESC LIMIT 20")
+    return [(reason, count) for reason, count in cur.fetchall()]
+
+
+def stored_event(cur: Cursor, event_id: str) -> tuple[str, str, Any] | None:
+    """A dead letter's event as the ingest stored it: (status, provider, payload), or
+    None when it has no stored row (what a replay would send)."""
+    cur.execute("SELECT status, provider, payload"
+                " FROM payment_events JOIN event_status USING (event_id)"
+                " WHERE event_id = %s", (event_id,))
+    found = cur.fetchone()
+    return None if found is None else (found[0], found[1], found[2])
+
+
 def replay(cur: Cursor, dlq_id: int) -> Replayed:
     """Send dead letter `dlq_id`'s stored event back through the outbox in the caller's
     transaction; raise ReplayRefused saying why not."""

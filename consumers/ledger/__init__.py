@@ -10,7 +10,8 @@ imports it.
   chain_consequence.py  the chain deposits a batch holds, credits and settles
   settlements.py   the watcher's settlements judged against their held deposits
   replays.py       events applied before whose outcome housekeeping forgot
-  shortfalls.py    what a debit could not take: account_shortfalls rows
+  shortfalls.py    what a debit could not take: account_shortfalls rows, listed and
+                   resolved by a person
   plan.py          pure planning: which event does what to which balance
   postings.py      pure double-entry rule: what each event posts, summing to zero
   conservation.py  the conservation checks `paystream reconcile` adds (transfers balance,
@@ -19,5 +20,13 @@ imports it.
                    run on the hot path by the handler, over the rows it touched), and
                    the features' own checks the command hands it (FeatureCheck)
   metrics.py       the ledger's own metrics (reversals, shortfalls)
+
+The operator's hand on the books (`paystream shortfalls | adjust | revert | holds`):
+  cli.py             the commands (the console's ledger page calls the same actions)
+  operator_events.py adjustments, reverts and hold expiries as events into the outbox,
+                     applied by this group like any other
+  hold_expiry.py     the hold expiry scheduler (`holds expire --loop`)
+  reconcile_report.py  `paystream reconcile`'s report of the self-check (the command
+                     is ops/cli.py's: it adds every feature's check and the chain's)
   settings.py      its variables: the hot-path check's pace, the withdrawal hold's TTL
 """

@@ -1,6 +1,6 @@
 """The ledger's self-check: every balance must equal the postings of its account, and
 never be negative. Owned by the ledger (it runs inside the ledger consumer); `paystream
-reconcile` (ops/reconcile.py) runs the same check over every balance, and the
+reconcile` (reconcile_report.py) runs the same check over every balance, and the
 conservation checks of consumers/ledger/conservation.py (every transfer sums to zero,
 custody equals the chain deposits held).
 
@@ -19,7 +19,7 @@ equals them and is >= 0. The report lists the open shortfalls beside the check, 
 operator, without failing it.
 
 Two ways to run it:
-- `paystream reconcile` (ops/) checks every balance (or the `--user`s given) in ONE
+- `paystream reconcile` (ops/cli.py) checks every balance (or the `--user`s given) in ONE
   snapshot;
 - HotPathReconciler runs inside the ledger consumer on the balances its batches touched,
   every `interval_s`, and reports through Prometheus and critical log lines.

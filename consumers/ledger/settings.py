@@ -22,7 +22,7 @@ class LedgerSettings(EnvSettings):
         description="(user, asset) pairs per hot-path check at most; the rest wait for the "
                     "next one")
     # How long a withdrawal_requested holds its money before the expiry scheduler voids
-    # it (ops/operator_events.py), unless the gateway settles or fails it first.
+    # it (operator_events.py), unless the gateway settles or fails it first.
     hold_ttl_s: float = Field(
         86_400.0, alias="PAYSTREAM_HOLD_TTL_S", gt=0,
         description="how long a `withdrawal_requested` holds its amount and fee before "

@@ -18,9 +18,11 @@ import pytest
 import requests
 
 from paystream.api import keys
+from paystream.invoices.create import InvoiceRequest, create
 from paystream.launch import paystream_argv
+from paystream.notify.intents import now_text
 from paystream.schema import merchants
-from paystream.schema.db import Connection
+from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
 from tests.support.console import (
     SESSION_COOKIE,
@@ -237,6 +239,31 @@ def test_resolving_a_shortfall_needs_a_resolution_and_lifts_the_flag(
         assert cur.fetchone()[0] == "recovered by wire"
     assert [r[1] for r in _actions(db, "shortfall_resolve", f"shortfall {shortfall}")
             ] == ["refused", "done"]
+
+
+def test_reconcile_now_runs_every_features_check_as_the_command_does(
+        console: ConsoleServer, operator: requests.Session, db: Connection) -> None:
+    # An invoice of this test's own, so the invoices' check has at least one to count.
+    user = unique("console-rec")
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO users (user_id) VALUES (%s)", (user,))
+    conn = connect(database_url("owner"))
+    try:
+        with conn, conn.cursor() as cur:
+            status, answer, _ = create(
+                cur, key_id=None, idempotency_key=None, created_at_text=now_text(),
+                wanted=InvoiceRequest(user, "USD", Decimal(3), 3600))
+    finally:
+        conn.close()
+    assert status == 201, answer
+    csrf = csrf_of(operator.get(console.url + "/ledger", timeout=10).text)
+    ran = operator.post(console.url + "/ledger/reconcile", data={"csrf": csrf}, timeout=120)
+    assert ran.status_code == 200, ran.text[:300]
+    # Clean or not (other tests' rows are there too), the report counts the invoices
+    # checked, as `paystream reconcile` does: "N invoices match their payments" or
+    # "... and N invoices".
+    detail = _actions(db, "reconcile", "whole ledger")[-1][2]
+    assert re.search(r"\b[1-9][0-9]* invoices\b", detail), detail
 
 
 def test_an_endpoint_is_disabled_with_a_reason_and_enabled_again(

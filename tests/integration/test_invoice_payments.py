@@ -33,11 +33,11 @@ import pytest
 
 from paystream.chaos.receiver import Receiver, receiver
 from paystream.consumers.ledger.reconcile import Report
+from paystream.consumers.ledger.reconcile_report import format_report
 from paystream.invoices.create import InvoiceRequest, create
 from paystream.invoices.reconcile_check import find_invoice_mismatches
 from paystream.launch import free_port, paystream_argv
 from paystream.notify.intents import now_text, parse_batch
-from paystream.ops.reconcile import format_report
 from paystream.reconcile_checks import invoice_findings
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC

@@ -10,8 +10,8 @@ from decimal import Decimal
 from itertools import count
 from pathlib import Path
 
+from paystream.consumers.ledger.operator_events import expire_holds
 from paystream.launch import paystream_argv
-from paystream.ops.operator_events import expire_holds
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import EventType, PaymentEvent, parse_wire
 from tests.support.consumers import record_of, store_events, wire_message

@@ -1,4 +1,4 @@
-"""reconcile --chain's verdicts (ops/chain_reconcile.py) on a fake node and fake books:
+"""reconcile --chain's verdicts (finality/chain_reconcile.py) on a fake node and fake books:
 less on chain than the books is a shortfall, more a surplus, each named by address and
 asset; every token of the network is read at every address; clean is one line."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paystream.ops import chain_reconcile
-from paystream.ops.chain_reconcile import BALANCE_OF_CALL, Holding
+from paystream.finality import chain_reconcile
+from paystream.finality.chain_reconcile import BALANCE_OF_CALL, Holding
 
 NETWORK = "ETH_TEST"
 TOKEN = "0x" + "77" * 20

@@ -6,8 +6,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from paystream.consumers.ledger.reconcile import Report
+from paystream.consumers.ledger.reconcile_report import format_report
 from paystream.invoices.reconcile_check import InvoiceMismatch
-from paystream.ops.reconcile import format_report
 from paystream.reconcile_checks import invoice_findings
 
 D = Decimal

@@ -47,7 +47,7 @@ def test_rules_use_only_declared_metric_names() -> None:
     sources = "\n".join(p.read_text() for p in [
         ROOT / "consumers" / "metrics.py", ROOT / "consumers" / "ledger" / "reconcile.py",
         ROOT / "ops" / "health.py", ROOT / "ingest" / "metrics.py",
-        ROOT / "finality" / "metrics.py", ROOT / "ops" / "chain_reconcile.py",
+        ROOT / "finality" / "metrics.py", ROOT / "finality" / "chain_reconcile.py",
         ROOT / "consumers" / "ledger" / "metrics.py", ROOT / "notify" / "metrics.py",
         ROOT / "ops" / "backup_metrics.py", ROOT / "stack" / "failover_follower.py"])
     rules = "\n".join(line for line in RULES.read_text().splitlines()

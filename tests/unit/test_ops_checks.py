@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from paystream.connectors.status import connector_summary
 from paystream.consumers.ledger.conservation import CustodyMismatch, TransferProblem
 from paystream.consumers.ledger.reconcile import BOOKS, HotPathReconciler, Mismatch, Report
+from paystream.consumers.ledger.reconcile_report import format_report
 from paystream.ops import cli as ops_cli
 from paystream.ops import health, housekeeping
 from paystream.ops.health import (
@@ -23,7 +24,6 @@ from paystream.ops.health import (
     format_table,
     worst,
 )
-from paystream.ops.reconcile import format_report
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """`paystream reconcile --chain [--network N] [--block B] [--loop --every S]`: the
-chain reconciliation (ops/chain_reconcile.py) once, or on a schedule with its result as
+chain reconciliation (chain_reconcile.py) once, or on a schedule with its result as
 metrics on --metrics-port (the alert rules in ops/prometheus/alerts.yml read them)."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import psycopg2
 import structlog
 
 from paystream.env import read_one
+from paystream.finality import chain_reconcile
 from paystream.finality.breaker import CircuitOpenError
 from paystream.finality.rpc import RpcError
 from paystream.finality.scanner import service as scan_service
 from paystream.finality.scanner import settings as scan_settings
 from paystream.operator_cli import EXIT_CANNOT_RUN, EXIT_OK, EXIT_PROBLEM, CannotRunError, database
-from paystream.ops import chain_reconcile
 from paystream.process_settings import ProcessSettings
 
 log = structlog.get_logger("paystream.chain_reconcile")

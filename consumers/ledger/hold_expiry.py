@@ -1,6 +1,6 @@
 """The hold expiry scheduler: holds past their expiry voided through the ledger's topic.
 
-Each round is one transaction (ops/operator_events.py: the hold claimed in its table and
+Each round is one transaction (operator_events.py: the hold claimed in its table and
 the `hold.expired` event written to the outbox together), so a crash between rounds
 loses nothing and a restarted scheduler does not void a hold twice. A full round is taken
 again at once, so a backlog drains without waiting for the next period.
@@ -13,8 +13,8 @@ from typing import NoReturn
 
 import structlog
 
+from paystream.consumers.ledger.operator_events import Written, expire_holds
 from paystream.operator_cli import transaction
-from paystream.ops.operator_events import Written, expire_holds
 
 log = structlog.get_logger("ops.holds")
 
