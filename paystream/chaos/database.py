@@ -78,7 +78,7 @@ def db_status() -> dict[str, Any]:
 
 
 def node_in_role(role: str) -> dict[str, Any]:
-    found = [n for n in db_status()["nodes"] if n["role"] == role]
+    found: list[dict[str, Any]] = [n for n in db_status()["nodes"] if n["role"] == role]
     if len(found) != 1:
         raise RuntimeError(f"`paystream db status --json` names {len(found)} {role} "
                            "node(s), not one")
