@@ -12,6 +12,8 @@ killed, then prove that nothing accepted was lost and nothing was applied twice.
   invoices.py       the run's invoices: created, paid by the traffic, checked
   processes.py      the processes a run owns, and SIGKILL + restart of the stack's
   nodes.py          faults on a replicated Kafka cluster (a broker, the controller)
+  database.py       faults on a stack with a standby (the primary failed over, the
+                    standby killed)
   receiver.py       a real webhook receiver for the notifications
   notifications.py  what the notifications must be, from evidence the notifier lacks
   invariants.py     what must hold after the run, checked against the database

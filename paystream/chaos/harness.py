@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.chaos import database as db_faults
 from paystream.chaos import invoices as inv
 from paystream.chaos import nodes
 from paystream.chaos import notifications as ntf
@@ -87,6 +88,38 @@ CLUSTER_CYCLE = (
     *((frac, nodes.BROKER_KILL if kind == "broker-restart" else kind) for frac, kind in CYCLE),
     (0.72, nodes.CONTROLLER_KILL),
 )
+# With a standby (stack up --standby) Postgres' fault is a failover: the primary killed
+# and its folder moved away, the standby promoted, the old node rebuilt as the standby;
+# and, earlier in the cycle, the standby killed while writes go on (chaos/database.py).
+# Appended last, so the points before it draw the same jitter as without a standby.
+STANDBY_KILL_AT = 0.26
+
+
+def fault_cycle(cluster: bool, with_standby: bool) -> tuple[tuple[float, str], ...]:
+    """The fault cycle of a stack: without a standby, CYCLE or CLUSTER_CYCLE exactly as
+    they are."""
+    base = CLUSTER_CYCLE if cluster else CYCLE
+    if not with_standby:
+        return base
+    return (*((frac, db_faults.PRIMARY_FAILOVER if kind == "postgres-restart" else kind)
+              for frac, kind in base),
+            (STANDBY_KILL_AT, db_faults.STANDBY_KILL))
+
+
+def fault_schedule(duration_s: float, rng: random.Random,
+                   cycle: tuple[tuple[float, str], ...]) -> list[tuple[float, str]]:
+    """The run's faults, (seconds after its start, kind), sorted: one cycle per CYCLE_S
+    of traffic, each point jittered by ±3 % of a cycle."""
+    points = []
+    cycles = max(1, round(duration_s / CYCLE_S))
+    length = duration_s / cycles
+    for n in range(cycles):
+        for frac, kind in cycle:
+            jitter = rng.uniform(-0.03, 0.03)
+            points.append(((n + frac + jitter) * length, kind))
+    return sorted(points)
+
+
 CYCLE_S = 100.0
 POISON_SHARE = dict(MIX)[Kind.POISON]
 # The unknown-user flood: this many deposits more than the run's ledgers' --dlq-limit,
@@ -126,6 +159,13 @@ class Chaos:
                 "drop --brokers")
         self.cluster = self.s.brokers > 1
         self.node_faults: list[nodes.NodeFault] = []
+        self.db_faults: list[db_faults.DbFault] = []
+        if self.s.standby:
+            # The run's own connections (its checks, the drain) reach whichever node is
+            # the primary, as its children's do (service_env); the stack keeps its
+            # standby without the variable, a process's DSN needs it.
+            os.environ.update({k: v for k, v in self.s.service_env().items()
+                               if k in ("PAYSTREAM_STANDBY", "PAYSTREAM_PG_STANDBY_PORT")})
         self.run_id = secrets.token_hex(3)
         self.rng = random.Random(cfg.seed)
         self.log_dir = self.s.state_dir / "chaos" / self.run_id
@@ -287,14 +327,8 @@ class Chaos:
 
     # --- faults ---------------------------------------------------------------------
     def schedule(self) -> list[tuple[float, str]]:
-        points = []
-        cycles = max(1, round(self.cfg.duration_s / CYCLE_S))
-        length = self.cfg.duration_s / cycles
-        for n in range(cycles):
-            for frac, kind in (CLUSTER_CYCLE if self.cluster else CYCLE):
-                jitter = self.rng.uniform(-0.03, 0.03)
-                points.append(((n + frac + jitter) * length, kind))
-        return sorted(points)
+        return fault_schedule(self.cfg.duration_s, self.rng,
+                              fault_cycle(self.cluster, self.s.standby))
 
     def inject(self, kind: str) -> None:
         self.log(f"fault: {kind}")
@@ -327,6 +361,8 @@ class Chaos:
             "unknown-user-flood": self._flood,
             nodes.BROKER_KILL: lambda: self._node_fault(nodes.BROKER_KILL),
             nodes.CONTROLLER_KILL: lambda: self._node_fault(nodes.CONTROLLER_KILL),
+            db_faults.PRIMARY_FAILOVER: lambda: self._db_fault(db_faults.fail_over),
+            db_faults.STANDBY_KILL: lambda: self._db_fault(db_faults.kill_standby),
         }
         for fault in self.node_faults:
             if fault.window_end is None:  # the fault before this one: its window ends
@@ -344,6 +380,26 @@ class Chaos:
         fault = nodes.kill_node(self.s, kind, self.rng, self._caught_up)
         self.node_faults.append(fault)
         return nodes.describe(fault).removeprefix("node fault: ")
+
+    def _db_fault(self, inject: Callable[..., db_faults.DbFault]) -> str:
+        fault = inject(self.s, self._caught_up, self._applying_since)
+        self.db_faults.append(fault)
+        return db_faults.describe(fault).removeprefix("database fault: ")
+
+    def _applying_since(self, moment: float) -> bool:
+        """Has the ledger committed one of the run's events in a transaction that began
+        after `moment` (time.time())? Asked until it has: the time it first answers yes
+        is when the pipeline applies again (a transaction that began before a standby's
+        kill and waited for its commit does not count)."""
+        conn = connect(database_url("owner"), connect_timeout=2)
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM processed_events WHERE processed_at > "
+                            "to_timestamp(%s) AND event_id LIKE %s LIMIT 1",
+                            (moment, f"chaos-{self.run_id}-%"))
+                return cur.fetchone() is not None
+        finally:
+            conn.close()
 
     def _caught_up(self) -> bool:
         """Is the pipeline's backlog of the run's events at most two seconds of traffic?"""
@@ -516,7 +572,7 @@ class Chaos:
                 time.sleep(0.2)
             began = time.monotonic()
             self.inject(kind)
-            if kind in nodes.NODE_FAULTS:
+            if kind in nodes.NODE_FAULTS or kind in db_faults.DB_FAULTS:
                 shift += time.monotonic() - began
         faults_pending.clear()
         while thread.is_alive():
@@ -544,6 +600,8 @@ class Chaos:
                                       self.invoices)
         if drained_at is not None:
             drained_at = self._drain_notifications(expected)
+        else:
+            self._read_published()
         findings = self._findings(sender, expected)
         stats = {
             "sent": sender.sent, "retries": sender.retries,
@@ -596,6 +654,16 @@ class Chaos:
         self.log("drain timed out")
         return None
 
+    def _read_published(self) -> None:
+        """The notifications topic read to its end once, when the events did not drain
+        (their drain's wait is then skipped): the report then counts as lost the intents
+        missing from the topic, not every one the run never read."""
+        assert self.topic_reader is not None
+        try:
+            self.topic_reader.catch_up()
+        except Exception as exc:
+            self.log(f"notifications not read: {exc}")
+
     def _drain_notifications(self, expected: set[ntf.Pair]) -> float | None:
         """Until every intent the run's users must get is on the topic and answered 2xx
         by the receiver (retries and lapsed leases included)."""
@@ -646,6 +714,8 @@ def report(cfg: ChaosConfig, chaos: Chaos, findings: InvariantReport, stats: dic
         f"ingest latency of answered requests: p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms",
         f"kafka nodes: {chaos.s.brokers}",
         *(nodes.describe(f) for f in chaos.node_faults),
+        *(("database nodes: 2 (a synchronous standby)",
+           *(db_faults.describe(f) for f in chaos.db_faults)) if chaos.s.standby else ()),
         f"time to drain after the last fault: {_secs(stats['drain_after_last_fault_s'])}, "
         f"after the last request: {_secs(stats['drain_after_traffic_s'])}",
         f"lost = {len(findings.lost)}",

@@ -142,7 +142,13 @@ def kill_postgres(s: StackSettings) -> None:
     pm = postgres.pid(s)
     if pm is None:
         raise RuntimeError("postgres is not running")
-    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == pm]
+    kill_postmaster(pm)
+
+
+def kill_postmaster(pm: int) -> None:
+    """SIGKILL a postmaster and its children; returns once they are gone (or 10 s)."""
+    children = [int(p) for p in os.listdir("/proc")
+                if p.isdigit() and parent_pid(int(p)) == pm]
     for pid in [pm, *children]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -162,7 +168,7 @@ def _must_be_healthy(component: str, check: Callable[[], bool]) -> None:
     wait_until(component, "healthy after the restart", check, timeout=60)
 
 
-def _ppid(pid: int) -> int | None:
+def parent_pid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return int(fh.read().rsplit(")", 1)[1].split()[1])
