@@ -16,7 +16,9 @@ again without them, or not at all.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from paystream.notify import intents
 from paystream.schema.db import Cursor
@@ -29,6 +31,27 @@ from paystream.schema.processed_events import Outcome
 WINDOW_S = 900
 
 
+def remade(rows: Iterable[tuple[str, datetime | None, dict[str, Any], str]]
+           ) -> dict[str, tuple[intents.Intent, str]]:
+    """The intents the batches of these (outcome, processed_at, payload, trace_id) rows
+    made, by id (pure: unit-tested). A chain deposit's outcome moves on when its
+    settlement applies (pending_finality to applied, reorged, ...), but its batch told
+    `deposit.pending`: that is the intent made again, never a `deposit.credited` it did
+    not make (the settlement's own intent is the settlement's)."""
+    made: dict[str, tuple[intents.Intent, str]] = {}
+    for outcome, processed_at, payload, trace_id in rows:
+        created = processed_at.astimezone(UTC) if isinstance(processed_at, datetime) \
+            else datetime.now(UTC)
+        event, recorded = parse_wire(payload), Outcome(outcome)
+        if event.is_chain_deposit and not recorded.is_rejection:
+            recorded = Outcome.PENDING_FINALITY
+        intent = intents.of_outcome(
+            event, recorded, created.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+        if intent is not None:
+            made[intent.id] = (intent, trace_id)
+    return made
+
+
 def missing_intents(cur: Cursor, window_s: float = WINDOW_S) -> int:
     """Publish again, in the caller's transaction, the intents of the last `window_s`
     seconds' outcomes that the notifier has not recorded; how many."""
@@ -37,15 +60,7 @@ def missing_intents(cur: Cursor, window_s: float = WINDOW_S) -> int:
                 "  ON e.event_id = p.event_id AND e.event_type = p.event_type"
                 " WHERE p.processed_at > now() - make_interval(secs => %s)"
                 " ORDER BY p.processed_at", (window_s,))
-    made: dict[str, tuple[intents.Intent, str]] = {}
-    for outcome, processed_at, payload, trace_id in cur.fetchall():
-        created = processed_at.astimezone(UTC) if isinstance(processed_at, datetime) \
-            else datetime.now(UTC)
-        intent = intents.of_outcome(
-            parse_wire(payload), Outcome(outcome),
-            created.isoformat(timespec="milliseconds").replace("+00:00", "Z"))
-        if intent is not None:
-            made[intent.id] = (intent, trace_id)
+    made = remade(cur.fetchall())
     if not made:
         return 0
     cur.execute("SELECT intent_id FROM notification_intents WHERE intent_id = ANY(%s)",
