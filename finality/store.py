@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -35,13 +35,31 @@ from paystream.finality import events, metrics
 from paystream.finality.verify import ChainOutcome, FinalityVerdict, reorged
 from paystream.schema import chain_deposits
 from paystream.schema.amounts import format_amount
-from paystream.schema.chain import DepositKind, ExpectedDeposit
+from paystream.schema.chain import DepositError, DepositKind, ExpectedDeposit
 from paystream.schema.chain_deposits import DepositState
 from paystream.schema.db import Connection, Cursor, connect, database_url
 from paystream.schema.events import PAYMENTS_AGGREGATE
 from paystream.schema.outbox import emit
 
 log = structlog.get_logger("paystream.finality")
+
+
+def _usable(rows: Iterable[tuple[str, Any, int | None]]
+            ) -> Iterator[tuple[ExpectedDeposit, int | None]]:
+    """Each row's deposit (and its third column), skipping one whose chain identity
+    cannot be read: logged (once per process) and left in place, it stays in the backlog
+    the health check and the oldest-pending alert show, instead of failing the tick for
+    every deposit of its network."""
+    for event_id, chain, extra in rows:
+        try:
+            yield ExpectedDeposit.from_chain(event_id, chain), extra
+        except DepositError as exc:
+            if event_id not in _UNUSABLE_TOLD:
+                _UNUSABLE_TOLD.add(event_id)
+                log.error("deposit_unusable", event_id=event_id, error=str(exc))
+
+
+_UNUSABLE_TOLD: set[str] = set()
 
 PROVIDER = "finality"  # the `provider` of settlement events on the wire
 OPEN_STATES = ("pending", "suspect")
@@ -111,7 +129,7 @@ class ChainDepositStore:
                 " AND state IN ('pending', 'suspect') AND block_number <= %s"
                 " ORDER BY block_number, event_id LIMIT %s", (network, up_to_block, limit))
             rows = cur.fetchall()
-        return [ExpectedDeposit.from_chain(event_id, chain) for event_id, chain in rows]
+        return [d for d, _ in _usable((event_id, chain, None) for event_id, chain in rows)]
 
     def backlog(self, network: str) -> tuple[int, float | None]:
         """Deposits not yet credited nor released (pending, suspect, or settled by the
@@ -135,8 +153,7 @@ class ChainDepositStore:
                 " WHERE network = %s AND state = 'credited'"
                 " ORDER BY block_number, event_id LIMIT %s", (network, limit))
             rows = cur.fetchall()
-        return [(ExpectedDeposit.from_chain(event_id, chain), missing)
-                for event_id, chain, missing in rows]
+        return list(_usable(rows))
 
     def credited_count(self, network: str) -> int:
         """Credited, not final: money a reorg could still take back."""
