@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack, closing
 from pathlib import Path
 
@@ -64,10 +65,10 @@ def _forget(db: Connection) -> None:
         cur.execute("DELETE FROM schema_migrations WHERE name LIKE '900%%_upgrade_test_%%'")
 
 
-def _measured(sampler: LockSampler, step: object) -> float:
+def _measured(sampler: LockSampler, step: Callable[[], object]) -> float:
     """The longest lock wait on the ingest's tables while `step()` runs."""
     sampler.longest_s = 0.0
-    step()  # type: ignore[operator]
+    step()
     time.sleep(0.3)  # the sampler's last reads
     return sampler.longest_s
 

@@ -33,12 +33,18 @@ def _git(*args: str) -> bytes:
     return done.stdout
 
 
+def previous_commit() -> str:
+    """The commit before the one that added the newest migration: the previous
+    release, as far as the schema is concerned."""
+    newest = _git("log", "-1", "--format=%H", "--diff-filter=A", "--", MIGRATIONS
+                  ).decode().strip()
+    return _git("rev-parse", f"{newest}^").decode().strip()
+
+
 def previous_release(tmp: Path, commit: str | None = None) -> Release:
     """The release before the newest migration (or the code of `commit`: an older
     release), extracted under `tmp`."""
-    newest = _git("log", "-1", "--format=%H", "--diff-filter=A", "--", MIGRATIONS
-                  ).decode().strip()
-    commit = _git("rev-parse", commit or f"{newest}^").decode().strip()
+    commit = _git("rev-parse", commit).decode().strip() if commit else previous_commit()
     source = tmp / "source"
     source.mkdir()
     with tarfile.open(fileobj=io.BytesIO(_git("archive", commit))) as archive:
@@ -60,9 +66,7 @@ def previous_release(tmp: Path, commit: str | None = None) -> Release:
 def previous_migrations() -> tuple[str, list[tuple[str, str]]]:
     """The commit of the release before the newest migration and the migrations it
     shipped, as (name, sql) in the runner's order (schema.migrate.migration_files)."""
-    newest = _git("log", "-1", "--format=%H", "--diff-filter=A", "--", MIGRATIONS
-                  ).decode().strip()
-    commit = _git("rev-parse", f"{newest}^").decode().strip()
+    commit = previous_commit()
     paths = sorted(p for p in _git("ls-tree", "--name-only", commit, f"{MIGRATIONS}/"
                                    ).decode().split() if p.endswith(".sql"))
     return commit, [(Path(p).stem, _git("show", f"{commit}:{p}").decode()) for p in paths]
