@@ -133,7 +133,7 @@ INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
 	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements \
-	bench-standby bench-growth bench-upgrade
+	bench-standby bench-growth bench-upgrade bench-fence
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -149,6 +149,9 @@ bench-cdc: stack-up  ## outbox commit -> Kafka record latency through Debezium
 
 bench-e2e: stack-up  ## webhook 2xx -> applied latency through the whole pipeline
 	$(BENCH) bench/e2e_latency.py
+
+bench-fence: stack-up  ## the ingest's group write with the outbox's failover fence vs without
+	$(BENCH) bench/outbox_fence_cost.py
 
 # The cluster is the cluster tests' stack (brought up here, stopped after).
 bench-cluster: stack-up  ## one broker vs three: CDC and e2e latency, idle CPU and memory

@@ -232,6 +232,7 @@ class ChainDepositStore:
             return
         wire = settlement_wire(deposit, verdict, decided.user_id, decided.asset,
                                decided.amount, credited)
+        chain_deposits.keep_settlement(cur, deposit.event_id, wire)
         emit(cur, aggregatetype=PAYMENTS_AGGREGATE, aggregateid=decided.user_id,
              event_type=wire["event_type"], event_id=wire["event_id"],
              payload=json.loads(json.dumps(wire)), trace_id=decided.trace_id)

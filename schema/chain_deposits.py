@@ -10,7 +10,8 @@ the finality watcher's store, health, the chaos invariants). Who moves what:
            decide: pending|suspect -> finalizing|reorging|crediting and
            credited -> finalizing|reversing, in the transaction that writes the
            settlement event to the outbox (a verdict is emitted at most once);
-           mark_missing: credited.missing_since_block (the reversal's grace clock)
+           mark_missing: credited.missing_since_block (the reversal's grace clock);
+           keep_settlement: the settlement message decide's transaction emitted
   ingest   nothing: it records `reorg` notices in ingest_notices; the watcher reads them
 
 The states (migrations 0004 and 0005):
@@ -168,6 +169,19 @@ def decide(cur: Cursor, event_id: str, state: DepositState, *,
          final_log_index, event_id, [s.value for s in from_states]))
     row = cur.fetchone()
     return None if row is None else DecidedDeposit(row[0], row[1], row[2], row[3])
+
+
+# Decided by the watcher, the settlement it emitted not yet applied by the ledger.
+AWAITING_SETTLEMENT = (DepositState.FINALIZING, DepositState.CREDITING,
+                       DepositState.REORGING, DepositState.REVERSING)
+
+
+def keep_settlement(cur: Cursor, event_id: str, wire: Mapping[str, object]) -> None:
+    """Keep the settlement message just emitted for the deposit `decide` moved, in the
+    same transaction: after a database failover it is published again from here
+    (schema/republish.py; migration 0041)."""
+    cur.execute("UPDATE chain_deposits SET settlement = %s WHERE event_id = %s",
+                (json.dumps(wire), event_id))
 
 
 def mark_missing(cur: Cursor, network: str, marks: Mapping[str, int | None]) -> None:

@@ -20,6 +20,18 @@ import orjson
 from paystream.schema.db import Cursor
 from paystream.schema.events import PAYMENTS_AGGREGATE, PaymentEvent, wire_hash
 
+# The advisory lock key of the outbox's failover fence (migration 0042): every insert
+# into the outbox takes it shared or is refused (40001); `fence` takes it exclusively.
+FENCE_KEY = 7401766021
+
+
+def fence(cur: Cursor) -> None:
+    """Refuse every other transaction's outbox insert (serialization_failure, retryable)
+    until the caller's transaction ends; waits for the inserts in flight to commit. The
+    failover follower holds it while the new primary's slot is created and what the old
+    one lost is published again, so no message commits in between, ahead of them."""
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", (FENCE_KEY,))
+
 
 class WriteOutcome(StrEnum):
     ACCEPTED = "accepted"    # new event: event row and outbox row written

@@ -6,9 +6,11 @@ Every second it asks the pg_auto_failover monitor which node is writable. When t
 not the node Debezium reads (cdc_node_file), a failover happened; in this order:
 1. the slot on the new primary (an inactive one left there is dropped first: its
    position is older than anything we need), so every commit from now on is decoded;
-2. every event still `received` published again (schema/republish.py), and the recent
-   notification intents the notifier has not recorded (notify/republish.py), after the
-   slot, so whatever the old slot had not confirmed reaches Kafka;
+2. every event still `received` and every settlement not applied published again
+   (schema/republish.py), and the recent notification intents the notifier has not
+   recorded (notify/republish.py), after the slot, so whatever the old slot had not
+   confirmed reaches Kafka; the outbox fenced from 1 to the end of 2 (schema/outbox.py:
+   no other message commits in between, ahead of them);
 3. the connector re-pointed at the new primary: stopped, its offsets deleted (an LSN
    of the old timeline), its config PUT with database.port, resumed;
 4. cdc_node_file updated: done (a follower killed before is repeated from 1).
@@ -31,7 +33,7 @@ from prometheus_client import Counter, Gauge
 from paystream.connectors import registration
 from paystream.connectors.endpoint import rest_auth
 from paystream.notify import republish as notify_republish
-from paystream.schema import republish
+from paystream.schema import outbox, republish
 from paystream.schema.db import PostgresAddress, connect
 from paystream.stack import postgres, standby
 from paystream.stack.process import StackError, read_pid, start_detached, stop_pid
@@ -45,7 +47,8 @@ DROP_STALE_SLOT = (
 
 REPUBLISHED = Counter("paystream_cdc_republished_total", "published again through the "
                       "outbox after a failover: events still received (kind=event), "
-                      "notification intents not recorded (kind=intent)", ["kind"])
+                      "settlements not applied (kind=settlement), notification intents "
+                      "not recorded (kind=intent)", ["kind"])
 FOLLOWED = Counter("paystream_failovers_followed_total", "failovers after which the "
                    "connector was re-pointed at the new primary")
 SYNC_STANDBY = Gauge("paystream_pg_sync_standby_up", "1 when the primary has a "
@@ -78,26 +81,34 @@ def stop(s: StackSettings) -> bool:
     return stop_pid(pid_file(s), timeout=30)
 
 
-def follow(s: StackSettings, port: int) -> tuple[int, int]:
-    """Steps 1-4 of the docstring for the new primary on `port`; the events and the
-    intents republished."""
+def follow(s: StackSettings, port: int) -> dict[str, int]:
+    """Steps 1-4 of the docstring for the new primary on `port`; how many of each kind
+    were published again."""
     on_new = s.model_copy(update={"pg_port": port})
-    postgres.superuser_sql(on_new, DROP_STALE_SLOT + postgres.SLOT_SQL, database=s.pg_db)
-    # That node itself (not the two-host DSN): the slot made in step 1 is there.
+    # That node itself (not the two-host DSN): the slot is made there.
     conn = connect(PostgresAddress(s.pg_host, port, s.pg_db).dsn("owner"),
                    application_name="paystream-failover-follower")
     try:
         with conn, conn.cursor() as cur:
-            count = republish.received_events(cur)
-            intents = notify_republish.missing_intents(cur)
+            # Fenced from the slot's creation to the republish's commit: an outbox
+            # message committed in between would be decoded ahead of the republished
+            # ones (a close before its hold). The fence takes no transaction id, so the
+            # slot's creation, which waits for the transactions running, does not wait
+            # for this one.
+            outbox.fence(cur)
+            postgres.superuser_sql(on_new, DROP_STALE_SLOT + postgres.SLOT_SQL,
+                                   database=s.pg_db)
+            counts = {"event": republish.received_events(cur),
+                      "settlement": republish.unsettled_settlements(cur),
+                      "intent": notify_republish.missing_intents(cur)}
     finally:
         conn.close()
-    REPUBLISHED.labels("event").inc(count)
-    REPUBLISHED.labels("intent").inc(intents)
+    for kind, count in counts.items():
+        REPUBLISHED.labels(kind).inc(count)
     repoint_connector(s, port)
     s.cdc_node_file.write_text(f"{port}\n")
     FOLLOWED.inc()
-    return count, intents
+    return counts
 
 
 def repoint_connector(s: StackSettings, port: int, timeout: float = 60) -> None:
@@ -171,13 +182,13 @@ def run(s: StackSettings, stop_event: threading.Event, interval: float = 1.0) ->
         if primary is not None and primary != s.cdc_port:
             log.warning("failover_detected", cdc_port=s.cdc_port, primary_port=primary)
             try:
-                events, intents = follow(s, primary)
+                counts = follow(s, primary)
             except (StackError, psycopg2.Error, registration.RegistrationError,
                     httpx.HTTPError) as exc:
                 # The next tick tries again: every step is safe to repeat.
                 log.error("failover_follow_failed", primary_port=primary, error=str(exc))
             else:
                 log.warning("failover_followed", primary_port=primary,
-                            republished_events=events, republished_intents=intents,
+                            republished=counts,
                             took_s=round(time.monotonic() - started, 3))
         stop_event.wait(interval)

@@ -180,8 +180,8 @@ def _follow_if_moved(s: StackSettings) -> str | bool:
     primary = standby.primary_port(s, standby.StandbySettings.from_env())
     if primary is None or primary == s.cdc_port:
         return False
-    events, intents = follower.follow(s, primary)
-    return f":{primary}, republished {events} events and {intents} intents"
+    counts = follower.follow(s, primary)
+    return f":{primary}, republished " + ", ".join(f"{n} {kind}s" for kind, n in counts.items())
 
 
 def _restart_failed_task(s: StackSettings) -> bool:

@@ -8,6 +8,9 @@ for real.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -16,8 +19,9 @@ import pytest
 from web3 import Web3
 
 from paystream.consumers.ledger.reconcile import find_mismatches
+from paystream.schema import republish
 from paystream.schema.db import connect, database_url
-from paystream.schema.events import PAYMENTS_DLQ_TOPIC
+from paystream.schema.events import PAYMENTS_DLQ_TOPIC, PAYMENTS_TOPIC
 from paystream.stack import anvil
 from tests.support.chain.node import AnvilUnavailableError, Chain, Token
 from tests.support.chain.pipeline import Pipeline, persisted_anvil, wait_for
@@ -106,6 +110,48 @@ def test_pending_until_final_then_credited_once(pipe: Pipeline, chain: Chain,
         " WHERE c.user_id = %s", (user,))} == {"applied"}
     _reconciled(pipe, user)
     assert (pipe.metric("paystream_finality_finalisations_total", moved="false") or 0) >= 2
+
+
+def test_a_settlement_published_again_after_a_failover_is_the_same_and_applies_once(
+        pipe: Pipeline, chain: Chain, token: Token) -> None:
+    """The window a failover's republish covers (docs/operations.md#cdc-across-a-failover):
+    the watcher decided, its settlement is on Kafka, the ledger has not applied it. The
+    copy published again from chain_deposits is the same message, and the deposit is
+    credited once."""
+    user, address = pipe.new_user()
+    wei = 3 * 10**18 + 7
+    pipe.deliver([chain.send_native(address, wei)], address)
+    eth = f"{pipe.network}:native"
+    pipe.wait_states(user, lambda s: len(s) == 1 and set(s.values()) == {"pending"})
+    wait_for("the deposit held", lambda: pipe.balances(user) == {eth: (0, Decimal(wei) / 10**18)})
+    reader = TopicReader(PAYMENTS_TOPIC)
+    ledger = pipe.processes["ledger"]
+    os.kill(ledger.pid, signal.SIGSTOP)
+    try:
+        chain.finalize(chain.head())
+        pipe.wait_states(user, lambda s: set(s.values()) == {"finalizing"})
+        conn = connect(database_url("owner"))
+        try:
+            with conn, conn.cursor() as cur:
+                assert republish.unsettled_settlements(cur) >= 1
+        finally:
+            conn.close()
+        (kept,), = pipe.query("SELECT settlement FROM chain_deposits WHERE user_id = %s",
+                              (user,))
+        copies = reader.read(2, 30, match=lambda m: m.key() == user.encode())
+    finally:
+        os.kill(ledger.pid, signal.SIGCONT)
+        reader.close()
+    assert kept["event_type"] == "deposit_finalized"
+    assert len(copies) == 2, copies
+    first, again = (json.loads(m.value()) for m in copies)
+    assert first == again == kept
+    pipe.wait_states(user, lambda s: set(s.values()) == {"final"})
+    wait_for("credited once", lambda: pipe.balances(user) == {eth: (Decimal(wei) / 10**18, 0)})
+    rows = pipe.query("SELECT source_event_id FROM user_entries"
+                      " WHERE book = 'available' AND user_id = %s", (user,))
+    assert rows == [(kept["event_id"],)]
+    _reconciled(pipe, user)
 
 
 def test_reorg_removing_the_tx_before_finality_is_never_credited(
