@@ -24,11 +24,11 @@ from paystream.stack.settings import StackSettings
 
 BROKER_KILL, CONTROLLER_KILL = "broker-kill", "controller-kill"
 NODE_FAULTS = (BROKER_KILL, CONTROLLER_KILL)
-# How long a killed node stays down: past an election (~2 s) and the new controller's
-# broker session timeout (9 s, Kafka's default), so the survivors fence it and take over
-# its partitions, which is what the run must show; not much longer, to keep the test
-# suite's run short.
-OUTAGE_S = (18.0, 22.0)
+# How long a killed node stays down before it is started again (which takes seconds
+# more): past an election (~2 s) and the new controller's broker session timeout (9 s,
+# Kafka's default), so the survivors fence it and take over its partitions, which is
+# what the run must show; not much longer, to keep the test suite's run short.
+OUTAGE_S = (12.0, 14.0)
 ELECTION_TIMEOUT_S = 30.0
 CATCH_UP_TIMEOUT_S = 60.0
 IN_SYNC_TIMEOUT_S = 120.0
