@@ -59,7 +59,6 @@ Chain deposits and their settlements: settlements.py and chain_consequence.py.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
@@ -82,7 +81,6 @@ from paystream.consumers.ledger.plan import (
 )
 from paystream.consumers.ledger.reconcile import HotPathReconciler
 from paystream.consumers.ledger.settings import LedgerSettings
-from paystream.consumers.ledger.settlements import VISIBILITY_RECHECKS_S
 from paystream.consumers.records import Record
 from paystream.schema import (
     accounts,
@@ -91,6 +89,7 @@ from paystream.schema import (
     reversals,
     stored_events,
     transfers,
+    visibility,
 )
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey
@@ -256,14 +255,15 @@ def _reject_unknown_users(cur: Cursor, strangers: Sequence[Candidate],
 
 def _stored_suspects(cur: Cursor, wanted: list[tuple[str, str, str]]
                      ) -> dict[str, stored_events.StoredEvent | None]:
-    """stored_events.suspects, with the rows not yet visible looked up again (see
-    VISIBILITY_RECHECKS_S) before they are judged missing."""
+    """stored_events.suspects, with the rows not yet visible looked up again after each
+    of visibility.waits before they are judged missing."""
     suspect = stored_events.suspects(cur, wanted)
-    for pause in VISIBILITY_RECHECKS_S:
-        missing = [w for w in wanted if w[1] in suspect and suspect[w[1]] is None]
+    if not _missing(wanted, suspect):
+        return suspect
+    for _ in visibility.waits(cur):
+        missing = _missing(wanted, suspect)
         if not missing:
             break
-        time.sleep(pause)
         again = stored_events.suspects(cur, missing)
         for _event_id, key, _hash in missing:
             if key in again:
@@ -271,6 +271,11 @@ def _stored_suspects(cur: Cursor, wanted: list[tuple[str, str, str]]
             else:  # visible now, and as the record says
                 del suspect[key]
     return suspect
+
+
+def _missing(wanted: list[tuple[str, str, str]],
+             suspect: dict[str, stored_events.StoredEvent | None]) -> list[tuple[str, str, str]]:
+    return [w for w in wanted if w[1] in suspect and suspect[w[1]] is None]
 
 
 def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[BalanceKey, Decimal]:

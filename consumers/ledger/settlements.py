@@ -29,47 +29,42 @@ what the ledger credited, so it means a bug or a forged event, for review.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from paystream.consumers.ledger.plan import Candidate
-from paystream.schema import chain_deposits, stored_events
+from paystream.schema import chain_deposits, stored_events, visibility
 from paystream.schema.chain_deposits import HeldDeposit
 from paystream.schema.db import Cursor
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.processed_events import Outcome
 from paystream.schema.stored_events import STATUS_CONFLICT
 
-# Debezium streams a transaction once its commit record is flushed to the WAL, and
-# Postgres makes the transaction visible to other sessions a moment after that flush.
-# A writer descheduled in between lets its record reach the ledger first: seen at load
-# average 5 on 2 cores, an honest deposit was judged 60 ms after its 200 while its row
-# was not yet visible (dead-lettered unknown_event). So a refusal that rests on a row
-# not being there (or not yet in its new state) is looked up again after these pauses,
-# ~2 s in all, before the record is dead-lettered; under READ COMMITTED each new
-# statement sees what has committed since. Only records that fail the check pay.
-VISIBILITY_RECHECKS_S = (0.02, 0.1, 0.3, 0.6, 1.0)
-
 
 def judge(cur: Cursor, candidates: list[Candidate]
                         ) -> tuple[dict[str, HeldDeposit], dict[int, tuple[str, str]]]:
     """The held deposits the batch's settlements name, and the settlements no deposit
     explains (by id(), with their reason). A refusal that rests on the deposit's row
-    (missing, or not yet in the state the watcher decided) is judged again after the
-    pauses of VISIBILITY_RECHECKS_S; an id not derived from its deposit's is not."""
+    (missing, or not yet in the state the watcher decided) is judged again after each
+    of visibility.waits; an id not derived from its deposit's is not."""
     settling = [c for c in candidates if c.event.settles is not None]
     if not settling:
         return {}, {}
     deposits = chain_deposits.held(cur, (str(c.event.settles) for c in settling))
     problems = _problems(settling, deposits)
-    for pause in VISIBILITY_RECHECKS_S:
-        if all(reason == stored_events.UNKNOWN_EVENT for reason, _ in problems.values()):
-            break
-        time.sleep(pause)
+    if _settled(problems):
+        return deposits, problems
+    for _ in visibility.waits(cur):
         deposits.update(chain_deposits.held(
             cur, (str(c.event.settles) for c in settling if id(c) in problems)))
         problems = _problems(settling, deposits)
+        if _settled(problems):
+            break
     return deposits, problems
+
+
+def _settled(problems: dict[int, tuple[str, str]]) -> bool:
+    """Nothing left that a row not yet visible could explain."""
+    return all(reason == stored_events.UNKNOWN_EVENT for reason, _ in problems.values())
 
 
 def _problems(candidates: list[Candidate], deposits: dict[str, HeldDeposit]

@@ -1,19 +1,23 @@
-"""A record can reach the ledger a moment before its stored row is visible (Debezium
-streams a commit once it is in the WAL; Postgres shows it to other sessions just after).
-The ledger looks again before it judges a record unknown, so an honest event whose row
-commits while its batch runs is applied, and a record with no row at all is still a
-dead letter. Against the real Postgres, as the ledger role."""
+"""A record can reach the ledger before its stored row is visible (Debezium streams a
+commit once it is in the WAL; Postgres shows it to other sessions just after, or, with a
+synchronous standby, once the standby confirms). The ledger looks again before it
+judges a record unknown (schema/visibility.py), so an honest event whose row commits
+while its batch runs is applied, and a record with no row at all is still a dead
+letter. Against the real Postgres, as the ledger role."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from decimal import Decimal
 
-from paystream.consumers.ledger.settlements import VISIBILITY_RECHECKS_S
 from paystream.consumers.records import Origin, Record
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
+from paystream.schema.visibility import SHORT_PAUSES_S
+from paystream.stack import postgres
+from paystream.stack.settings import StackSettings
 from tests.support.consumers import create_users, store_events
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
@@ -86,8 +90,57 @@ def test_a_row_that_appears_after_the_window_is_not_waited_for(db, ledger_db) ->
         create_users(cur, [user])
     event = PaymentEvent(f"{user}-d1", EventType.DEPOSIT, user, "USD", Decimal("3"),
                          "payments")
-    timer = _store_later(event, sum(VISIBILITY_RECHECKS_S) + 1.5)
+    timer = _store_later(event, sum(SHORT_PAUSES_S) + 1.5)
     result = ledger_apply(ledger_db.connection(), [_record(event, 1)])
     timer.join()
     assert [d.reason for d in result.dead_letters] == ["unknown_event"]
     assert _balance(db, user, "USD") == 0
+
+
+def _sync_standby(name: str) -> None:
+    postgres.superuser_sql(StackSettings.from_env(),
+                           f"ALTER SYSTEM SET synchronous_standby_names = '{name}';\n"
+                           "SELECT pg_reload_conf();\n")
+
+
+def test_a_writer_waiting_for_its_synchronous_standby_is_waited_for(db, ledger_db) -> None:
+    """As when the standby dies: the writer's commit is in the WAL (Debezium could ship
+    it) but waits for a standby that does not answer, invisible, until pg_auto_failover
+    stops asking (~20 s). Here a standby name nobody has, for longer than the short
+    pauses; the ledger's own session commits locally."""
+    user = unique("visible-sync")
+    with db.cursor() as cur:
+        create_users(cur, [user])
+    db.commit()
+    event = PaymentEvent(f"{user}-d1", EventType.DEPOSIT, user, "USD", Decimal("4.25"),
+                         "payments")
+    writer_done = threading.Event()
+
+    def write() -> None:
+        conn = connect(database_url("owner"))
+        try:
+            with conn, conn.cursor() as cur:
+                store_events(cur, [event])  # its COMMIT waits for the standby
+        finally:
+            conn.close()
+            writer_done.set()
+    conn = ledger_db.connection()
+    with conn.cursor() as cur:
+        cur.execute("SET synchronous_commit = local")
+    conn.commit()
+    _sync_standby("paystream_absent_standby")
+    try:
+        threading.Thread(target=write, daemon=True).start()
+        # The standby "comes back" (the wait drops) after the short pauses are over.
+        release = threading.Timer(sum(SHORT_PAUSES_S) + 3.0, _sync_standby, args=("",))
+        release.start()
+        time.sleep(0.5)
+        assert not writer_done.is_set(), "the writer's commit did not wait"
+        result = ledger_apply(conn, [_record(event, 1)])
+        release.join()
+    finally:
+        _sync_standby("")
+    assert writer_done.wait(10)
+    assert result.dead_letters == [], [d.reason for d in result.dead_letters]
+    assert result.outcomes["applied"] == 1
+    assert _balance(db, user, "USD") == Decimal("4.25")

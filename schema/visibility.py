@@ -1,0 +1,76 @@
+"""Waiting for a row a Kafka record names to become visible.
+
+Debezium streams a transaction once its commit record is flushed to the WAL, and
+Postgres shows the transaction to other sessions only once its writer leaves the
+process array: a moment later, or, with a synchronous standby, once the standby has
+confirmed the commit. A writer descheduled in between (seen at load average 5 on 2
+cores: an honest deposit judged 60 ms after its 200, its row not yet visible), or a
+standby gone (every commit waits until pg_auto_failover drops to asynchronous, ~20 s:
+seen in a chaos run, a genuine deposit and a settlement dead-lettered), lets the record
+reach the ledger before its row. So a refusal that rests on a row not being there (or
+not yet in its new state) is looked at again after each of `waits`: short pauses, then
+until every transaction that was running at the first look has ended (those include the
+record's writer, if it exists), within WRITERS_WAIT_S. Only records that fail the check
+pay; under READ COMMITTED each new statement sees what has committed since.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from paystream.schema.db import Cursor
+
+SHORT_PAUSES_S = (0.02, 0.1, 0.3, 0.6, 1.0)
+# Beyond pg_auto_failover's 20 s before it stops waiting for a standby that is gone
+# (node_considered_unhealthy_timeout; 20.2-20.7 s measured), and under the consumers'
+# max.poll.interval.ms (60 s, the tests' 30 s): the ledger judges on its poll thread.
+# The price: a record with no row at all, met while an unrelated transaction runs long
+# (an index built CONCURRENTLY), holds its batch this long before its dead letter.
+WRITERS_WAIT_S = 25.0
+
+
+# At most this many transaction ids past the snapshot's xmax are looked at (those
+# begun since the last one ended): far more than run at once here.
+NEWER_IDS_MAX = 10_000
+
+
+def running(cur: Cursor) -> list[str]:
+    """The transaction ids that may be in progress now, but the caller's own: the
+    snapshot lists those below its xmax; a writer with a newer id (a committed one
+    waiting for its standby is still "running" and may be past xmax) is found between
+    xmax and the caller's own id, which this assigns (the ledger writes anyway)."""
+    cur.execute("SELECT pg_snapshot_xip(s)::text FROM pg_current_snapshot() AS s")
+    ids = [row[0] for row in cur.fetchall()]
+    cur.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text,"
+                " pg_current_xact_id()::text")
+    xmax, own = (int(v) for v in cur.fetchone())
+    newer = range(max(xmax, own - NEWER_IDS_MAX), own)
+    return [x for x in ids if x != str(own)] + [str(x) for x in newer]
+
+
+def still_running(cur: Cursor, xids: list[str]) -> list[str]:
+    """Those of `xids` still in progress (a committed writer waiting for its synchronous
+    standby is: it has not left the process array)."""
+    if not xids:
+        return []
+    cur.execute("SELECT x::text FROM unnest(%s::xid8[]) AS x"
+                " WHERE pg_xact_status(x) = 'in progress'", (xids,))
+    return [row[0] for row in cur.fetchall()]
+
+
+def waits(cur: Cursor, writers_wait_s: float = WRITERS_WAIT_S) -> Iterator[None]:
+    """Yields after each wait: look again after each, stop when what was missing is
+    there. The transactions running at the first call are the ones waited for last."""
+    writers = running(cur)
+    for pause in SHORT_PAUSES_S:
+        time.sleep(pause)
+        yield
+    writers = still_running(cur, writers)
+    if not writers:
+        return
+    deadline = time.monotonic() + writers_wait_s
+    while writers and time.monotonic() < deadline:
+        time.sleep(0.1)
+        writers = still_running(cur, writers)
+    yield
