@@ -7,8 +7,9 @@ each), the payment event, money, and the outbox. Nothing here runs on its own.
   events.py           the payment event: the ingest writes it, the consumers read it
   amounts.py          money parsing and formatting: Decimal, never float
   outbox.py           the transactional outbox write: how events enter the pipeline
-  republish.py        after a failover: the received events through the outbox again
+  republish.py        after a failover: received events and settlements through the outbox
   stored_events.py    the stored event a topic record is checked against
+  visibility.py       waiting for a row a record names to become visible
   status.py           the event status transitions
   idempotency.py      the ledger's idempotency key
   processed_events.py each event's outcome, written once
