@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from paystream.schema import visibility
 from paystream.schema.db import Cursor
 from paystream.schema.pgarray import text_array
 from paystream.schema.status import EventStatus
@@ -64,6 +65,29 @@ def suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
     return {row[0]: None if row[1] is None or row[2] is None
             else StoredEvent(row[1], EventStatus(row[2]), bool(row[3]))
             for row in cur.fetchall()}
+
+
+def visible_suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
+                     ) -> dict[str, StoredEvent | None]:
+    """`suspects`, with the rows missing looked up again after each of visibility.waits
+    before they are judged missing (a record can come before its row is visible)."""
+    suspect = suspects(cur, wanted)
+    for _ in ([] if not _missing(wanted, suspect) else visibility.waits(cur)):
+        missing = _missing(wanted, suspect)
+        if not missing:
+            break
+        again = suspects(cur, missing)
+        for _event_id, key, _hash in missing:
+            if key in again:
+                suspect[key] = again[key]
+            else:  # visible now, and as the record says
+                del suspect[key]
+    return suspect
+
+
+def _missing(wanted: Sequence[tuple[str, str, str]],
+             suspect: dict[str, StoredEvent | None]) -> list[tuple[str, str, str]]:
+    return [w for w in wanted if w[1] in suspect and suspect[w[1]] is None]
 
 
 def judge(event_id: str, content_hash: str, row: StoredEvent | None

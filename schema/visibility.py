@@ -44,7 +44,9 @@ def running(cur: Cursor) -> list[str]:
     ids = [row[0] for row in cur.fetchall()]
     cur.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text,"
                 " pg_current_xact_id()::text")
-    xmax, own = (int(v) for v in cur.fetchone())
+    row = cur.fetchone()
+    assert row is not None  # one row, always
+    xmax, own = int(row[0]), int(row[1])
     newer = range(max(xmax, own - NEWER_IDS_MAX), own)
     return [x for x in ids if x != str(own)] + [str(x) for x in newer]
 

@@ -96,11 +96,14 @@ def follow(s: StackSettings, port: int) -> dict[str, int]:
             # slot's creation, which waits for the transactions running, does not wait
             # for this one.
             outbox.fence(cur)
+            fenced = time.monotonic()
             postgres.superuser_sql(on_new, DROP_STALE_SLOT + postgres.SLOT_SQL,
                                    database=s.pg_db)
             counts = {"event": republish.received_events(cur),
                       "settlement": republish.unsettled_settlements(cur),
                       "intent": notify_republish.missing_intents(cur)}
+        log.info("outbox_fence_lifted", primary_port=port,
+                 held_s=round(time.monotonic() - fenced, 3))
     finally:
         conn.close()
     for kind, count in counts.items():

@@ -89,7 +89,6 @@ from paystream.schema import (
     reversals,
     stored_events,
     transfers,
-    visibility,
 )
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey
@@ -198,7 +197,8 @@ def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchR
     settlements.judge judges them against their deposit. Also returns the status of
     each event kept that the ledger processed before (a redelivery): step 4 needs it."""
     plain = [(c, c.event.content_hash()) for c in candidates if c.event.settles is None]
-    suspect = _stored_suspects(cur, [(c.event.event_id, c.key, h) for c, h in plain])
+    suspect = stored_events.visible_suspects(
+        cur, [(c.event.event_id, c.key, h) for c, h in plain])
     if not suspect:
         return candidates, {}
     bad: dict[int, tuple[str, str]] = {}
@@ -251,31 +251,6 @@ def _reject_unknown_users(cur: Cursor, strangers: Sequence[Candidate],
                  user_id=event.user_id, provider=event.provider, asset=event.asset,
                  reason=Outcome.UNKNOWN_USER.value, amount=format_amount(event.amount))
     result.outcomes[Outcome.UNKNOWN_USER.value] += len(strangers)
-
-
-def _stored_suspects(cur: Cursor, wanted: list[tuple[str, str, str]]
-                     ) -> dict[str, stored_events.StoredEvent | None]:
-    """stored_events.suspects, with the rows not yet visible looked up again after each
-    of visibility.waits before they are judged missing."""
-    suspect = stored_events.suspects(cur, wanted)
-    if not _missing(wanted, suspect):
-        return suspect
-    for _ in visibility.waits(cur):
-        missing = _missing(wanted, suspect)
-        if not missing:
-            break
-        again = stored_events.suspects(cur, missing)
-        for _event_id, key, _hash in missing:
-            if key in again:
-                suspect[key] = again[key]
-            else:  # visible now, and as the record says
-                del suspect[key]
-    return suspect
-
-
-def _missing(wanted: list[tuple[str, str, str]],
-             suspect: dict[str, stored_events.StoredEvent | None]) -> list[tuple[str, str, str]]:
-    return [w for w in wanted if w[1] in suspect and suspect[w[1]] is None]
 
 
 def _lock_balances(cur: Cursor, candidates: Sequence[Candidate]) -> dict[BalanceKey, Decimal]:
