@@ -246,9 +246,13 @@ class Chaos:
         # The notifier (consumer and sender in one process, as `paystream run` starts
         # it) on a group of the run's own, delivering to a real receiver.
         self.notifier_group = f"chaos-notifier-{self.run_id}"
+        # Its session as short as the ledgers': a notifier killed is replaced by one that
+        # waits for the dead one's session to lapse before it gets the partitions (the
+        # armed crash faults wait for that each time).
         self.notifier = px.Managed(
             "notifier", ["consume", "notifier", "--group", self.notifier_group,
-                         "--metrics-port", "0"], {**env, **NOTIFIER_ENV}, self.log_dir)
+                         "--metrics-port", "0", "--session-timeout-ms", "6000"],
+            {**env, **NOTIFIER_ENV}, self.log_dir)
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

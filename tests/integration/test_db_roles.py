@@ -89,7 +89,7 @@ EXPECTED: dict[DbRole, Grants] = {
                            "UPDATE": {"state", "decided_at", "transfer_key", "verdict_reason",
                                       "final_block_number", "final_block_hash",
                                       "final_log_index", "missing_since_block",
-                                      "suspect_reason"}},
+                                      "suspect_reason", "settlement"}},
         "ingest_notices": {"SELECT": ALL},
         "outbox": {"SELECT": ALL, "INSERT": ALL, "DELETE": ALL},
         # The chain scanner (0023): records deposits as the ingest does, moves its cursor.
