@@ -72,7 +72,9 @@ def visible_suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
     """`suspects`, with the rows missing looked up again after each of visibility.waits
     before they are judged missing (a record can come before its row is visible)."""
     suspect = suspects(cur, wanted)
-    for _ in ([] if not _missing(wanted, suspect) else visibility.waits(cur)):
+    if not _missing(wanted, suspect):
+        return suspect
+    for _ in visibility.waits(cur):
         missing = _missing(wanted, suspect)
         if not missing:
             break

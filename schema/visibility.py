@@ -40,13 +40,13 @@ def running(cur: Cursor) -> list[str]:
     snapshot lists those below its xmax; a writer with a newer id (a committed one
     waiting for its standby is still "running" and may be past xmax) is found between
     xmax and the caller's own id, which this assigns (the ledger writes anyway)."""
-    cur.execute("SELECT pg_snapshot_xip(s)::text FROM pg_current_snapshot() AS s")
-    ids = [row[0] for row in cur.fetchall()]
-    cur.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text,"
-                " pg_current_xact_id()::text")
+    # One snapshot for both: xip and xmax read from two could miss a writer between
+    # the first xmax and the second.
+    cur.execute("SELECT array(SELECT pg_snapshot_xip(s))::text[], pg_snapshot_xmax(s)::text,"
+                " pg_current_xact_id()::text FROM pg_current_snapshot() AS s")
     row = cur.fetchone()
     assert row is not None  # one row, always
-    xmax, own = int(row[0]), int(row[1])
+    ids, xmax, own = list(row[0]), int(row[1]), int(row[2])
     newer = range(max(xmax, own - NEWER_IDS_MAX), own)
     return [x for x in ids if x != str(own)] + [str(x) for x in newer]
 
