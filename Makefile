@@ -133,7 +133,7 @@ INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
 	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements \
-	bench-standby bench-growth bench-upgrade bench-fence
+	bench-standby bench-growth bench-growth-cost bench-upgrade bench-fence
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -159,18 +159,25 @@ bench-cluster: stack-up  ## one broker vs three: CDC and e2e latency, idle CPU a
 	  $(BENCH) bench/cluster_cost.py --cluster $(TEST_CLUSTER_STACK); status=$$?; \
 	  $(TEST_CLUSTER_STACK) $(BIN)/paystream stack down; exit $$status
 
-# A stack of its own, made afresh (its state dir deleted first): the baseline is a
-# stack without a standby, and the bench gives it one (which `stack up` then keeps).
+# Two stacks of their own, made afresh (state dirs deleted first) and measured in turns:
+# the baseline without a standby, the other with its synchronous standby.
 BENCH_STANDBY_DIR := $(CURDIR)/.stack-bench-standby
-BENCH_STANDBY_STACK := PAYSTREAM_STATE_DIR=$(BENCH_STANDBY_DIR) PAYSTREAM_PG_PORT=5444 \
-	PAYSTREAM_PG_STANDBY_PORT=5445 PAYSTREAM_PG_MONITOR_PORT=5446 PAYSTREAM_KAFKA_PORT=9292 \
-	PAYSTREAM_CONTROLLER_PORT=9293 PAYSTREAM_CONNECT_PORT=8087 PAYSTREAM_ANVIL_PORT=8549 \
-	PAYSTREAM_FAILOVER_METRICS_PORT=9419
+BENCH_STANDBY_STACK := PAYSTREAM_STATE_DIR=$(BENCH_STANDBY_DIR) PAYSTREAM_STANDBY=1 \
+	PAYSTREAM_PG_PORT=5444 PAYSTREAM_PG_STANDBY_PORT=5445 PAYSTREAM_PG_MONITOR_PORT=5446 \
+	PAYSTREAM_KAFKA_PORT=9292 PAYSTREAM_CONTROLLER_PORT=9293 PAYSTREAM_CONNECT_PORT=8087 \
+	PAYSTREAM_ANVIL_PORT=8549 PAYSTREAM_FAILOVER_METRICS_PORT=9419
+BENCH_STANDBY_BASE_DIR := $(CURDIR)/.stack-bench-standby-base
+BENCH_STANDBY_BASE := PAYSTREAM_STATE_DIR=$(BENCH_STANDBY_BASE_DIR) PAYSTREAM_STANDBY=0 PAYSTREAM_PG_PORT=5448 \
+	PAYSTREAM_KAFKA_PORT=9492 PAYSTREAM_CONTROLLER_PORT=9493 PAYSTREAM_CONNECT_PORT=8090 \
+	PAYSTREAM_ANVIL_PORT=8552
 bench-standby: install  ## ledger CPU/event and e2e p50/p99 at 500/s: no standby, sync, async
 	$(BENCH_STANDBY_STACK) $(BIN)/paystream stack down && rm -rf $(BENCH_STANDBY_DIR)
-	$(BENCH_STANDBY_STACK) $(BIN)/paystream stack up && \
-	  $(BENCH_STANDBY_STACK) $(BENCH) bench/standby_cost.py; status=$$?; \
-	  $(BENCH_STANDBY_STACK) $(BIN)/paystream stack down; exit $$status
+	$(BENCH_STANDBY_BASE) $(BIN)/paystream stack down && rm -rf $(BENCH_STANDBY_BASE_DIR)
+	$(BENCH_STANDBY_BASE) $(BIN)/paystream stack up && \
+	  $(BENCH_STANDBY_STACK) $(BIN)/paystream stack up && \
+	  $(BENCH_STANDBY_STACK) $(BENCH) bench/standby_cost.py --baseline $(BENCH_STANDBY_BASE); \
+	  status=$$?; $(BENCH_STANDBY_STACK) $(BIN)/paystream stack down; \
+	  $(BENCH_STANDBY_BASE) $(BIN)/paystream stack down; exit $$status
 
 bench-notify: stack-up  ## webhook deliveries/s vs a one-at-a-time sender; p99 at 200 intents/s
 	$(BENCH) bench/notify_bench.py
@@ -213,6 +220,18 @@ bench-upgrade: install  ## migrations and a rolling restart under 200/s: 5xx, lo
 
 bench-growth: stack-up  ## one day of notification attempts forgotten at 1 M, 10 M, 30 M: by partition vs by rows
 	$(BENCH) bench/growth_bench.py $(GROWTH_BENCH_ARGS)
+
+# A fresh stack of its own: the history fills its database (and its WAL archive).
+BENCH_GROWTH_DIR := $(CURDIR)/.stack-bench-growth
+BENCH_GROWTH_STACK := PAYSTREAM_STATE_DIR=$(BENCH_GROWTH_DIR) PAYSTREAM_PG_PORT=5449 \
+	PAYSTREAM_KAFKA_PORT=9592 PAYSTREAM_CONTROLLER_PORT=9593 PAYSTREAM_CONNECT_PORT=8091 \
+	PAYSTREAM_ANVIL_PORT=8553
+GROWTH_COST_ARGS ?=
+bench-growth-cost: install  ## ingest and ledger CPU per event, ingest p99 at 1,000/s: 1 M vs 10 M stored events
+	$(BENCH_GROWTH_STACK) $(BIN)/paystream stack down && rm -rf $(BENCH_GROWTH_DIR)
+	$(BENCH_GROWTH_STACK) $(BIN)/paystream stack up && \
+	  $(BENCH_GROWTH_STACK) $(BENCH) bench/growth_cost.py $(GROWTH_COST_ARGS); status=$$?; \
+	  $(BENCH_GROWTH_STACK) $(BIN)/paystream stack down; exit $$status
 
 # Plots (docs/benchmarks/*.png) from the results files the benchmarks write with
 # --results; `bench-results` runs them (about 12 minutes on 2 cores), `bench-report`

@@ -1,23 +1,26 @@
-"""What a standby costs the ledger and the pipeline, in one run on one stack
-(docs/operations.md#a-standby-and-failover): no standby (the baseline), then the same
-stack given its synchronous standby (`paystream stack up` with PAYSTREAM_STANDBY=1, as
-`make test-cluster` converts its stack), then that standby made asynchronous
-(`pg_autoctl set node replication-quorum false`), then synchronous again, then the
-standby stopped (a second baseline, on the database the other modes grew). The same
-load, the same settings otherwise (synchronous_commit on in all: the commit waits for
-the local flush, and with a synchronous standby for its flush too).
+"""What a standby costs the ledger and the pipeline, in one run
+(docs/operations.md#a-standby-and-failover): two fresh stacks on this machine, measured
+in turns. The baseline is a stack without a standby (the `--baseline VAR=VALUE ...`
+settings); the other is the current environment's stack with its synchronous standby
+(PAYSTREAM_STANDBY=1), measured synchronous and then asynchronous
+(`pg_autoctl set node replication-quorum false`). Each round runs: baseline, sync,
+baseline, async; so the two databases grow alike, and each standby mode is read against
+the baseline measured just before it (a single stack's baseline drifted 2x over one run,
+with the database it grew). The same load and settings otherwise (synchronous_commit on
+in all: the commit waits for the local flush, and with a synchronous standby for its
+flush too).
 
-Each mode runs the existing benchmarks as they are (bench/cluster_cost.py's kit):
+Each measurement runs the existing benchmarks as they are (bench/cluster_cost.py's kit):
   - bench/ledger_bench.py --ab: the ledger group draining preloaded events; its CPU per
     event, Python and the primary's Postgres (the physical walsender included), medians
     of its warm runs;
   - bench/e2e_latency.py at 500/s: webhook 2xx -> applied p50/p99, lost counted, after
     a short run that is not counted; and the standby server's own CPU over the measured
     run (replaying the ingest's and the ledger's WAL), per applied event.
-Prints every figure, the targets (sync <= 1.3x the baseline's ledger CPU per event;
-e2e p50 <= 50 ms at 500/s) and the load average (a shared machine's figures are noisy).
+Prints every figure, the medians per mode, the targets (sync <= 1.3x the baseline's
+ledger CPU per event; e2e p50 <= 50 ms at 500/s) and the load average.
 
-    make bench-standby      # a fresh stack of its own, stopped afterwards
+    make bench-standby      # two fresh stacks of their own, stopped afterwards
 """
 
 from __future__ import annotations
@@ -25,17 +28,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
+import statistics
 import time
 
 from cluster_cost import FIGURES, environment, run_bench  # bench/, the script's folder
 from cpu_usage import postgres_seconds
 
-from paystream.chaos import database as db_faults
-from paystream.chaos.processes import kill_postmaster
-from paystream.launch import paystream_argv
 from paystream.stack import postgres, standby
-from paystream.stack.process import StackError, read_pid
+from paystream.stack.process import StackError
 from paystream.stack.settings import StackSettings
 
 LEDGER_CPU = re.compile(r"cpu/event, median of \d+ warm runs \(target\): python ([\d,.]+) us"
@@ -69,6 +69,7 @@ def primary(s: StackSettings) -> StackSettings:
 
 
 def measure(mode: str, args: argparse.Namespace) -> dict[str, float]:
+    """One mode's figures on the stack of the current environment."""
     s = StackSettings.from_env()
     print(f"\n{mode}: {settings_line(primary(s))} (load {os.getloadavg()[0]:.2f})",
           flush=True)
@@ -127,6 +128,10 @@ def quorum(on: bool) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", nargs="+", required=True, metavar="VAR=VALUE",
+                        help="the settings of the stack without a standby")
+    parser.add_argument("--turns", type=int, default=2,
+                        help="rounds of baseline, sync, baseline, async")
     parser.add_argument("--events", type=int, default=20_000,
                         help="events of each measured ledger run")
     parser.add_argument("--rounds", type=int, default=2, help="measured ledger runs a mode")
@@ -136,75 +141,50 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=5,
                         help="an e2e run before each measured one, not counted")
     args = parser.parse_args()
-    if StackSettings.from_env().standby:
-        raise SystemExit("the stack has a standby already: the baseline needs one without "
-                         "(make bench-standby starts a fresh stack)")
+    baseline = dict(item.split("=", 1) for item in args.baseline)
+    if not StackSettings.from_env().standby:
+        raise SystemExit("the stack of the environment has no standby (PAYSTREAM_STANDBY=1)")
+    with environment(baseline):
+        if StackSettings.from_env().standby:
+            raise SystemExit("the baseline stack has a standby")
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
-    figures = {"no standby": measure("no standby", args)}
-    with environment({"PAYSTREAM_STANDBY": "1"}):
-        started = time.monotonic()
-        subprocess.run(paystream_argv("stack", "up"), check=True, stdout=subprocess.DEVNULL)
-        print(f"\nstandby added (stack up --standby) in {time.monotonic() - started:.0f} s")
-        figures["sync standby"] = measure("sync standby", args)
-        quorum(False)
-        figures["async standby"] = measure("async standby", args)
-        quorum(True)
-        figures["sync standby (again)"] = measure("sync standby (again)", args)
-        stop_standby()
-        figures["standby stopped"] = measure("standby stopped", args)
-    report(figures, args)
+    runs: list[tuple[str, dict[str, float]]] = []
+    for turn in range(1, args.turns + 1):
+        for mode in ("sync standby", "async standby"):
+            with environment(baseline):
+                runs.append(("no standby", measure(f"turn {turn}, no standby", args)))
+            if mode == "async standby":
+                quorum(False)
+            runs.append((mode, measure(f"turn {turn}, {mode}", args)))
+            if mode == "async standby":
+                quorum(True)
+    report(runs, args)
 
 
-def stop_standby() -> None:
-    """The standby's keeper and postmaster stopped (SIGKILL, as chaos/database.py's
-    standby-kill): the primary in wait_primary, replicating to no one. The last mode, a
-    second baseline measured after the others on the same grown database: the modes run
-    in one order, so the sync standby's cost is read against the baseline on each side."""
-    s = StackSettings.from_env()
-    cfg = standby.StandbySettings.from_env()
-    node2 = standby.nodes(s)[1]
-    keeper = read_pid(standby.pid_file(s, node2.name))
-    if keeper is not None:
-        db_faults.kill_tree(keeper)
-    pm_file = node2.data / "postmaster.pid"
-    if pm_file.exists():
-        kill_postmaster(int(pm_file.read_text().split()[0]))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            names = postgres.superuser_sql(primary(s), "SHOW synchronous_standby_names")
-            if not names.strip() and any(st.reported == "wait_primary"
-                                         for st in standby.states(s, cfg)):
-                return
-        except StackError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit("the primary did not reach wait_primary within 120 s of the "
-                     "standby's stop")
-
-
-def report(figures: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
-    names = list(figures)
-    print(f"\nper mode (ledger: µs of CPU per event, median of {args.rounds} runs of "
-          f"{args.events:,}; e2e at {args.rate:.0f}/s for {args.seconds:.0f} s):")
-    print(f"  {'figure':<20}" + "".join(f"{name:>22}" for name in names))
-    for key in figures[names[0]]:
-        print(f"  {key:<20}" + "".join(f"{figures[n].get(key, float('nan')):>22,.1f}"
-                                       for n in names))
-    # Each sync mode against the baseline measured next to it: the first against no
-    # standby (before it), the second against the standby stopped (after it).
-    pairs = [("sync standby", "no standby"), ("sync standby (again)", "standby stopped"),
-             ("async standby", "no standby")]
-    for name, base in pairs:
-        if name not in figures or base not in figures:
-            continue
-        ratio = figures[name]["ledger us"] / figures[base]["ledger us"]
-        verdict = ("met" if ratio <= SYNC_CPU_LIMIT else "NOT met") \
-            if name.startswith("sync") else ""
-        print(f"  {name}: ledger CPU per event {ratio:.2f}x {base}'s"
-              + (f" (target <= {SYNC_CPU_LIMIT}x: {verdict})" if verdict else ""))
+def report(runs: list[tuple[str, dict[str, float]]], args: argparse.Namespace) -> None:
+    names = list(dict.fromkeys(name for name, _ in runs))
+    keys = list(dict.fromkeys(key for _, f in runs for key in f))
+    medians = {name: {key: statistics.median([f.get(key, 0.0) for n, f in runs if n == name])
+                      for key in keys} for name in names}
+    print(f"\nmedians per mode (ledger: µs of CPU per event, each a median of "
+          f"{args.rounds} runs of {args.events:,}; e2e at {args.rate:.0f}/s for "
+          f"{args.seconds:.0f} s; {args.turns} turns):")
+    print(f"  {'figure':<20}" + "".join(f"{name:>16}" for name in names))
+    for key in keys:  # a process role absent from a run (none exited) counts 0 there
+        print(f"  {key:<20}" + "".join(f"{medians[n][key]:>16,.1f}" for n in names))
+    # Each standby run against the baseline run just before it, then the median ratio.
+    for mode in ("sync standby", "async standby"):
+        ratios = [f["ledger us"] / runs[i - 1][1]["ledger us"]
+                  for i, (name, f) in enumerate(runs) if name == mode]
+        shown = ", ".join(f"{r:.2f}x" for r in ratios)
+        line = f"  {mode}: ledger CPU per event {statistics.median(ratios):.2f}x the " \
+               f"baseline's (median; each turn {shown})"
+        if mode.startswith("sync"):
+            ok = statistics.median(ratios) <= SYNC_CPU_LIMIT
+            line += f" (target <= {SYNC_CPU_LIMIT}x: {'met' if ok else 'NOT met'})"
+        print(line)
     for name in names:
-        p50 = figures[name]["e2e p50 ms"]
+        p50 = medians[name]["e2e p50 ms"]
         print(f"  {name}: e2e p50 {p50:.0f} ms (target <= {P50_LIMIT_MS:.0f} ms: "
               f"{'met' if p50 <= P50_LIMIT_MS else 'NOT met'})")
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
