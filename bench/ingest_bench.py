@@ -43,10 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import results  # noqa: E402  (bench/, on sys.path as the script's folder)
+from cpu_usage import postgres_seconds, tree_seconds  # noqa: E402
 from wrk_load import run_wrk  # noqa: E402
 
 from paystream.schema.db import database_url, where  # noqa: E402
 from paystream.schema.events import PAYMENTS_TOPIC  # noqa: E402
+from paystream.stack.settings import StackSettings  # noqa: E402
 from tests.support.ingest import (  # noqa: E402
     create_users,
     ingest_server,
@@ -77,6 +79,8 @@ class Result:
     wraps: int = 0  # times wrk ran out of distinct requests and started over
     cdc_wait_s: float = 0.0  # waited before the phase for CDC to stream the backlog
     commits: int | None = None  # Postgres COMMITs during the phase (pg_stat_database)
+    # CPU µs per accepted delivery during the phase: the server's processes, Postgres's.
+    cpu_us: tuple[float, float] | None = None
 
     @property
     def rps(self) -> float:
@@ -93,10 +97,12 @@ class Result:
     def line(self) -> str:
         durability = (f"  commits {self.commits} ({self.commits / self.ok:.3f}/delivery)"
                       if self.commits is not None and self.ok else "")
+        cpu = (f"  cpu/delivery python {self.cpu_us[0]:.1f} us postgres {self.cpu_us[1]:.1f} us"
+               if self.cpu_us is not None else "")
         return (f"{self.label:<34} {self.rps:>7.0f} req/s  p50 {self.pct(0.50):>7.2f} ms"
                 f"  p99 {self.pct(0.99):>7.2f} ms  ok {self.ok}/{self.sent}"
                 f"  errors {self.errors}  load {self.load}  cdc wait {self.cdc_wait_s:.1f} s"
-                f"{durability}")
+                f"{durability}{cpu}")
 
 
 def load_average() -> str:
@@ -290,11 +296,18 @@ def run_load(label: str, kind: str, url: str, reqs: list, param: float,
     return Result(label, sent, ok, errors, seconds, latencies, load=load_average())
 
 
-def run_counted(*args: object) -> Result:
-    """run_load, with the COMMITs Postgres counted during the phase."""
+def run_counted(server_pid: int, *args: object) -> Result:
+    """run_load, with the COMMITs Postgres counted during the phase and the CPU the
+    server and Postgres used (Debezium's walsender streaming the outbox included)."""
+    pgdata = StackSettings.from_env().pg_data
     before = committed_transactions()
+    cpu_before = tree_seconds(server_pid), postgres_seconds(pgdata)
     result = run_load(*args)  # type: ignore[arg-type]
+    cpu_after = tree_seconds(server_pid), postgres_seconds(pgdata)
     result.commits = committed_transactions() - before - 1  # the `before` query's own
+    if result.ok:
+        result.cpu_us = ((cpu_after[0] - cpu_before[0]) / result.ok * 1e6,
+                         (cpu_after[1] - cpu_before[1]) / result.ok * 1e6)
     return result
 
 
@@ -316,6 +329,8 @@ def main() -> int:
                         help="bare/ingest alternations per phase (medians are reported)")
     parser.add_argument("--results", metavar="FILE",
                         help="also write the figures as JSON (bench/report.py plots them)")
+    parser.add_argument("--rate-only", action="store_true",
+                        help="only the fixed-rate phases (bench/growth_cost.py's figures)")
     args = parser.parse_args()
     CLIENT["saturation"] = args.client
 
@@ -350,8 +365,8 @@ def main() -> int:
 
         def measured(side: str, *load_args: object) -> Result:
             waited = cdc.drain()
-            runner = run_counted if side.startswith("ingest") else run_load
-            result = runner(*load_args)
+            result = (run_counted(ingest.process.pid, *load_args) if side.startswith("ingest")
+                      else run_load(*load_args))  # type: ignore[arg-type]
             result.cdc_wait_s = waited
             if side.startswith("ingest"):
                 if result.wraps:  # a replayed delivery is a duplicate, not a write
@@ -364,7 +379,7 @@ def main() -> int:
         rate: dict[str, list[Result]] = {side: [] for side in sides}
         levels = [int(c) for c in args.concurrency.split(",")]
         best: dict[str, list[Result]] = {side: [] for side in sides}
-        for n in range(args.rounds):
+        for n in range(0 if args.rate_only else args.rounds):
             for side, url in sides.items():
                 for level in levels:
                     sat[side].append(measured(
@@ -378,20 +393,26 @@ def main() -> int:
                     side, f"{side}, {args.rate:.0f} req/s #{n + 1}", "open", url,
                     signed_requests(int(args.duration * args.rate), f"rate{n}"),
                     args.rate, args.duration, args.generators))
-    bare_rps = statistics.median(r.rps for r in best["bare FastAPI"])
-    ingest_rps = statistics.median(r.rps for r in best["ingest /webhooks/payments"])
     ingest_rate = rate["ingest /webhooks/payments"]
     p99 = statistics.median(r.pct(0.99) for r in ingest_rate)
-    share = ingest_rps / bare_rps
     commits = sum(r.commits or 0 for r in sat["ingest /webhooks/payments"] + ingest_rate)
     delivered = sum(r.ok for r in sat["ingest /webhooks/payments"] + ingest_rate)
     print()
-    print(f"saturation (best concurrency of each round, median over {args.rounds} "
-          f"round(s)): bare {bare_rps:.0f} req/s, ingest {ingest_rps:.0f} req/s")
-    print(f"throughput at saturation: {share:.0%} of the bare endpoint "
-          f"(target >= {TARGET_SHARE:.0%}): {'MET' if share >= TARGET_SHARE else 'NOT MET'}")
+    if not args.rate_only:
+        bare_rps = statistics.median(r.rps for r in best["bare FastAPI"])
+        ingest_rps = statistics.median(r.rps for r in best["ingest /webhooks/payments"])
+        share = ingest_rps / bare_rps
+        print(f"saturation (best concurrency of each round, median over {args.rounds} "
+              f"round(s)): bare {bare_rps:.0f} req/s, ingest {ingest_rps:.0f} req/s")
+        print(f"throughput at saturation: {share:.0%} of the bare endpoint (target >= "
+              f"{TARGET_SHARE:.0%}): {'MET' if share >= TARGET_SHARE else 'NOT MET'}")
     print(f"p99 at {args.rate:.0f} req/s: {p99:.2f} ms (target <= {TARGET_P99_MS:.0f} ms): "
           f"{'MET' if p99 <= TARGET_P99_MS else 'NOT MET'}")
+    cpu = [r.cpu_us for r in ingest_rate if r.cpu_us is not None]
+    if cpu:
+        print(f"cpu/delivery at {args.rate:.0f} req/s, median of {len(cpu)}: python "
+              f"{statistics.median(c[0] for c in cpu):.1f} us, postgres "
+              f"{statistics.median(c[1] for c in cpu):.1f} us")
     print(f"durability: {commits} COMMITs for {delivered} acknowledged deliveries "
           f"({commits / max(delivered, 1):.3f} per delivery; pg_stat_database, the "
           "stack's own transactions included)")
