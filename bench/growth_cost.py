@@ -72,7 +72,7 @@ SELECT n, 'growth-' || md5(n::text) AS event_id,
        md5(n::text) || md5((-n)::text) AS claim,
        now() - interval '1 day' - (%(total)s - n)::float8 * (interval '90 days' / %(total)s)
          AS at
-FROM generate_series(%(start)s, %(end)s - 1) n
+FROM generate_series(%(start)s::bigint, %(end)s - 1) n
 """
 
 _FILL = (
