@@ -20,6 +20,7 @@ from paystream.edge.errors import NotFoundError
 from paystream.edge.observe import request_trace_id
 from paystream.invoices import create, reads
 from paystream.notify.intents import now_text
+from paystream.notify.seal import process_sealer
 from paystream.refusals import Conflict
 from paystream.schema.db import Cursor
 
@@ -51,7 +52,7 @@ async def post_invoice(request: Request, body: models.NewInvoice, access: Invoic
         status, answer, replayed = await access.write(
             lambda cur, caller: create.create(
                 cur, key_id=caller.key_id, idempotency_key=idem, wanted=wanted,
-                created_at_text=now_text(), trace_id=trace_id))
+                created_at_text=now_text(), sealer=process_sealer(), trace_id=trace_id))
     except Conflict as exc:
         metrics.invoices.labels(
             "no_address" if exc.code == "no_address_available" else "conflict").inc()
@@ -104,7 +105,8 @@ async def cancel_invoice(request: Request, invoice_id: models.PrintableId,
     trace_id = request_trace_id(request)
 
     def work(cur: Cursor, _: Caller) -> dict[str, Any] | None:
-        create.cancel(cur, invoice_id, created_at_text=now_text(), trace_id=trace_id)
+        create.cancel(cur, invoice_id, created_at_text=now_text(), sealer=process_sealer(),
+                      trace_id=trace_id)
         return reads.invoice(cur, invoice_id)
 
     try:

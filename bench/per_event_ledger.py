@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from paystream.consumers.ledger.plan import decide
 from paystream.consumers.ledger.postings import postings
 from paystream.notify import intents
+from paystream.notify.seal import process_sealer
 from paystream.schema import accounts, processed_events
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import NOTIFICATIONS_AGGREGATE, PaymentEvent, parse_wire
@@ -83,7 +84,7 @@ def apply_one(conn: Connection, event: PaymentEvent) -> Outcome | None:
     intent = intents.of_outcome(event, outcome, intents.now_text())
     if intent is not None:
         publish(cur, NOTIFICATIONS_AGGREGATE, intents.outbox_batches(
-            [(intent, "trace-" + event.event_id)], event.user_id))
+            [(intent, "trace-" + event.event_id)], event.user_id, process_sealer()))
     conn.commit()
     return outcome
 

@@ -4,6 +4,7 @@ run it now, and the last run's result (kept in operator_actions)."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,6 +15,7 @@ from paystream.console.web import Operator, Posted, act, console_of, render
 from paystream.consumers.ledger import shortfalls
 from paystream.edge.params import RowIdPath
 from paystream.notify.ledger_consequence import shortfall_resolved
+from paystream.notify.seal import process_sealer
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
 from paystream.schema.holds import open_holds
@@ -42,8 +44,9 @@ async def resolve(request: Request, form: Posted, shortfall_id: RowIdPath) -> Re
     resolution = form.get("resolution")
 
     def work(cur: Cursor) -> str:
-        row, still_flagged = shortfalls.resolve(cur, shortfall_id, resolution,
-                                                 shortfall_resolved)
+        row, still_flagged = shortfalls.resolve(
+            cur, shortfall_id, resolution,
+            partial(shortfall_resolved, sealer=process_sealer()))
         return (f"resolved: {row.user_id} owed {format_amount(row.amount)} {row.asset}"
                 f" ({resolution.strip()[:500]}); "
                 + ("still flagged: other shortfalls are open" if still_flagged

@@ -29,12 +29,16 @@ from paystream.consumers.handler import BatchResult
 from paystream.consumers.records import Record
 from paystream.notify import slots
 from paystream.notify.intents import Intent, IntentError, parse_batch
+from paystream.notify.seal import Sealer
 from paystream.schema.db import Connection, Cursor, DbRole
 
 
 class NotifierHandler:
     name = "notifier"
     db_role: DbRole = "notifier"
+
+    def __init__(self, sealer: Sealer) -> None:
+        self.sealer = sealer  # what a record's intents must be sealed with (notify/seal.py)
 
     def after_batch(self, connection: Callable[[], Connection]) -> None:
         """Nothing between batches: the sender runs on its own."""
@@ -44,7 +48,7 @@ class NotifierHandler:
         # Step 1. Each record's intents; a repeat inside the batch once.
         intents: dict[str, tuple[Intent, str | None]] = {}
         for record in records:
-            found, errors = _read(record)
+            found, errors = _read(record, self.sealer)
             if errors:
                 # The good intents of the record are still recorded: a dead letter must
                 # not silence the others (a replay of it records nothing twice).
@@ -66,11 +70,12 @@ class NotifierHandler:
         return result
 
 
-def _read(record: Record) -> tuple[list[tuple[Intent, str | None]], list[IntentError]]:
+def _read(record: Record, sealer: Sealer
+          ) -> tuple[list[tuple[Intent, str | None]], list[IntentError]]:
     if record.value is None:
         return [], [IntentError("malformed", "a record without a value")]
     try:
         obj = orjson.loads(record.value)
     except orjson.JSONDecodeError as exc:
         return [], [IntentError("malformed", f"not JSON: {exc}")]
-    return parse_batch(obj)
+    return parse_batch(obj, sealer)

@@ -165,9 +165,10 @@ def _extend(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     from paystream.invoices import create, reads
     from paystream.notify.intents import now_text
+    from paystream.notify.seal import process_sealer
 
     code, after = _run("cancel", lambda cur: create.cancel(
-        cur, args.invoice_id, created_at_text=now_text()))
+        cur, args.invoice_id, created_at_text=now_text(), sealer=process_sealer()))
     if code != EXIT_OK:
         return code
     if args.json:
@@ -180,12 +181,13 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _expire(args: argparse.Namespace) -> int:
     from paystream.invoices.expiry import expire_round, run_forever
+    from paystream.notify.seal import process_sealer
 
     if args.limit < 1 or args.interval <= 0:
         print("invoices expire: --limit must be >= 1 and --interval > 0", file=sys.stderr)
         return EXIT_CANNOT_RUN
     if args.loop:
-        run_forever(args.limit, args.interval)
-    done = expire_round(args.limit)
+        run_forever(args.limit, args.interval, process_sealer())
+    done = expire_round(args.limit, process_sealer())
     print(f"invoices expire: {len(done)} invoice(s) past their deadline expired")
     return EXIT_OK

@@ -39,6 +39,7 @@ from typing import Any
 from paystream.invoices import model, notices, reads, rules
 from paystream.invoices.model import Invoice
 from paystream.notify.intents import Intent, outbox_batches
+from paystream.notify.seal import Sealer
 from paystream.refusals import Conflict, Invalid, NotFound
 from paystream.schema import users
 from paystream.schema.amounts import AmountError, format_amount, parse_amount
@@ -209,8 +210,8 @@ def _tolerance(value: object) -> Decimal:
 
 
 def create(cur: Cursor, *, key_id: str | None, idempotency_key: str | None,
-           wanted: InvoiceRequest, created_at_text: str, trace_id: str | None = None
-           ) -> tuple[int, dict[str, Any], bool]:
+           wanted: InvoiceRequest, created_at_text: str, sealer: Sealer,
+           trace_id: str | None = None) -> tuple[int, dict[str, Any], bool]:
     """Steps 2 to 5: (status code, the invoice as the API answers it, replayed). Without
     a key id and an Idempotency-Key (a test's or a tool's invoice) every call creates."""
     request_hash = wanted.request_hash()
@@ -238,7 +239,7 @@ def create(cur: Cursor, *, key_id: str | None, idempotency_key: str | None,
         raise AssertionError("a gateway invoice's insert conflicted")
     # Step 5.
     model.record_history(cur, invoice, "created")
-    _tell(cur, [notices.created(invoice, created_at_text)], trace_id or invoice_id,
+    _tell(cur, sealer, [notices.created(invoice, created_at_text)], trace_id or invoice_id,
           invoice.user_id)
     return CREATED, reads.summary(invoice), False
 
@@ -343,7 +344,7 @@ def _pooled_address(cur: Cursor, user_id: str, network: str, lost: list[str]
     return str(found[0]) if found is not None else None
 
 
-def cancel(cur: Cursor, invoice_id: str, *, created_at_text: str,
+def cancel(cur: Cursor, invoice_id: str, *, created_at_text: str, sealer: Sealer,
            trace_id: str | None = None, cause: str = "cancelled") -> Invoice:
     """Cancel an open invoice with nothing credited: invalid, its history line (`cause`)
     and its intents; the invoice after. NotFound, or Conflict with the reason
@@ -370,14 +371,15 @@ def cancel(cur: Cursor, invoice_id: str, *, created_at_text: str,
     assert found is not None, "the invoice is locked, so it is still there"
     after = Invoice.from_row(found)
     model.record_history(cur, after, cause)
-    _tell(cur, notices.of_change(before, after, created_at_text), trace_id or invoice_id,
-          after.user_id)
+    _tell(cur, sealer, notices.of_change(before, after, created_at_text),
+          trace_id or invoice_id, after.user_id)
     return after
 
 
-def _tell(cur: Cursor, made: list[Intent], trace_id: str, user_id: str) -> None:
+def _tell(cur: Cursor, sealer: Sealer, made: list[Intent], trace_id: str, user_id: str
+          ) -> None:
     """The intents through the outbox, in the change's transaction (keyed by the user:
     their intents take one notification partition, in order)."""
     if made:
         publish(cur, NOTIFICATIONS_AGGREGATE,
-                outbox_batches([(intent, trace_id) for intent in made], user_id))
+                outbox_batches([(intent, trace_id) for intent in made], user_id, sealer))

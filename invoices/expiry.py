@@ -30,6 +30,7 @@ import structlog
 from paystream.invoices import notices, rules
 from paystream.invoices.model import COLUMNS, Invoice, record_history
 from paystream.notify.intents import Intent, now_text, outbox_batches
+from paystream.notify.seal import Sealer
 from paystream.operator_cli import transaction
 from paystream.schema.db import Cursor
 from paystream.schema.events import NOTIFICATIONS_AGGREGATE
@@ -72,7 +73,7 @@ def at_deadline(before: Invoice, paid: rules.Payments) -> Invoice | None:
     return replace(before, state=standing.state, additional=standing.additional)
 
 
-def expire_due(cur: Cursor, limit: int) -> list[Expired]:
+def expire_due(cur: Cursor, limit: int, sealer: Sealer) -> list[Expired]:
     """Steps 1 to 3 in the caller's transaction; returns what changed."""
     # Step 1. The claim.
     cur.execute(
@@ -109,14 +110,14 @@ def expire_due(cur: Cursor, limit: int) -> list[Expired]:
         by_user[e.after.user_id].extend((i, e.trace_id) for i in e.intents)
     # Keyed by the user, as every intent: a user's intents keep one partition, in order.
     publish(cur, NOTIFICATIONS_AGGREGATE,
-            [m for user, pairs in by_user.items() for m in outbox_batches(pairs, user)])
+            [m for user, pairs in by_user.items() for m in outbox_batches(pairs, user, sealer)])
     return done
 
 
-def expire_round(limit: int) -> list[Expired]:
+def expire_round(limit: int, sealer: Sealer) -> list[Expired]:
     """One round in its own transaction (the operator's role); log each change."""
     with transaction("paystream-invoices-expire") as cur:
-        done = expire_due(cur, limit)
+        done = expire_due(cur, limit, sealer)
     for e in done:
         log.info("invoice_expired", trace_id=e.trace_id, invoice_id=e.after.invoice_id,
                  user_id=e.after.user_id, state=e.after.state.value,
@@ -125,8 +126,8 @@ def expire_round(limit: int) -> list[Expired]:
     return done
 
 
-def run_forever(limit: int, interval_s: float) -> NoReturn:
+def run_forever(limit: int, interval_s: float, sealer: Sealer) -> NoReturn:
     """Rounds until the process is stopped; a full round is followed by the next at once."""
     while True:
-        if len(expire_round(limit)) < limit:
+        if len(expire_round(limit, sealer)) < limit:
             time.sleep(interval_s)

@@ -5,6 +5,8 @@ caused it and delivered as Standard-Webhooks-signed POSTs (docs/notifications.md
                   the operator write intents through it, in their own transactions)
   ledger_consequence.py  the intents of a ledger batch, the last consequence the
                   ledger runs in its transaction (paystream/consume.py wires it)
+  seal.py         the seal on a record of intents: made by every producer with a key
+                  of the secrets folder, checked by the notifier before it records
   republish.py    after a failover: intents the notifier has not recorded, again
   slots.py        the one writer of intents and their delivery slots (the notifier
                   group, consumers/notifier.py, and the reminders record through it)

@@ -27,6 +27,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+from paystream.notify.seal import Sealer
 from paystream.schema.amounts import AmountError, format_amount, parse_amount
 from paystream.schema.events import (
     EVENT_ID_PATTERN,
@@ -181,20 +182,23 @@ BATCH_LIMIT = 500
 BATCH_TYPE = "intents"
 
 
-def outbox_batches(intents: Sequence[tuple[Intent, str]], key: str
+def outbox_batches(intents: Sequence[tuple[Intent, str]], key: str, sealer: Sealer
                    ) -> list[dict[str, Any]]:
     """(intent, trace id) pairs as schema.outbox.publish messages: records of at most
-    BATCH_LIMIT intents, keyed by `key`, each value {"intents": [body + "trace_id"]}
-    (the webhook body of each, with the trace id of the change that made it). A record's
-    `event_id` and `trace_id` headers are its first intent's id and trace id."""
+    BATCH_LIMIT intents, keyed by `key`, each value {"intents": [body + "trace_id"],
+    "seal": ...} (the webhook body of each with the trace id of the change that made
+    it; the seal over the bodies: notify/seal.py). A record's `event_id` and `trace_id`
+    headers are its first intent's id and trace id."""
     out = []
     for start in range(0, len(intents), BATCH_LIMIT):
         chunk = intents[start:start + BATCH_LIMIT]
+        bodies = [{"type": i.type.value, "id": i.id, "created_at": i.created_at,
+                   "data": i.data} for i, _ in chunk]
+        seal = sealer.seal(bodies)
+        for body, (_, t) in zip(bodies, chunk, strict=True):
+            body["trace_id"] = t  # after the seal: a trace id is not the intent's content
         out.append({"aggregateid": key, "type": BATCH_TYPE, "event_id": chunk[0][0].id,
-                    "payload": {"intents": [
-                        {"type": i.type.value, "id": i.id, "created_at": i.created_at,
-                         "data": i.data, "trace_id": t} for i, t in chunk]},
-                    "trace_id": chunk[0][1]})
+                    "payload": {"intents": bodies, "seal": seal}, "trace_id": chunk[0][1]})
     return out
 
 
@@ -207,16 +211,25 @@ class IntentError(ValueError):
         self.detail = detail
 
 
-def parse_batch(obj: object) -> tuple[list[tuple[Intent, str | None]], list[IntentError]]:
+def parse_batch(obj: object, sealer: Sealer
+                ) -> tuple[list[tuple[Intent, str | None]], list[IntentError]]:
     """A record's value read back: its intents with their trace ids, and what is wrong
     with the others (each element is judged alone: parse_intent). A value that is no
-    batch at all is one error and no intent."""
+    batch at all, or whose seal does not verify (notify/seal.py), is one error and no
+    intent."""
     if not isinstance(obj, dict) or not isinstance(obj.get("intents"), list):
         return [], [IntentError("malformed", 'a record is {"intents": [...]}')]
     items = obj["intents"]
     if not 1 <= len(items) <= BATCH_LIMIT:
         return [], [IntentError("malformed",
                                 f"a record holds 1 to {BATCH_LIMIT} intents, not {len(items)}")]
+    if "seal" not in obj:
+        return [], [IntentError("unsealed", "the record carries no seal: not made by a "
+                                "producer of intents (notify/seal.py)")]
+    if not (all(isinstance(item, dict) for item in items)
+            and sealer.verifies(items, obj["seal"])):
+        return [], [IntentError("bad_seal", "the record's seal does not match its intents:"
+                                " altered, or not sealed with our key")]
     intents: list[tuple[Intent, str | None]] = []
     errors: list[IntentError] = []
     for item in items:

@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from paystream.notify import intents
+from paystream.notify.seal import Sealer
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
 from paystream.schema.events import NOTIFICATIONS_AGGREGATE, PaymentEvent, SettlementType
@@ -56,6 +57,9 @@ class Batch(Protocol):
 class Notifications:
     name = "notifications"
 
+    def __init__(self, sealer: Sealer) -> None:
+        self.sealer = sealer
+
     def write(self, cur: Cursor, batch: Batch) -> None:
         created_at = batch.created_at
         owed = {id(c): amount for c, amount in batch.plan.shortfalls}
@@ -88,7 +92,8 @@ class Notifications:
             by_source.setdefault(c.source, []).append((told, c.trace_id or c.event.event_id))
         publish(cur, NOTIFICATIONS_AGGREGATE,
                 [message for (topic, partition), batch_of in sorted(by_source.items())
-                 for message in intents.outbox_batches(batch_of, f"{topic}-{partition}")])
+                 for message in intents.outbox_batches(batch_of, f"{topic}-{partition}",
+                                                       self.sealer)])
 
 
 class ResolvedShortfall(Protocol):
@@ -106,7 +111,8 @@ class ResolvedShortfall(Protocol):
     def resolution(self) -> str | None: ...
 
 
-def shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall, still_flagged: bool) -> None:
+def shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall, still_flagged: bool,
+                       sealer: Sealer) -> None:
     """Tell the user a shortfall was resolved, in the resolution's transaction: the
     `tell` the doors (`paystream shortfalls resolve`, the console) hand the ledger's
     consumers/ledger/shortfalls.py resolve()."""
@@ -117,4 +123,5 @@ def shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall, still_flagged: 
         shortfall_id=resolved.id, resolution=resolved.resolution,
         account_flagged=still_flagged)
     publish(cur, NOTIFICATIONS_AGGREGATE,
-            intents.outbox_batches([(intent, resolved.source_event_id)], intent.user_id))
+            intents.outbox_batches([(intent, resolved.source_event_id)], intent.user_id,
+                                   sealer))

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from paystream.notify import intents
+from paystream.notify.seal import Sealer
 from paystream.schema.db import Cursor
 from paystream.schema.events import NOTIFICATIONS_AGGREGATE, parse_wire
 from paystream.schema.outbox import publish
@@ -52,7 +53,7 @@ def remade(rows: Iterable[tuple[str, datetime | None, dict[str, Any], str]]
     return made
 
 
-def missing_intents(cur: Cursor, window_s: float = WINDOW_S) -> int:
+def missing_intents(cur: Cursor, sealer: Sealer, window_s: float = WINDOW_S) -> int:
     """Publish again, in the caller's transaction, the intents of the last `window_s`
     seconds' outcomes that the notifier has not recorded; how many."""
     cur.execute("SELECT p.outcome, p.processed_at, e.payload, e.trace_id"
@@ -73,5 +74,5 @@ def missing_intents(cur: Cursor, window_s: float = WINDOW_S) -> int:
     # Keyed by user: each user's intents on one notification partition, in order.
     publish(cur, NOTIFICATIONS_AGGREGATE,
             [m for user, pairs in by_user.items()
-             for m in intents.outbox_batches(pairs, f"republished-{user}")])
+             for m in intents.outbox_batches(pairs, f"republished-{user}", sealer)])
     return len(made)

@@ -49,8 +49,9 @@ COMMAND_MODULES = (
 def _tell_shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall,
                              still_flagged: bool) -> None:
     from paystream.notify.ledger_consequence import shortfall_resolved
+    from paystream.notify.seal import process_sealer
 
-    shortfall_resolved(cur, resolved, still_flagged)
+    shortfall_resolved(cur, resolved, still_flagged, process_sealer())
 
 
 def build_parser() -> argparse.ArgumentParser:

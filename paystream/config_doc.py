@@ -34,6 +34,7 @@ from paystream.kafka_nodes import KafkaSettings
 from paystream.kafka_security import KafkaSecuritySettings
 from paystream.local_chain import AnvilSettings
 from paystream.notify.crash_hooks import SenderCrashHookSettings
+from paystream.notify.seal import SealSettings
 from paystream.notify.settings import NotifySettings, ReminderSettings
 from paystream.ops.health_settings import HealthSettings
 from paystream.process_settings import ProcessSettings
@@ -79,6 +80,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     HealthSettings,
     NotifySettings,
     ReminderSettings,
+    SealSettings,
     ProcessSettings,
     CrashHookSettings,
     SenderCrashHookSettings,

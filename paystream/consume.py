@@ -206,7 +206,8 @@ def _consume(args: argparse.Namespace) -> int:
         handler = ledger_handler()
     elif args.kind == "notifier":
         from paystream.consumers.notifier import NotifierHandler
-        handler = NotifierHandler()
+        from paystream.notify.seal import process_sealer
+        handler = NotifierHandler(process_sealer())
         if not args.no_deliver:
             return _with_sender(settings, handler)
     else:
@@ -228,9 +229,11 @@ def ledger_handler() -> Any:
     from paystream.invoices.ledger_consequence import InvoicePayments
     from paystream.notify.intents import now_text
     from paystream.notify.ledger_consequence import Notifications
+    from paystream.notify.seal import process_sealer
 
     return LedgerHandler(LedgerSettings.from_env(), HotPathReconciler.from_env(),
-                         (ChainDeposits(), InvoicePayments(), Notifications()), now_text)
+                         (ChainDeposits(), InvoicePayments(), Notifications(process_sealer())),
+                         now_text)
 
 
 def _with_sender(settings: ConsumerSettings, handler: Any) -> int:

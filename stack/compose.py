@@ -35,6 +35,7 @@ from urllib.parse import quote
 from paystream import credentials, kafka_nodes, kafka_security
 from paystream.connectors import endpoint
 from paystream.kafka_nodes import KafkaSettings
+from paystream.notify import seal
 from paystream.schema import db
 from paystream.stack import alertmanager, connect, kafka, postgres
 
@@ -319,7 +320,8 @@ def ensure_passwords() -> list[str]:
     secrets = credentials.secrets_dir()
     names = [*(db.secret_name(r) for r in db.ROLE_NAMES), endpoint.REST_SECRET,
              kafka.CONTROLLER_SECRET,
-             *(kafka_security.secret_name(r) for r in kafka_security.ROLES)]
+             *(kafka_security.secret_name(r) for r in kafka_security.ROLES),
+             seal.SECRET_NAME]
     fresh = [n for n in [*names, CLUSTER_ID_SECRET] if not (secrets / n).exists()]
     for name in names:
         credentials.ensure_secret(name)

@@ -33,6 +33,7 @@ from prometheus_client import Counter, Gauge
 from paystream.connectors import registration
 from paystream.connectors.endpoint import rest_auth
 from paystream.notify import republish as notify_republish
+from paystream.notify.seal import process_sealer
 from paystream.schema import outbox, republish
 from paystream.schema.db import PostgresAddress, connect
 from paystream.stack import postgres, standby
@@ -101,7 +102,7 @@ def follow(s: StackSettings, port: int) -> dict[str, int]:
                                    database=s.pg_db)
             counts = {"event": republish.received_events(cur),
                       "settlement": republish.unsettled_settlements(cur),
-                      "intent": notify_republish.missing_intents(cur)}
+                      "intent": notify_republish.missing_intents(cur, process_sealer())}
         log.info("outbox_fence_lifted", primary_port=port,
                  held_s=round(time.monotonic() - fenced, 3))
     finally:

@@ -18,6 +18,7 @@ from paystream import kafka_security
 from paystream.backups import BackupSettings
 from paystream.connectors.endpoint import rest_client
 from paystream.env import SettingsError
+from paystream.notify import seal
 from paystream.operator_cli import format_table
 from paystream.schema.db import where
 from paystream.schema.migrate import apply_migrations
@@ -85,6 +86,7 @@ def up(s: StackSettings, with_prometheus: bool = False, with_pgbouncer: bool = F
             _step(f"pgbouncer start :{bouncer.port}", lambda: pgbouncer.start(s, bouncer))
         _step("jars (maven)", lambda: kafka.resolve_jars(s))
         _step("kafka secrets", lambda: ", ".join(kafka.ensure_secrets()) or False)
+        _step("intent seal key", seal.ensure_key)
         nodes = "" if s.brokers == 1 else f" ({s.brokers} nodes)"
         _step(f"kafka storage format{nodes}", lambda: kafka.format_storage(s))
         _step(f"kafka start :{','.join(str(n.client_port) for n in s.kafka_nodes)}",

@@ -33,6 +33,7 @@ from paystream.chaos.invariants import InvariantReport, accepted_events
 from paystream.chaos.traffic import MIX, InvoicePayment, Kind, Request
 from paystream.invoices.create import InvoiceRequest, create
 from paystream.invoices.rules import Payments, standing
+from paystream.notify.seal import process_sealer
 from paystream.schema.amounts import EXACT_CONTEXT
 from paystream.schema.db import Cursor
 
@@ -145,6 +146,7 @@ def create_all(cur: Cursor, invoices: Sequence[ChaosInvoice], run_id: str,
     for n, invoice in enumerate(invoices):
         status, answer, _ = create(
             cur, key_id=None, idempotency_key=None, created_at_text=created_at,
+            sealer=process_sealer(),
             wanted=InvoiceRequest(invoice.user_id, invoice.asset, invoice.amount,
                                   DEADLINE_S, order_id=f"chaos-{run_id}-o{n}",
                                   tolerance_pct=invoice.tolerance_pct))

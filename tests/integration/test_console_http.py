@@ -21,6 +21,7 @@ from paystream.api import keys
 from paystream.invoices.create import InvoiceRequest, create
 from paystream.launch import paystream_argv
 from paystream.notify.intents import now_text
+from paystream.notify.seal import process_sealer
 from paystream.schema import merchants
 from paystream.schema.db import Connection, connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
@@ -252,7 +253,7 @@ def test_reconcile_now_runs_every_features_check_as_the_command_does(
         with conn, conn.cursor() as cur:
             status, answer, _ = create(
                 cur, key_id=None, idempotency_key=None, created_at_text=now_text(),
-                wanted=InvoiceRequest(user, "USD", Decimal(3), 3600))
+                sealer=process_sealer(), wanted=InvoiceRequest(user, "USD", Decimal(3), 3600))
     finally:
         conn.close()
     assert status == 201, answer

@@ -28,6 +28,7 @@ from paystream.chaos.receiver import Receiver, receiver
 from paystream.consumers.connection import Database
 from paystream.launch import paystream_argv
 from paystream.notify.intents import parse_batch
+from paystream.notify.seal import process_sealer
 from paystream.schema.db import Connection
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
 from tests.integration.test_invoice_reminders import free_port, merchant, new_invoice
@@ -143,7 +144,7 @@ def _intents_of(reader: TopicReader, kind: str) -> list[str]:
         value = json.loads(msg.value())
         if isinstance(value, str):  # the router's payload as a JSON string
             value = json.loads(value)
-        for intent, _ in parse_batch(value)[0]:
+        for intent, _ in parse_batch(value, process_sealer())[0]:
             if intent.type.value == kind:
                 found.append(str(intent.data.get("invoice_id")))
     return found

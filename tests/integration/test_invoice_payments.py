@@ -38,6 +38,7 @@ from paystream.invoices.create import InvoiceRequest, create
 from paystream.invoices.reconcile_check import find_invoice_mismatches
 from paystream.launch import free_port, paystream_argv
 from paystream.notify.intents import now_text, parse_batch
+from paystream.notify.seal import process_sealer
 from paystream.reconcile_checks import invoice_findings
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC
@@ -93,7 +94,7 @@ class Intents:
 
     def drain(self) -> None:
         for msg in self.reader.read(10_000, 0.3):
-            intents, _ = parse_batch(json.loads(msg.value()))
+            intents, _ = parse_batch(json.loads(msg.value()), process_sealer())
             for intent, _trace in intents:
                 invoice_id = intent.data.get("invoice_id")
                 if intent.type.value.startswith("invoice.") and invoice_id:
@@ -160,7 +161,7 @@ def new_invoice(user: str, asset: str, amount: Decimal, *, expires_in_s: int = 3
         with conn, conn.cursor() as cur:
             status, answer, _ = create(
                 cur, key_id=None, idempotency_key=None, created_at_text=now_text(),
-                wanted=InvoiceRequest(user, asset, amount, expires_in_s,
+                sealer=process_sealer(), wanted=InvoiceRequest(user, asset, amount, expires_in_s,
                                       tolerance_pct=tolerance))
     finally:
         conn.close()

@@ -31,6 +31,7 @@ from paystream.launch import paystream_argv
 from paystream.notify.crash_hooks import AFTER_CLAIM
 from paystream.notify.intents import now_text
 from paystream.notify.reminders import invoice_key, remind_once
+from paystream.notify.seal import process_sealer
 from paystream.notify.settings import ReminderSettings
 from paystream.schema.db import Connection, connect, database_url
 from tests.support.consumers import ConsumerProcess, ProcessPool, create_topic
@@ -86,7 +87,7 @@ def new_invoice(db: Connection, user: str, life_s: float, amount: str = "25") ->
                                   order_id=unique("order"))
     with db.cursor() as cur:
         _, answer, _ = create.create(cur, key_id=None, idempotency_key=None, wanted=wanted,
-                                     created_at_text=now_text())
+                                     created_at_text=now_text(), sealer=process_sealer())
         cur.execute("UPDATE invoices SET expires_at = created_at + make_interval(secs => %s)"
                     " WHERE invoice_id = %s RETURNING created_at, expires_at",
                     (life_s, answer["invoice_id"]))

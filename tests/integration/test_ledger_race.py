@@ -8,6 +8,7 @@ import threading
 from decimal import Decimal
 
 from paystream.notify.intents import IntentType, parse_batch
+from paystream.notify.seal import process_sealer
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
 from tests.support.consumers import (
     create_topic,
@@ -107,7 +108,7 @@ def test_withdrawals_racing_deposits_never_overdraw(db, pool) -> None:
     def notified() -> list[str]:
         found = []
         for m in read_all(NOTIFICATIONS_TOPIC):
-            intents, _ = parse_batch(json.loads(m.value()))
+            intents, _ = parse_batch(json.loads(m.value()), process_sealer())
             found += [i.data["event_id"] for i, _ in intents
                       if i.data["event_id"].startswith(prefix)
                       and i.type is IntentType.WITHDRAWAL_REJECTED]

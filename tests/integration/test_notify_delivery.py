@@ -15,6 +15,7 @@ import pytest
 
 from paystream.chaos.receiver import Receiver, receiver
 from paystream.notify.intents import IntentType
+from paystream.notify.seal import Sealer, process_sealer
 from paystream.schema.db import Connection
 from tests.support.consumers import (
     ConsumerProcess,
@@ -228,18 +229,25 @@ def test_a_sender_killed_mid_delivery_loses_nothing_and_never_renames(
         assert [i for i in stuck if i not in sent_before]
 
 
-def test_what_is_not_an_intent_is_a_dead_letter_and_never_sent(
+def test_what_is_not_an_intent_or_not_sealed_by_us_is_a_dead_letter_and_never_sent(
         db: Connection, pool: ProcessPool, hooks: Receiver, topics: tuple[str, str],
         endpoints: list[str]) -> None:
     user = unique("ntf-user")
     _endpoint(hooks, endpoints, f"/ok/{user}", user)
-    good, forged, mixed_good = intents(unique("src"), user, 3)
-    forged_body = {**forged.body(), "id": "ntf_" + "f" * 32}  # an id its source does not derive
-    [(key, value, headers)] = messages([mixed_good])
-    batch = json.loads(value)
-    batch["intents"].append(forged_body)  # one good intent and one forged in a record
-    bad = [(user.encode(), json.dumps({"intents": [forged_body]}).encode(), []),
-           (key, json.dumps(batch).encode(), headers),
+    good, wrong_id, mixed_good, forged, altered, foreign = intents(unique("src"), user, 6)
+    sealer = process_sealer()
+    # Sealed by us, one element with an id its source does not derive: judged alone.
+    mixed = [{**mixed_good.body(), "trace_id": "t"},
+             {**wrong_id.body(), "id": "ntf_" + "f" * 32}]
+    # Well formed, the id its source derives, a made-up amount: only the seal tells.
+    forged_body = {**forged.body(), "data": {**forged.data, "amount": "1000000"}}
+    [(key, value, headers)] = messages([altered])
+    altered_record = json.loads(value)
+    altered_record["intents"][0]["data"]["amount"] = "1000000"  # changed after the seal
+    bad = [(key, json.dumps({"intents": mixed, "seal": sealer.seal(mixed)}).encode(), headers),
+           (user.encode(), json.dumps({"intents": [forged_body]}).encode(), []),
+           (key, json.dumps(altered_record).encode(), headers),
+           *messages([foreign], Sealer((b"a key that is not the stack's",))),
            (user.encode(), json.dumps(good.body()).encode(), []),  # an intent, not a record
            (user.encode(), b"not json", [])]
     proc = _notifier(pool, topics)
@@ -247,13 +255,14 @@ def test_what_is_not_an_intent_is_a_dead_letter_and_never_sent(
     wanted = sorted([good.id, mixed_good.id])
     wait_until(lambda: sorted(hooks.ids(f"/ok/{user}")) == wanted, 30,
                "the two real intents", interval_s=0.5)
-    wait_until(lambda: len(read_all(topics[1])) == 4, 30, "four dead letters", interval_s=0.5)
+    wait_until(lambda: len(read_all(topics[1])) == 6, 30, "six dead letters", interval_s=0.5)
     reasons = sorted(dict(m.headers())["dlq.error.reason"].decode()
                      for m in read_all(topics[1]))
-    assert reasons == ["malformed", "malformed", "wrong_intent_id", "wrong_intent_id"]
+    assert reasons == ["bad_seal", "bad_seal", "malformed", "malformed", "unsealed",
+                       "wrong_intent_id"]
     with db.cursor() as cur:
-        cur.execute("SELECT count(*) FROM notification_intents WHERE intent_id = %s",
-                    (forged_body["id"],))
+        cur.execute("SELECT count(*) FROM notification_intents WHERE intent_id = ANY(%s)",
+                    ([wrong_id.id, forged.id, altered.id, foreign.id, "ntf_" + "f" * 32],))
         assert cur.fetchone()[0] == 0
     assert proc.terminate() == 0, proc.tail()
     assert sorted(hooks.ids(f"/ok/{user}")) == wanted

@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from paystream.notify.intents import parse_batch
+from paystream.notify.seal import process_sealer
 from paystream.schema.db import Connection, PostgresAddress, connect, database_url
 from paystream.schema.events import NOTIFICATIONS_TOPIC, EventType, PaymentEvent
 from paystream.stack import postgres
@@ -112,7 +113,7 @@ def test_a_compressed_intents_record_reaches_the_topic_whole(db: Connection, led
     wait_until(lambda: bool(ours()), 60, "the batch's intents record", interval_s=1)
     (value,) = ours()
     assert len(value) > 50_000
-    intents, problems = parse_batch(json.loads(value))
+    intents, problems = parse_batch(json.loads(value), process_sealer())
     assert not problems
     assert {(i.data["event_id"], i.data["amount"]) for i, _ in intents} == {
         (e.event_id, f"{e.amount}") for e in events}

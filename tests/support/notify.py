@@ -20,6 +20,7 @@ from paystream.notify.intents import (
     now_text,
     outbox_batches,
 )
+from paystream.notify.seal import Sealer, process_sealer
 from tests.support.consumers import ConsumerProcess
 
 Message = tuple[bytes, bytes, list[tuple[str, bytes]]]
@@ -59,13 +60,13 @@ def intents(prefix: str, user: str, count: int,
             for i in range(count)]
 
 
-def messages(items: Sequence[Intent]) -> list[Message]:
+def messages(items: Sequence[Intent], sealer: Sealer | None = None) -> list[Message]:
     """The records Debezium's outbox router writes for these intents, one intent each
     (as an operator's shortfall resolution is written; notify.intents.outbox_batches
-    makes the value)."""
+    makes the value), sealed with the stack's key unless another `sealer` is given."""
     out: list[Message] = []
     for i in items:
-        [row] = outbox_batches([(i, f"trace-{i.id}")], i.user_id)
+        [row] = outbox_batches([(i, f"trace-{i.id}")], i.user_id, sealer or process_sealer())
         out.append((i.user_id.encode(), json.dumps(row["payload"]).encode(),
                     [("event_type", row["type"].encode()), ("event_id", row["event_id"].encode()),
                      ("trace_id", row["trace_id"].encode())]))

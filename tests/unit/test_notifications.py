@@ -35,9 +35,12 @@ from paystream.notify.intents import (
     wants,
 )
 from paystream.notify.schedule import Verdict, judge, retry_delay
+from paystream.notify.seal import Sealer
 from paystream.notify.settings import DEFAULT_RETRY_DELAYS_S, NotifySettings, ReminderSettings
 from paystream.schema.events import EventType, PaymentEvent, SettlementType
 from paystream.schema.processed_events import REJECTIONS, Outcome
+
+SEALER = Sealer((b"the test's seal key",))
 
 
 def _event(kind: EventType | SettlementType, *, chain: dict | None = None,
@@ -128,29 +131,81 @@ def _many(n: int) -> list:
 
 def test_a_ledger_batch_travels_in_records_of_at_most_the_limit_and_reads_back() -> None:
     pairs = _many(BATCH_LIMIT + 3)
-    rows = outbox_batches(pairs, "paystream.payments-7")
+    rows = outbox_batches(pairs, "paystream.payments-7", SEALER)
     assert [len(r["payload"]["intents"]) for r in rows] == [BATCH_LIMIT, 3]
     assert {r["aggregateid"] for r in rows} == {"paystream.payments-7"}
     assert [(r["event_id"], r["trace_id"]) for r in rows] == [
         (pairs[0][0].id, "tr-0"), (pairs[BATCH_LIMIT][0].id, f"tr-{BATCH_LIMIT}")]
-    back = [p for r in rows for p in parse_batch(json.loads(json.dumps(r["payload"])))[0]]
+    back = [p for r in rows
+            for p in parse_batch(json.loads(json.dumps(r["payload"])), SEALER)[0]]
     assert back == pairs  # every intent, in order, with its own trace id
-    # Each element is the webhook body plus the trace id, nothing else.
+    # Each element is the webhook body plus the trace id, nothing else; a seal a record.
     element = rows[1]["payload"]["intents"][0]
     assert {k: v for k, v in element.items() if k != "trace_id"} == pairs[BATCH_LIMIT][0].body()
+    assert all(set(r["payload"]) == {"intents", "seal"} for r in rows)
+
+
+def _sealed(items: list) -> dict:
+    return {"intents": items, "seal": SEALER.seal(items)}
 
 
 def test_a_record_keeps_its_good_intents_and_names_the_bad_ones() -> None:
     (good, trace), (other, _) = _many(2)
     forged = {**other.body(), "id": "ntf_" + "0" * 32}
-    found, errors = parse_batch({"intents": [{**good.body(), "trace_id": trace}, forged,
-                                             "not an object"]})
+    found, errors = parse_batch(_sealed([{**good.body(), "trace_id": trace}, forged,
+                                         {"type": "deposit.credited"}]), SEALER)
     assert found == [(good, trace)]
     assert [e.reason for e in errors] == ["wrong_intent_id", "malformed"]
     for not_a_batch in (good.body(), [good.body()], {"intents": []},
                         {"intents": [good.body()] * (BATCH_LIMIT + 1)}, None):
-        found, errors = parse_batch(not_a_batch)
+        found, errors = parse_batch(not_a_batch, SEALER)
         assert found == [] and [e.reason for e in errors] == ["malformed"]
+
+
+def test_only_a_record_sealed_with_our_key_over_what_it_carries_is_read() -> None:
+    (good, trace), (other, _) = _many(2)
+    record = json.loads(json.dumps(outbox_batches([(good, trace), (other, trace)], "k",
+                                                  SEALER)[0]["payload"]))
+    # As the outbox's jsonb gives it back: keys in another order at every depth.
+    shuffled = {"seal": record["seal"], "intents": [
+        {k: ({dk: i["data"][dk] for dk in reversed(i["data"])} if k == "data" else i[k])
+         for k in reversed(i)} for i in record["intents"]]}
+    assert [i for i, _ in parse_batch(shuffled, SEALER)[0]] == [good, other]
+    # Rotation: a new key first, the old one still verifies what it sealed.
+    assert len(parse_batch(record, Sealer((b"new", *SEALER.keys)))[0]) == 2
+
+    def reasons(obj: object, sealer: Sealer = SEALER) -> list[str]:
+        found, errors = parse_batch(obj, sealer)
+        assert found == []
+        return [e.reason for e in errors]
+
+    assert reasons({"intents": record["intents"]}) == ["unsealed"]
+    assert reasons(record, Sealer((b"another key",))) == ["bad_seal"]
+    for path, value in ((("data", "amount"), "1000000"), (("data", "user_id"), "someone"),
+                        (("created_at",), "2020-01-01T00:00:00.000Z"), (("data", "x"), 1)):
+        altered = json.loads(json.dumps(record))
+        target = altered["intents"][1]
+        for name in path[:-1]:
+            target = target[name]
+        target[path[-1]] = value
+        assert reasons(altered) == ["bad_seal"], path
+    dropped = {**record, "intents": record["intents"][:1]}  # one intent left out
+    assert reasons(dropped) == ["bad_seal"]
+    assert reasons({**record, "seal": 7}) == ["bad_seal"]
+    assert reasons({**record, "intents": [*record["intents"][:1], "x"]}) == ["bad_seal"]
+
+
+def test_the_seal_key_file_gives_one_key_a_line_and_refuses_an_empty_one(tmp_path) -> None:
+    path = tmp_path / "intent-seal"
+    path.write_text("first\nsecond\n")
+    assert Sealer.from_file(path).keys == (b"first", b"second")
+    path.write_text("\n")
+    with pytest.raises(SettingsError, match="empty"):
+        Sealer.from_file(path)
+    with pytest.raises(SettingsError, match="does not exist"):
+        Sealer.from_file(tmp_path / "absent")
+    with pytest.raises(ValueError):
+        Sealer(())
 
 
 def test_event_filters() -> None:
