@@ -33,6 +33,7 @@ import time
 from cluster_cost import run_bench  # bench/, the script's folder
 
 from paystream.schema.db import connect, database_url, one_row
+from paystream.stack import backup
 from paystream.stack.postgres import superuser_sql
 from paystream.stack.settings import StackSettings
 
@@ -106,7 +107,19 @@ def held() -> int:
         return int(one_row(cur)[0])
 
 
-def top_up(size: int, have: int, total: int) -> None:
+def prune_archive() -> int:
+    """Deletes the WAL segments this stack has archived (--prune-archive, for a stack of
+    the bench's own that is thrown away): the fill writes ~2.4 GB of archived WAL per
+    million events, and 10 M filled the disk. Returns the files deleted."""
+    archive = backup.repo_path(StackSettings.from_env()) / "archive"
+    gone = 0
+    for segment in archive.glob("*/*/*/*"):  # <stanza>/<version-id>/<timeline+log>/<file>
+        segment.unlink(missing_ok=True)
+        gone += 1
+    return gone
+
+
+def top_up(size: int, have: int, total: int, prune: bool) -> None:
     """Events numbered [have, size) of the history's `total`, CHUNK a transaction."""
     conn = connect(database_url("owner"), application_name="bench-growth-fill")
     try:
@@ -120,6 +133,8 @@ def top_up(size: int, have: int, total: int) -> None:
                 for sql in _FILL:
                     cur.execute(sql)
                 conn.commit()
+                if prune:
+                    prune_archive()
             # The history users' balances: the sum of their available postings.
             cur.execute("INSERT INTO balances (user_id, asset, balance)"
                         " SELECT a.owner, 'USD', sum(p.amount) FROM postings p"
@@ -201,13 +216,16 @@ def main() -> int:
                     help="measured ledger runs and ingest phases at each size")
     ap.add_argument("--rate", type=float, default=1000)
     ap.add_argument("--seconds", type=float, default=10, help="each ingest phase")
+    ap.add_argument("--prune-archive", action="store_true",
+                    help="delete the WAL the stack archives as the fill goes (a stack of "
+                         "the bench's own, thrown away: make bench-growth-cost)")
     args = ap.parse_args()
     sizes = sorted(args.sizes)
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
     figures: dict[str, dict[str, float]] = {}
     for size in sizes:
         began = time.monotonic()
-        top_up(size, held(), sizes[-1])
+        top_up(size, held(), sizes[-1], args.prune_archive)
         filled = time.monotonic() - began
         waited = quiet()
         print(f"\n{label(size)}: {held():,} stored events (filled in {filled:.0f} s, quiet "
