@@ -73,12 +73,14 @@ CLUSTER_ID_SECRET = "kafka-cluster-id"
 @dataclass(frozen=True)
 class Service:
     """A paystream container: the database role and the Kafka principal it logs in as,
-    and whether it calls Connect's REST API."""
+    whether it calls Connect's REST API, and whether it makes or checks notification
+    intents (the seal's key: notify/seal.py)."""
 
     name: str
     db_role: db.DbRole | None
     kafka_role: str | None = None
     connect_rest: bool = False
+    intent_seal: bool = False
 
     def files(self) -> tuple[str, ...]:
         names = []
@@ -88,6 +90,8 @@ class Service:
             names.append(kafka_security.secret_name(self.kafka_role))
         if self.connect_rest:
             names.append(endpoint.REST_SECRET)
+        if self.intent_seal:
+            names.append(seal.SECRET_NAME)
         return tuple(names)
 
 
@@ -95,20 +99,21 @@ class Service:
 # (kafka_security.role_for_group), database roles as each command picks them.
 SERVICES = (
     Service("ingest", "ingest"),
-    Service("ledger", "ledger", kafka_security.role_for_group("ledger")),
+    Service("ledger", "ledger", kafka_security.role_for_group("ledger"), intent_seal=True),
     Service("dlq-mirror", "mirror", kafka_security.role_for_group("dlq-mirror")),
     Service("finality", "finality"),
     # The chain scanner reads the chain as the finality role (migrations 0023, 0024).
     Service("scanner", "finality"),
-    Service("notifier", "notifier", kafka_security.role_for_group("notifier")),
+    Service("notifier", "notifier", kafka_security.role_for_group("notifier"),
+            intent_seal=True),
     Service("connector-watchdog", None, connect_rest=True),
     Service("hold-expiry", "ops"),
-    Service("invoice-expiry", "ops"),
+    Service("invoice-expiry", "ops", intent_seal=True),
     # `reconcile --chain --loop`: the operator's check against the chain, hourly.
     Service("chain-reconcile", "ops"),
-    Service("api", "api"),
+    Service("api", "api", intent_seal=True),
     # The operator console acts as the operator (migration 0029).
-    Service("console", "ops"),
+    Service("console", "ops", intent_seal=True),
 )
 SETUP = "setup"
 # Alertmanager (prom/alertmanager, the same 0.25 as Debian's): its volume holds its
@@ -274,6 +279,8 @@ def service_files(brokers: int | None = None) -> dict[str, dict[str, str]]:
                 kafka_security.secret_name(service.kafka_role)) + "\n"
         if service.connect_rest:
             files[endpoint.REST_SECRET] = _secret(endpoint.REST_SECRET) + "\n"
+        if service.intent_seal:
+            files[seal.SECRET_NAME] = _secret(seal.SECRET_NAME) + "\n"
         out[service.name] = files
     admin_password = _secret(kafka_security.secret_name(kafka_security.ADMIN))
     partitions = KafkaSettings.from_env().partitions
