@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from paystream.schema.amounts import AMOUNT_PATTERN
-from paystream.schema.events import GATEWAY_EVENT_TYPES
+from paystream.schema.event_types import gateway_types
 
 
 class EventResult(BaseModel):
@@ -113,7 +113,7 @@ PAYMENT_BODY = {
     "required": ["event_id", "event_type", "user_id", "amount"],
     "properties": {
         "event_id": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$"},
-        "event_type": {"type": "string", "enum": [t.value for t in GATEWAY_EVENT_TYPES]},
+        "event_type": {"type": "string", "enum": [t.value for t in gateway_types()]},
         "user_id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
         "amount": {"type": "string", "pattern": f"^{AMOUNT_PATTERN.pattern}$",
                    "description": "decimal string: > 0, at most 18 decimals, below 10^20"},

@@ -18,10 +18,10 @@ from paystream.ingest.errors import ConflictingDuplicateError, IngestError, Payl
 from paystream.ingest.recording import DeliveryWrite, Recorded
 from paystream.schema.amounts import AmountError, parse_amount
 from paystream.schema.db import Cursor
+from paystream.schema.event_types import BY_NAME, gateway_types
 from paystream.schema.events import (
     ASSET_PATTERN,
     EVENT_ID_PATTERN,
-    GATEWAY_EVENT_TYPES,
     INVOICE_ID_PATTERN,
     USER_ID_PATTERN,
     EventError,
@@ -42,9 +42,6 @@ CHAIN_EVENT_ID = re.compile(r"[A-Z0-9_]+:0x[0-9a-f]{64}(:.*)?")
 # block that event.
 STATEMENT_PREFIX = "stmt:"
 RESERVED_PREFIXES = ("op:", "sys:", "api:", STATEMENT_PREFIX)
-EVENT_TYPES = ", ".join(t.value for t in GATEWAY_EVENT_TYPES)
-# The types that may carry a fee: it is held with the request, charged at settlement.
-FEE_TYPES = (EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED)
 # A chain asset ("ETH_MAINNET:native", "ETH_MAINNET:0x<contract>"): only a chain provider
 # reports those, and the ledger holds them until their block is final.
 CHAIN_ASSET = re.compile(r"[A-Z0-9_]+:.*")
@@ -69,14 +66,10 @@ def parse_payment(obj: Any, default_asset: str,
                            " for the operator's, the scheduler's, the API's and statements'"
                            " events)")
     raw_type = _text(obj, "event_type", None)
-    try:
-        event_type = EventType(raw_type)
-    except ValueError:
-        event_type = None
-    if event_type not in GATEWAY_EVENT_TYPES:
-        raise PayloadError(f"event_type must be one of {EVENT_TYPES}, got {raw_type[:40]!r}",
-                           code="invalid_event_type")
-    assert event_type is not None
+    event_type = BY_NAME.get(raw_type)
+    if event_type is None or not event_type.gateway:
+        raise PayloadError(f"event_type must be one of {', '.join(gateway_types())},"
+                           f" got {raw_type[:40]!r}", code="invalid_event_type")
     reference = None
     if event_type.reference_field is not None:
         reference = _text(obj, event_type.reference_field, EVENT_ID_PATTERN)
@@ -84,9 +77,10 @@ def parse_payment(obj: Any, default_asset: str,
             raise PayloadError(f"{event_type.reference_field} names the event itself")
     fee = None
     if obj.get("fee") is not None:
-        if event_type not in FEE_TYPES:
-            raise PayloadError(f"fee is only for {', '.join(t.value for t in FEE_TYPES)}",
-                               code="unexpected_field")
+        if not event_type.carries_fee:
+            # A fee is held with the request and charged at its settlement.
+            fee_types = ", ".join(t for t in gateway_types() if t.carries_fee)
+            raise PayloadError(f"fee is only for {fee_types}", code="unexpected_field")
         try:
             fee = parse_fee(obj["fee"])
         except EventError as exc:

@@ -80,33 +80,29 @@ class IntentType(StrEnum):
     INVOICE_PAID_LATE = "invoice.paid_late"
 
 
-_WITHDRAWALS = frozenset({EventType.WITHDRAWAL, EventType.WITHDRAWAL_FEE,
-                          EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED,
-                          EventType.WITHDRAWAL_FAILED, EventType.HOLD_EXPIRED})
-# What an event that moved (or held) money tells its user, by (event type, outcome).
-_OF_CHANGE: dict[tuple[str, Outcome], IntentType] = {
-    (EventType.DEPOSIT.value, Outcome.APPLIED): IntentType.DEPOSIT_CREDITED,
-    (EventType.DEPOSIT.value, Outcome.PENDING_FINALITY): IntentType.DEPOSIT_PENDING,
-    (EventType.AIRDROP.value, Outcome.APPLIED): IntentType.DEPOSIT_CREDITED,
-    (EventType.WITHDRAWAL.value, Outcome.APPLIED): IntentType.WITHDRAWAL_APPLIED,
-    (EventType.WITHDRAWAL_FEE.value, Outcome.APPLIED): IntentType.WITHDRAWAL_APPLIED,
-    (EventType.WITHDRAWAL_REQUESTED.value, Outcome.APPLIED): IntentType.WITHDRAWAL_REQUESTED,
-    (EventType.WITHDRAWAL_SETTLED.value, Outcome.APPLIED): IntentType.WITHDRAWAL_SETTLED,
-    (EventType.WITHDRAWAL_FAILED.value, Outcome.APPLIED): IntentType.WITHDRAWAL_FAILED,
-    (EventType.HOLD_EXPIRED.value, Outcome.APPLIED): IntentType.WITHDRAWAL_FAILED,
-    **{(t.value, o): IntentType.BALANCE_REVERSED
-       for t in (EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT)
-       for o in (Outcome.APPLIED, Outcome.SHORTFALL)},
-    (EventType.ADJUSTMENT_CREDIT.value, Outcome.APPLIED): IntentType.BALANCE_ADJUSTED,
-    (EventType.ADJUSTMENT_DEBIT.value, Outcome.APPLIED): IntentType.BALANCE_ADJUSTED,
-    (EventType.ADJUSTMENT_DEBIT.value, Outcome.SHORTFALL): IntentType.BALANCE_ADJUSTED,
-    (SettlementType.DEPOSIT_FINALIZED.value, Outcome.APPLIED): IntentType.DEPOSIT_FINALIZED,
-    (SettlementType.DEPOSIT_REORGED.value, Outcome.REORGED): IntentType.DEPOSIT_REORGED,
-    (SettlementType.DEPOSIT_CREDITED.value, Outcome.CREDITED): IntentType.DEPOSIT_CREDITED,
-    (SettlementType.DEPOSIT_CREDITED.value, Outcome.APPLIED): IntentType.DEPOSIT_CREDITED,
-    (SettlementType.DEPOSIT_REVERSED.value, Outcome.APPLIED): IntentType.DEPOSIT_REVERSED,
-    (SettlementType.DEPOSIT_REVERSED.value, Outcome.SHORTFALL): IntentType.DEPOSIT_REVERSED,
+_BY_NAME: dict[str, IntentType] = {t.value: t for t in IntentType}
+# What a settlement tells its user, by (type, outcome). An event type's intents are in its
+# declaration (schema/event_types/): `intents` per outcome, `rejected_intent`.
+_OF_SETTLEMENT: dict[tuple[SettlementType, Outcome], IntentType] = {
+    (SettlementType.DEPOSIT_FINALIZED, Outcome.APPLIED): IntentType.DEPOSIT_FINALIZED,
+    (SettlementType.DEPOSIT_REORGED, Outcome.REORGED): IntentType.DEPOSIT_REORGED,
+    (SettlementType.DEPOSIT_CREDITED, Outcome.CREDITED): IntentType.DEPOSIT_CREDITED,
+    (SettlementType.DEPOSIT_CREDITED, Outcome.APPLIED): IntentType.DEPOSIT_CREDITED,
+    (SettlementType.DEPOSIT_REVERSED, Outcome.APPLIED): IntentType.DEPOSIT_REVERSED,
+    (SettlementType.DEPOSIT_REVERSED, Outcome.SHORTFALL): IntentType.DEPOSIT_REVERSED,
 }
+
+
+def _declared_intent(event_type: EventType | SettlementType, outcome: Outcome
+                     ) -> IntentType | None:
+    """The intent an event's outcome raises: its declaration's, a settlement's above."""
+    if isinstance(event_type, SettlementType):
+        if outcome.is_rejection:
+            return IntentType.BALANCE_REJECTED
+        return _OF_SETTLEMENT.get((event_type, outcome))
+    name = (event_type.rejected_intent if outcome.is_rejection
+            else event_type.intents.get(outcome))
+    return None if name is None else _BY_NAME[name]
 
 
 def intent_id(source_event_id: str, intent_type: IntentType) -> str:
@@ -157,15 +153,11 @@ def of_outcome(event: PaymentEvent, outcome: Outcome, created_at: str, **extra: 
     unknown_user: there is no user to tell, and no endpoint of theirs)."""
     if outcome is Outcome.UNKNOWN_USER:
         return None
+    kind = _declared_intent(event.event_type, outcome)
+    if kind is None:
+        return None
     if outcome.is_rejection:
-        kind = (IntentType.WITHDRAWAL_REJECTED if event.event_type in _WITHDRAWALS
-                else IntentType.BALANCE_REJECTED)
         extra.setdefault("reason", outcome.value)
-    else:
-        found = _OF_CHANGE.get((event.event_type.value, outcome))
-        if found is None:
-            return None
-        kind = found
     if event.settles is not None:
         extra.setdefault("deposit_event_id", event.settles)
     if event.reference is not None:

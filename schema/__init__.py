@@ -5,6 +5,7 @@ each), the payment event, money, and the outbox. Nothing here runs on its own.
   migrate.py          applying them, recorded in schema_migrations
   db.py               where Postgres is, per role, and the connection factory
   events.py           the payment event: the ingest writes it, the consumers read it
+  event_types/        each event type declared once: its shape, counter-account, intents
   amounts.py          money parsing and formatting: Decimal, never float
   outbox.py           the transactional outbox write: how events enter the pipeline
   republish.py        after a failover: received events and settlements through the outbox

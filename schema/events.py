@@ -18,6 +18,8 @@ from typing import Any
 import orjson
 
 from paystream.schema.amounts import AmountError, format_amount, parse_amount
+from paystream.schema.event_types import BY_NAME
+from paystream.schema.event_types import EventType as EventType  # re-exported
 
 # Outbox routing: the Event Router sends aggregatetype X to topic "paystream.<X>".
 PAYMENTS_AGGREGATE = "payments"
@@ -40,60 +42,9 @@ MAX_LOG_INDEX = 2**31 - 1
 MAX_RAW_VALUE = 2**256 - 1
 
 
-class EventType(StrEnum):
-    DEPOSIT = "deposit"
-    AIRDROP = "airdrop"
-    WITHDRAWAL = "withdrawal"          # one-shot: requested and settled at once
-    WITHDRAWAL_FEE = "withdrawal_fee"
-    # Two-phase withdrawals (holds): `reference` is the request's event id (wire
-    # `hold_id`) on the three that close a hold.
-    WITHDRAWAL_REQUESTED = "withdrawal_requested"  # available -> held (amount + fee)
-    WITHDRAWAL_SETTLED = "withdrawal_settled"      # held -> paid out, the rest released
-    WITHDRAWAL_FAILED = "withdrawal_failed"        # held -> available
-    HOLD_EXPIRED = "hold_expired"                  # idem, from the expiry scheduler
-    # Reversals of an applied event (`reference`, wire `reverses`): a gateway's refund or
-    # chargeback of a credit, an operator's revert of any plain event.
-    REFUND = "refund"
-    CHARGEBACK = "chargeback"
-    REVERT = "revert"
-    # Operator adjustments (provider `operator`), with a `reason`.
-    ADJUSTMENT_CREDIT = "adjustment_credit"
-    ADJUSTMENT_DEBIT = "adjustment_debit"
-
-    # The sets are module constants below: a member lookup on the class costs ~90 ns on
-    # Python 3.11, and these run several times per event on the ledger's path.
-    @property
-    def is_credit(self) -> bool:
-        """Adds to available without any check (a first credit creates the balance)."""
-        return self in _CREDITS
-
-    @property
-    def closes_hold(self) -> bool:
-        return self in _HOLD_CLOSES
-
-    @property
-    def is_reversal(self) -> bool:
-        return self in _REVERSALS
-
-    @property
-    def reference_field(self) -> str | None:
-        """The wire name of the event id this type must name, if any."""
-        return _REFERENCE_FIELDS.get(self)
-
-
-_CREDITS = frozenset({EventType.DEPOSIT, EventType.AIRDROP, EventType.ADJUSTMENT_CREDIT})
-_HOLD_CLOSES = frozenset({EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
-                          EventType.HOLD_EXPIRED})
-_REVERSALS = frozenset({EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT})
-_REFERENCE_FIELDS: dict[EventType, str] = {
-    **{t: "hold_id" for t in _HOLD_CLOSES}, **{t: "reverses" for t in _REVERSALS}}
-
-
-# What a gateway may send (the rest come from the operator and the expiry scheduler).
-GATEWAY_EVENT_TYPES = (EventType.DEPOSIT, EventType.AIRDROP, EventType.WITHDRAWAL,
-                       EventType.WITHDRAWAL_FEE, EventType.WITHDRAWAL_REQUESTED,
-                       EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
-                       EventType.REFUND, EventType.CHARGEBACK)
+# The event types a provider, the operator, the API or the scheduler send are declared in
+# schema/event_types/ (one module per family); EventType is re-exported from here.
+# What a gateway may send: event_types.gateway_types().
 
 
 class SettlementType(StrEnum):
@@ -131,6 +82,15 @@ class SettlementType(StrEnum):
 
     @property
     def reference_field(self) -> str | None:
+        return None
+
+    @property
+    def second_phase(self) -> bool:
+        return False
+
+    @property
+    def plain(self) -> None:
+        """No plain credit or debit: a settlement's postings depend on its outcome."""
         return None
 
 
@@ -269,9 +229,10 @@ def _plain(wire: dict[str, Any]) -> bool:
     return True
 
 
-# Every event type by its wire name: a dict lookup, a tenth of EventType(name)'s cost.
-_TYPES_BY_NAME: dict[str, EventType | SettlementType] = {
-    **{t.value: t for t in SettlementType}, **{t.value: t for t in EventType}}
+# The settlement types by wire name (the event types' is event_types.BY_NAME): a dict
+# lookup, a tenth of SettlementType(name)'s cost.
+_SETTLEMENTS_BY_NAME: dict[str, SettlementType] = {t.value: t for t in SettlementType}
+assert not _SETTLEMENTS_BY_NAME.keys() & BY_NAME.keys(), "a settlement named as an event type"
 
 
 def parse_wire(obj: object) -> PaymentEvent:
@@ -280,7 +241,9 @@ def parse_wire(obj: object) -> PaymentEvent:
         raise EventError("malformed", f"event must be a JSON object, got {type(obj).__name__}")
     event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
     raw_type = _text(obj, "event_type", None)
-    event_type = _TYPES_BY_NAME.get(raw_type)
+    event_type: EventType | SettlementType | None = BY_NAME.get(raw_type)
+    if event_type is None:
+        event_type = _SETTLEMENTS_BY_NAME.get(raw_type)
     if event_type is None:
         raise EventError("unknown_event_type", f"unknown event_type {raw_type!r}")
     user_id = _text(obj, "user_id", USER_ID_PATTERN)
@@ -299,7 +262,7 @@ def parse_wire(obj: object) -> PaymentEvent:
         if not isinstance(deposit_id, str) or not EVENT_ID_PATTERN.fullmatch(deposit_id):
             raise EventError("malformed", f"{event_type} needs chain.deposit_event_id")
     reference = None
-    reference_field = event_type.reference_field if isinstance(event_type, EventType) else None
+    reference_field = event_type.reference_field
     if reference_field is not None:
         reference = _text(obj, reference_field, EVENT_ID_PATTERN)
     fee = None

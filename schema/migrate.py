@@ -26,15 +26,21 @@ from pathlib import Path
 import psycopg2
 import psycopg2.errors
 import structlog
+from psycopg2 import sql as pgsql
 from pydantic import Field
 
 from paystream.env import EnvSettings
 from paystream.schema.db import Connection, Cursor, connect, database_url
+from paystream.schema.event_types import EventType
 
 AUTOCOMMIT_MARKER = "-- migrate: autocommit"
 _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file twice
 # A statement of an autocommit file ends with `;` at the end of a line.
 _STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.M)
+# (table, column, constraint) of each CHECK that lists the declared event types' wire
+# names (0001 made it, 0009 widened it by hand; sync_event_types keeps it since).
+EVENT_TYPE_CHECKS = (("payment_events", "event_type", "payment_events_event_type_check"),)
+_QUOTED = re.compile(r"'((?:[^']|'')*)'")
 log = structlog.get_logger("paystream.migrate")
 
 
@@ -87,7 +93,8 @@ def apply_pending(conn: Connection, upto: str | None = None,
     applied in this call. `upto`: stop after the migration of that name (a database
     built as an older release left it: the migration tests); `files`: (name, sql) to
     apply instead of the shipped ones (the runner's own tests). An advisory lock keeps
-    two runners from applying one file twice."""
+    two runners from applying one file twice. With neither `upto` nor `files`, the event
+    type CHECKs are then synced with the declarations (sync_event_types)."""
     settings = settings or MigrateSettings.from_env()
     applied: list[str] = []
     conn.autocommit = True
@@ -106,6 +113,8 @@ def apply_pending(conn: Connection, upto: str | None = None,
             continue
         _apply_one(conn, name, sql, settings)
         applied.append(name)
+    if upto is None and files is None:
+        sync_event_types(conn, settings)
     with conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
@@ -132,8 +141,60 @@ def _apply_one(conn: Connection, name: str, sql: str, settings: MigrateSettings)
         conn.autocommit = True
 
 
-def _execute(cur: Cursor, sql: str) -> None:
+def _execute(cur: Cursor, sql: str | pgsql.Composable) -> None:
     cur.execute(sql)
+
+
+def sync_event_types(conn: Connection, settings: MigrateSettings | None = None) -> list[str]:
+    """Make each CHECK of EVENT_TYPE_CHECKS allow exactly the declared event types; return
+    the constraints changed. `conn` is left in autocommit.
+
+    Online, and only when the set differs: 1. in one transaction, under the lock timeout
+    and its tries, the old constraint is dropped and the new one added NOT VALID (a short
+    ACCESS EXCLUSIVE lock, no scan); 2. VALIDATE scans the rows under SHARE UPDATE
+    EXCLUSIVE, which lets writes go on. A run that stopped between the two validates
+    next time. Removing a type whose rows remain fails at 2: the constraint then still
+    refuses it in new rows, and the run names it."""
+    settings = settings or MigrateSettings.from_env()
+    wanted = [t.value for t in EventType]
+    changed: list[str] = []
+    conn.autocommit = True
+    for table, column, name in EVENT_TYPE_CHECKS:
+        found, valid = _check_values(conn, table, name)
+        if found == set(wanted) and valid:
+            continue
+        if found != set(wanted):
+            replace = pgsql.SQL(
+                "ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name},"
+                " ADD CONSTRAINT {name} CHECK ({column} IN ({values})) NOT VALID").format(
+                table=pgsql.Identifier(table), name=pgsql.Identifier(name),
+                column=pgsql.Identifier(column),
+                values=pgsql.SQL(", ").join(pgsql.Literal(v) for v in wanted))
+            conn.autocommit = False
+            try:
+                _with_lock_tries(conn, name, settings, partial(_execute, sql=replace))
+            finally:
+                conn.autocommit = True
+        validate = pgsql.SQL("ALTER TABLE {table} VALIDATE CONSTRAINT {name}").format(
+            table=pgsql.Identifier(table), name=pgsql.Identifier(name))
+        _with_lock_tries(conn, name, settings, partial(_execute, sql=validate))
+        log.info("event_type_check_synced", constraint=name, event_types=wanted,
+                 added=sorted(set(wanted) - (found or set())),
+                 removed=sorted((found or set()) - set(wanted)))
+        changed.append(name)
+    return changed
+
+
+def _check_values(conn: Connection, table: str, name: str) -> tuple[set[str] | None, bool]:
+    """(the values CHECK `name` of `table` allows, whether it is validated); (None,
+    True) if there is no such constraint."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_get_constraintdef(oid), convalidated FROM pg_constraint"
+                    " WHERE conrelid = %s::regclass AND conname = %s", (table, name))
+        row = cur.fetchone()
+    if row is None:
+        return None, True
+    return {v.replace("''", "'") for v in _QUOTED.findall(row[0])}, bool(row[1])
 
 
 def statements(sql: str) -> list[str]:

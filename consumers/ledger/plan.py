@@ -47,7 +47,6 @@ import orjson
 from paystream.consumers.failures import PoisonError
 from paystream.consumers.ledger.postings import (
     EXACT,
-    SECOND_PHASE,
     Posting,
     postings,
     reversal_split,
@@ -56,6 +55,7 @@ from paystream.consumers.records import Record
 from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.balances import BalanceKey
 from paystream.schema.chain import DepositError, ExpectedDeposit
+from paystream.schema.event_types import Reach, Shape
 from paystream.schema.events import (
     EventError,
     EventType,
@@ -185,15 +185,6 @@ def decide(event: PaymentEvent, available: Decimal, flagged: bool = False) -> Ou
     return Outcome.APPLIED if available >= event.amount else Outcome.INSUFFICIENT_FUNDS
 
 
-# What each reversal may reverse: a gateway only its own credits, an operator any plain
-# event (a chain deposit is the finality watcher's to reverse).
-REVERSIBLE: dict[EventType, tuple[EventType, ...]] = {
-    EventType.REFUND: (EventType.DEPOSIT, EventType.AIRDROP),
-    EventType.CHARGEBACK: (EventType.DEPOSIT, EventType.AIRDROP),
-    EventType.REVERT: (EventType.DEPOSIT, EventType.AIRDROP, EventType.WITHDRAWAL,
-                       EventType.WITHDRAWAL_FEE, EventType.ADJUSTMENT_CREDIT,
-                       EventType.ADJUSTMENT_DEBIT),
-}
 OPERATOR = "operator"
 
 
@@ -209,31 +200,35 @@ class References:
 def decide_second_phase(event: PaymentEvent, available: Decimal, flagged: bool,
                         hold: Hold | None, original: Original | None,
                         original_applied: bool, remaining: Decimal) -> Outcome:
-    """The outcome of a hold, a hold's close, a reversal or an adjustment, given what it
-    names (`hold` open or closed; `original`, applied or not, `remaining` of it)."""
+    """The outcome of a hold, a hold's close, a reversal or a forced debit (by its
+    shape), given what it names (`hold` open or closed; `original`, applied or not,
+    `remaining` of it)."""
     kind = event.event_type
-    if kind is EventType.WITHDRAWAL_REQUESTED:
+    assert isinstance(kind, EventType) and kind.second_phase, kind
+    shape = kind.shape
+    if shape is Shape.HOLD:
         if flagged:
             return Outcome.ACCOUNT_FLAGGED
         needed = event.amount + (event.fee or ZERO)
         return Outcome.APPLIED if available >= needed else Outcome.INSUFFICIENT_FUNDS
-    if kind is EventType.ADJUSTMENT_CREDIT:
-        return Outcome.APPLIED
-    if kind is EventType.ADJUSTMENT_DEBIT:
+    if shape is Shape.FORCED_DEBIT:
         return Outcome.APPLIED if available >= event.amount else Outcome.SHORTFALL
-    if isinstance(kind, EventType) and kind.closes_hold:
+    if kind.closes_hold:
         if hold is None or not hold.state.is_open or (hold.user_id, hold.asset) != (
                 event.user_id, event.asset):
             return Outcome.HOLD_NOT_OPEN
         if event.amount > hold.amount or (event.fee or ZERO) > hold.fee:
             return Outcome.EXCEEDS_HOLD
         return Outcome.APPLIED
-    assert isinstance(kind, EventType) and kind.is_reversal, kind
+    assert kind.is_reversal, kind
+    # A gateway may reverse only its own credits, an operator any credit or debit (a
+    # chain deposit is the finality watcher's to reverse).
     then = original.event if original is not None else None
     if (then is None or not original_applied or then.is_chain_deposit
-            or then.event_type not in REVERSIBLE[kind]
+            or not isinstance(then.event_type, EventType)
+            or not kind.may_reverse(then.event_type)
             or (then.user_id, then.asset) != (event.user_id, event.asset)
-            or (kind is not EventType.REVERT and then.provider != event.provider)):
+            or (kind.reverses is Reach.GATEWAY_CREDITS and then.provider != event.provider)):
         return Outcome.INVALID_REVERSAL
     if event.amount > remaining:
         return Outcome.EXCEEDS_ORIGINAL
@@ -243,7 +238,8 @@ def decide_second_phase(event: PaymentEvent, available: Decimal, flagged: bool,
 
 
 def is_second_phase(event: PaymentEvent) -> bool:
-    return event.event_type in SECOND_PHASE
+    """A hold, a hold's close, a reversal or a forced debit (decide_second_phase)."""
+    return event.event_type.second_phase
 
 
 def effects(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
@@ -383,16 +379,15 @@ def _follow_references(plan: Plan, candidate: Candidate, outcome: Outcome, hold:
     event, kind = candidate.event, candidate.event.event_type
     if outcome.is_rejection or not isinstance(kind, EventType):
         return
-    if kind is EventType.WITHDRAWAL_REQUESTED:
+    if kind.shape is Shape.HOLD:
         placed = Hold(event.event_id, event.user_id, event.asset, event.provider,
                       event.amount, event.fee or ZERO, HoldState.HELD)
         plan.placed_holds.append(placed)
         holds_now[event.event_id] = placed
     elif kind.closes_hold and hold is not None:
-        state = {EventType.WITHDRAWAL_SETTLED: HoldState.SETTLED,
-                 EventType.WITHDRAWAL_FAILED: HoldState.FAILED,
-                 EventType.HOLD_EXPIRED: HoldState.EXPIRED}[kind]
-        settled = kind is EventType.WITHDRAWAL_SETTLED
+        state = kind.hold_state
+        assert state is not None, kind
+        settled = kind.shape is Shape.HOLD_SETTLE
         fee = (hold.fee if event.fee is None else event.fee) if settled else None
         plan.closed_holds.append((hold.hold_id, state, event.event_id,
                                   event.amount if settled else None, fee))

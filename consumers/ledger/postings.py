@@ -6,10 +6,19 @@ positive amount increases an account's sum: user accounts carry what the platfor
 owes its users, the counter-accounts the other side (custody and settlement are
 negative by what they hold or are owed).
 
+Credits and debits post against the counter-account their declaration names (C below:
+schema/event_types/, e.g. settlement[provider] for a deposit or a withdrawal, fees for a
+withdrawal_fee, adjustments for an operator's adjustment); everything else by its shape.
+
   event (outcome)                    postings
-  deposit / airdrop (applied)        available +X    settlement[provider] -X
-  withdrawal (applied)               available -X    settlement[provider] +X
-  withdrawal_fee (applied)           available -X    fees +X
+  a credit (applied)                 available +X    C -X
+    deposit / airdrop                  C = settlement[provider]
+    adjustment_credit                  C = adjustments
+  a debit (applied)                  available -X    C +X
+    withdrawal                         C = settlement[provider]
+    withdrawal_fee                     C = fees
+  a forced debit (applied,           available -T    receivable -(X-T)  C +X
+    shortfall): adjustment_debit     (T = what available covered; the rest is owed)
   chain deposit (pending_finality)   pending +X      custody[network] -X
   deposit_credited (credited)        pending -X      available +X
   deposit_finalized (applied)        pending -X      available +X
@@ -17,15 +26,16 @@ negative by what they hold or are owed).
   deposit_reorged (reorged)          pending -X      custody[network] +X
   deposit_reversed (applied,         available -T    receivable -(X-T)  custody[network] +X
                     shortfall)       (T = what available covered; the rest is owed)
-  withdrawal_requested (applied)     available -(X+F)  held +(X+F)      (F: its fee)
-  withdrawal_settled (applied)       held -(A+FA)  settlement +X  fees +F  available +rest
-                                     (A, FA: the hold's amount and fee; X <= A, F <= FA)
-  withdrawal_failed, hold_expired    held -(A+FA)    available +(A+FA)
-  refund / chargeback / revert       of a credit: available -T  receivable -(X-T)  C +X
-    (reversing X of an original      of a debit:  available +X  C -X
-     whose counter-account is C)     (T = what available covered: the shortfall path)
-  adjustment_credit                  available +X    adjustments -X
-  adjustment_debit                   available -T    receivable -(X-T)  adjustments +X
+  a hold (applied)                   available -(X+F)  held +(X+F)      (F: its fee)
+    withdrawal_requested
+  a hold settled (applied)           held -(A+FA)  settlement +X  fees +F  available +rest
+    withdrawal_settled               (A, FA: the hold's amount and fee; X <= A, F <= FA)
+  a hold released (applied)          held -(A+FA)    available +(A+FA)
+    withdrawal_failed, hold_expired
+  a reversal (applied, shortfall)    of a credit: available -T  receivable -(X-T)  C +X
+    refund / chargeback / revert     of a debit:  available +X  C -X
+    (reversing X of an original      (T = what available covered: the shortfall path)
+     whose counter-account is C)
   rejections (insufficient_funds,    (nothing)
     account_flagged, hold_not_open, exceeds_hold, invalid_reversal, exceeds_original)
 
@@ -39,27 +49,20 @@ from decimal import Decimal, getcontext, localcontext
 
 from paystream.schema.accounts import PLATFORM, AccountKind, AccountRef
 from paystream.schema.amounts import EXACT_CONTEXT
-from paystream.schema.events import EventType, PaymentEvent, SettlementType
+from paystream.schema.event_types import Counter, EventType, Shape
+from paystream.schema.events import PaymentEvent, SettlementType
 from paystream.schema.holds import Hold
 from paystream.schema.processed_events import REJECTIONS, Outcome
 
 ZERO = Decimal(0)
-# Holds, their closes, reversals and adjustments: posted by _second_phase.
-SECOND_PHASE = frozenset({
-    EventType.WITHDRAWAL_REQUESTED, EventType.WITHDRAWAL_SETTLED, EventType.WITHDRAWAL_FAILED,
-    EventType.HOLD_EXPIRED, EventType.REFUND, EventType.CHARGEBACK, EventType.REVERT,
-    EventType.ADJUSTMENT_CREDIT, EventType.ADJUSTMENT_DEBIT})
 EXACT = EXACT_CONTEXT  # the money's context (schema/amounts.py)
 Posting = tuple[AccountRef, Decimal]
 
-# The plain events, applied: (sign on available, the counter-account's kind). Most of
-# the traffic, so postings() answers them from here without _postings' walk (the same
-# rows as its last two branches; the table above and the unit tests hold both).
-_AVAILABLE, _SETTLEMENT, _FEES = AccountKind.AVAILABLE, AccountKind.SETTLEMENT, AccountKind.FEES
+# A credit or a debit, applied, is most of the traffic: postings() answers it from its
+# declaration's `plain` (a credit?, its counter) without _postings' walk (the same rows
+# as its last branch; the table above and the unit tests hold both).
+_AVAILABLE = AccountKind.AVAILABLE
 _APPLIED = Outcome.APPLIED
-_PLAIN: dict[EventType | SettlementType, tuple[bool, AccountKind]] = {
-    EventType.DEPOSIT: (True, _SETTLEMENT), EventType.AIRDROP: (True, _SETTLEMENT),
-    EventType.WITHDRAWAL: (False, _SETTLEMENT), EventType.WITHDRAWAL_FEE: (False, _FEES)}
 
 
 class UnbalancedTransferError(AssertionError):
@@ -85,7 +88,7 @@ def postings(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
     reverses."""
     if outcome in REJECTIONS:
         return []
-    plain = _PLAIN.get(event.event_type) if outcome is _APPLIED else None
+    plain = event.event_type.plain if outcome is _APPLIED else None
     if plain is not None:
         return _plain(event, *plain)
     if getcontext().prec >= EXACT.prec:  # the planner's batch context: exact already
@@ -96,7 +99,7 @@ def postings(event: PaymentEvent, outcome: Outcome, available: Decimal = ZERO,
 
 def _checked(event: PaymentEvent, outcome: Outcome, available: Decimal, network: str | None,
              hold: Hold | None, original: PaymentEvent | None) -> list[Posting]:
-    if event.event_type in SECOND_PHASE:
+    if event.event_type.second_phase:
         found = _second_phase(event, available, hold, original)
     else:
         found = _postings(event, outcome, available, network)
@@ -107,15 +110,15 @@ def _checked(event: PaymentEvent, outcome: Outcome, available: Decimal, network:
     return found
 
 
-def _plain(event: PaymentEvent, credit: bool, counter: AccountKind) -> list[Posting]:
-    """A plain event's two postings; copy_negate is exact in any context."""
+def _plain(event: PaymentEvent, credit: bool, counter: Counter) -> list[Posting]:
+    """A credit's or a debit's two postings; copy_negate is exact in any context."""
     x = event.amount
     if not x:
         return []
     user_side, other_side = (x, x.copy_negate()) if credit else (x.copy_negate(), x)
-    owner = event.provider if counter is _SETTLEMENT else PLATFORM
+    owner = event.provider if counter.per_provider else PLATFORM
     return [(AccountRef(_AVAILABLE, event.user_id, event.asset), user_side),
-            (AccountRef(counter, owner, event.asset), other_side)]
+            (AccountRef(counter.kind, owner, event.asset), other_side)]
 
 
 def _taken(x: Decimal, available: Decimal, counter: AccountRef, user: str,
@@ -129,31 +132,33 @@ def _taken(x: Decimal, available: Decimal, counter: AccountRef, user: str,
 
 def _second_phase(event: PaymentEvent, available: Decimal, hold: Hold | None,
                   original: PaymentEvent | None) -> list[Posting]:
-    """Holds, reversals and adjustments (an outcome that is not a rejection)."""
+    """Holds, their closes, reversals and forced debits (an outcome that is not a
+    rejection), by the event's shape."""
     x, user, asset, kind = event.amount, event.user_id, event.asset, event.event_type
+    assert isinstance(kind, EventType), kind
 
     def mine(k: AccountKind) -> AccountRef:
         return AccountRef(k, user, asset)
 
-    adjustments = AccountRef.platform(AccountKind.ADJUSTMENTS, asset)
-    if kind is EventType.WITHDRAWAL_REQUESTED:
+    shape = kind.shape
+    if shape is Shape.HOLD:
         total = x + (event.fee or ZERO)
         return [(mine(AccountKind.AVAILABLE), -total), (mine(AccountKind.HELD), total)]
-    if kind is EventType.ADJUSTMENT_CREDIT:
-        return [(mine(AccountKind.AVAILABLE), x), (adjustments, -x)]
-    if kind is EventType.ADJUSTMENT_DEBIT:
-        return _taken(x, available, adjustments, user, asset)
+    if shape is Shape.FORCED_DEBIT:
+        assert kind.counter is not None
+        return _taken(x, available, kind.counter.account(event.provider, asset), user, asset)
     if kind.closes_hold:
         assert hold is not None, f"{event.event_id}: closing a hold needs the hold"
         released = (mine(AccountKind.HELD), -hold.total)
-        if kind is not EventType.WITHDRAWAL_SETTLED:
+        if shape is Shape.HOLD_RELEASE:
             return [released, (mine(AccountKind.AVAILABLE), hold.total)]
         fee = hold.fee if event.fee is None else event.fee
         return [
             released, (AccountRef(AccountKind.SETTLEMENT, hold.provider, asset), x),
             (AccountRef.platform(AccountKind.FEES, asset), fee),
             (mine(AccountKind.AVAILABLE), hold.total - x - fee)]
-    assert original is not None, f"{event.event_id}: a reversal needs its original"
+    assert shape is Shape.REVERSAL and original is not None, (
+        f"{event.event_id}: a reversal needs its original")
     # The original's own postings say which way the money went and its counter-account.
     then = _postings(original, Outcome.APPLIED, ZERO, None)
     user_side = next(amount for ref, amount in then if ref.kind is AccountKind.AVAILABLE)
@@ -189,11 +194,9 @@ def _postings(event: PaymentEvent, outcome: Outcome, available: Decimal,
         found = []
     elif kind is SettlementType.DEPOSIT_FINALIZED:
         found = [(mine(AccountKind.PENDING), -x), (mine(AccountKind.AVAILABLE), x)]
-    elif kind is EventType.WITHDRAWAL_FEE:
-        found = [(mine(AccountKind.AVAILABLE), -x),
-                 (AccountRef.platform(AccountKind.FEES, asset), x)]
-    else:
+    else:  # a credit or a debit (forced or not) against its counter-account
+        assert isinstance(kind, EventType) and kind.counter is not None, kind
         sign = 1 if kind.is_credit else -1
         found = [(mine(AccountKind.AVAILABLE), sign * x),
-                 (AccountRef(AccountKind.SETTLEMENT, event.provider, asset), -sign * x)]
+                 (kind.counter.account(event.provider, asset), -sign * x)]
     return found

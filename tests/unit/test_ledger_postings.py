@@ -117,3 +117,21 @@ def test_a_plans_balance_deltas_are_its_transfers_user_postings() -> None:
     applied = sum(1 for _, o in plan.decisions if o is Outcome.APPLIED)
     assert len(plan.transfers) == applied
     assert applied < len(batch)  # some debits were refused, so the check is not vacuous
+
+
+@pytest.mark.parametrize(("kind", "then_available", "now_available"), [
+    (EventType.ADJUSTMENT_CREDIT, X, X.copy_negate()),
+    (EventType.ADJUSTMENT_DEBIT, X.copy_negate(), X),
+])
+def test_a_revert_of_an_adjustment_posts_against_the_adjustments_account(
+        kind: EventType, then_available: Decimal, now_available: Decimal) -> None:
+    """The original's counter-account is the one its declaration names (adjustments),
+    not the operator's settlement (what the rule said before the declarations)."""
+    original = event(kind, provider="operator")
+    adjustments = platform(AccountKind.ADJUSTMENTS)
+    assert postings(original, Outcome.APPLIED, available=X) == [
+        (AVAILABLE, then_available), (adjustments, then_available.copy_negate())]
+    revert = PaymentEvent("r1", EventType.REVERT, "alice", "USDC", X, "operator",
+                          reference="e1")
+    assert postings(revert, Outcome.APPLIED, available=X, original=original) == [
+        (AVAILABLE, now_available), (adjustments, now_available.copy_negate())]
