@@ -222,7 +222,7 @@ bench-growth: stack-up  ## one day of notification attempts forgotten at 1 M, 10
 	$(BENCH) bench/growth_bench.py $(GROWTH_BENCH_ARGS)
 
 # A fresh stack of its own, thrown away after: the history fills its database, and the
-# bench deletes the WAL it archives as it goes (~2.4 GB a million events).
+# bench deletes the WAL it archives as it goes (the fill's would fill the disk).
 BENCH_GROWTH_DIR := $(CURDIR)/.stack-bench-growth
 BENCH_GROWTH_STACK := PAYSTREAM_STATE_DIR=$(BENCH_GROWTH_DIR) PAYSTREAM_PG_PORT=5449 \
 	PAYSTREAM_KAFKA_PORT=9592 PAYSTREAM_CONTROLLER_PORT=9593 PAYSTREAM_CONNECT_PORT=8091 \

@@ -109,8 +109,8 @@ def held() -> int:
 
 def prune_archive() -> int:
     """Deletes the WAL segments this stack has archived (--prune-archive, for a stack of
-    the bench's own that is thrown away): the fill writes ~2.4 GB of archived WAL per
-    million events, and 10 M filled the disk. Returns the files deleted."""
+    the bench's own that is thrown away): at 10 M events the fill's archived WAL alone
+    would fill a small disk. Returns the files deleted."""
     archive = backup.repo_path(StackSettings.from_env()) / "archive"
     gone = 0
     for segment in archive.glob("*/*/*/*"):  # <stanza>/<version-id>/<timeline+log>/<file>

@@ -10,7 +10,8 @@ order; JSON with sorted keys, as it reads back after the outbox's jsonb), and th
 notifier records a record's intents only when its seal verifies (consumers/notifier.py;
 a dead letter `unsealed` or `bad_seal` otherwise). A producer of the stack holds the
 key; a Kafka client alone does not. One seal a record, not one an intent: the ledger
-makes an intent per event it applies, and an HMAC each cost ~4 us of its ~45 us.
+makes an intent per event it applies, and an HMAC each was a noticeable share of its
+CPU per event (the CHANGELOG has the figures).
 
 The key file holds one or more keys, one per line: the first seals, every one verifies
 (rotation: put the new key first, drop the old once the topic holds nothing it sealed).

@@ -8,10 +8,13 @@ cores: an honest deposit judged 60 ms after its 200, its row not yet visible), o
 standby gone (every commit waits until pg_auto_failover drops to asynchronous, ~20 s:
 seen in a chaos run, a genuine deposit and a settlement dead-lettered), lets the record
 reach the ledger before its row. So a refusal that rests on a row not being there (or
-not yet in its new state) is looked at again after each of `waits`: short pauses, then
-until every transaction that was running at the first look has ended (those include the
-record's writer, if it exists), within WRITERS_WAIT_S. Only records that fail the check
-pay; under READ COMMITTED each new statement sees what has committed since.
+not yet in its new state) is looked at again after each of `waits`: first as soon as the
+transactions running at the first look have ended (polled, at most the first short
+pause: a commit waiting for its standby's flush ends within milliseconds, and the whole
+batch waits with it), then after the other short pauses, then once every transaction
+that was running at the first look has ended (those include the record's writer, if it
+exists), within WRITERS_WAIT_S. Only records that fail the check pay; under READ
+COMMITTED each new statement sees what has committed since.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Iterator
 from paystream.schema.db import Cursor
 
 SHORT_PAUSES_S = (0.02, 0.1, 0.3, 0.6, 1.0)
+# How often the first wait asks whether the writers running at the first look are done.
+FIRST_POLL_S = 0.002
 # Beyond pg_auto_failover's 20 s before it stops waiting for a standby that is gone
 # (node_considered_unhealthy_timeout; 20.2-20.7 s measured), and under the consumers'
 # max.poll.interval.ms (60 s, the tests' 30 s): the ledger judges on its poll thread.
@@ -65,7 +70,12 @@ def waits(cur: Cursor, writers_wait_s: float = WRITERS_WAIT_S) -> Iterator[None]
     """Yields after each wait: look again after each, stop when what was missing is
     there. The transactions running at the first call are the ones waited for last."""
     writers = running(cur)
-    for pause in SHORT_PAUSES_S:
+    pending, deadline = writers, time.monotonic() + SHORT_PAUSES_S[0]
+    while pending and time.monotonic() < deadline:
+        time.sleep(FIRST_POLL_S)
+        pending = still_running(cur, pending)
+    yield
+    for pause in SHORT_PAUSES_S[1:]:
         time.sleep(pause)
         yield
     writers = still_running(cur, writers)

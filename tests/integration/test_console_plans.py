@@ -249,8 +249,10 @@ def world() -> Iterator[World]:
                 "WITH v(e, pr, u, st, t, at) AS ("
                 "  SELECT %(event)s, %(provider)s, %(user)s, 'applied', %(p)s || '-trace',"
                 "   now()"
+                # (older by a minute at least: a tie with the event's time would leave
+                # "newest first" to the plan)
                 "  UNION ALL SELECT %(p)s || '-h' || g, %(provider)s, %(user)s, 'applied',"
-                "   %(p)s || '-ht' || g, now() - g * interval '1 minute'"
+                "   %(p)s || '-ht' || g, now() - (g + 1) * interval '1 minute'"
                 "   FROM generate_series(0, %(n)s - 1) g"
                 "  UNION ALL SELECT %(p)s || '-x' || g, %(other_provider)s, %(other)s,"
                 "   'dead_lettered', %(p)s || '-xt' || g, now() - interval '2 days'"

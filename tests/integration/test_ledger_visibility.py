@@ -8,11 +8,13 @@ letter. Against the real Postgres, as the ledger role."""
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 from decimal import Decimal
 
 from paystream.consumers.records import Origin, Record
+from paystream.schema import visibility
 from paystream.schema.db import connect, database_url
 from paystream.schema.events import EventType, PaymentEvent
 from paystream.schema.visibility import SHORT_PAUSES_S
@@ -144,3 +146,28 @@ def test_a_writer_waiting_for_its_synchronous_standby_is_waited_for(db, ledger_d
     assert result.dead_letters == [], [d.reason for d in result.dead_letters]
     assert result.outcomes["applied"] == 1
     assert _balance(db, user, "USD") == Decimal("4.25")
+
+
+def test_the_first_look_again_comes_when_the_writers_end_not_after_a_pause(db) -> None:
+    """A commit waiting for its synchronous standby's flush ends within milliseconds, and
+    the ledger's whole batch waits with it: the first look again is taken once the
+    transactions running at the first look have ended, not after a fixed first pause
+    (which made every such batch wait SHORT_PAUSES_S[0])."""
+    took = []
+    for _ in range(5):
+        writer, reader = connect(database_url("owner")), connect(database_url("ledger"))
+        try:
+            with writer.cursor() as wcur:
+                wcur.execute("SELECT pg_current_xact_id()")  # in progress until it commits
+            release = threading.Timer(0.004, writer.commit)
+            with reader.cursor() as rcur:
+                began = time.monotonic()
+                looks = visibility.waits(rcur)
+                release.start()
+                next(looks)
+                took.append(time.monotonic() - began)
+                release.join()
+        finally:
+            reader.close()
+            writer.close()
+    assert statistics.median(took) < SHORT_PAUSES_S[0] * 0.75, took
