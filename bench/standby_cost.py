@@ -140,6 +140,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--warmup-seconds", type=float, default=5,
                         help="an e2e run before each measured one, not counted")
+    parser.add_argument("--stack-warmup-seconds", type=float, default=20,
+                        help="an e2e run on each stack before the first turn, not counted")
     args = parser.parse_args()
     baseline = dict(item.split("=", 1) for item in args.baseline)
     if not StackSettings.from_env().standby:
@@ -148,6 +150,13 @@ def main() -> None:
         if StackSettings.from_env().standby:
             raise SystemExit("the baseline stack has a standby")
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
+    # Not counted: each stack's first e2e run (its first minutes of traffic) was slow on
+    # both sides whatever came before it, and the modes' first turn counted it.
+    e2e = ["--one-at-a-time", "0", "--rates", str(args.rate), "--skip-faults", "--seconds",
+           str(args.stack_warmup_seconds)]
+    with environment(baseline):
+        run_bench("e2e_latency.py", e2e, {})
+    run_bench("e2e_latency.py", e2e, {})
     runs: list[tuple[str, dict[str, float]]] = []
     for turn in range(1, args.turns + 1):
         for mode in ("sync standby", "async standby"):
