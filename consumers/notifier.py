@@ -3,8 +3,10 @@
 It records and never sends (notify/delivery.py sends; docs/notifications.md has the
 whole design). In the batch transaction the commit protocol opened, `apply`:
   1. reads each record's intents (notify.intents.parse_batch: a record carries
-     a ledger batch's intents); a record with an element that is not an intent is a
-     dead letter, and its good intents are recorded all the same;
+     a ledger batch's intents); a record whose seal does not verify (notify/seal.py)
+     is a dead letter and none of its intents is recorded; a sealed record with an
+     element that is not an intent is a dead letter, and its good intents are recorded
+     all the same;
   2. records the intents, INSERT ... ON CONFLICT (intent_id) DO NOTHING: a redelivered
      batch records nothing new;
   3. inserts one delivery slot per (intent, enabled endpoint that wants it), ON CONFLICT
