@@ -133,7 +133,7 @@ INGEST_BENCH_ARGS ?= --duration 10 --rate 1000 --rounds 3
 
 .PHONY: bench-ingest bench-ledger bench-cdc bench-e2e bench-finality bench-api bench-notify \
 	bench-cluster bench-scanner bench-invoices bench-console bench-restore bench-statements \
-	bench-standby bench-growth bench-growth-cost bench-upgrade bench-fence
+	bench-standby bench-growth bench-growth-cost bench-write-growth bench-upgrade bench-fence
 bench-ingest: stack-up  ## ingest throughput and latency vs a bare FastAPI endpoint
 	$(BENCH) bench/ingest_bench.py $(INGEST_BENCH_ARGS)
 
@@ -232,6 +232,13 @@ bench-growth-cost: install  ## ingest and ledger CPU per event, ingest p99 at 1,
 	$(BENCH_GROWTH_STACK) $(BIN)/paystream stack down && rm -rf $(BENCH_GROWTH_DIR)
 	$(BENCH_GROWTH_STACK) $(BIN)/paystream stack up && \
 	  $(BENCH_GROWTH_STACK) $(BENCH) bench/growth_cost.py --prune-archive $(GROWTH_COST_ARGS); \
+	  status=$$?; \
+	  $(BENCH_GROWTH_STACK) $(BIN)/paystream stack down; exit $$status
+
+WRITE_GROWTH_ARGS ?=
+bench-write-growth: install  ## the ingest's write on the history bench-growth-cost left vs a 1 M copy of it
+	$(BENCH_GROWTH_STACK) $(BIN)/paystream stack up && \
+	  $(BENCH_GROWTH_STACK) $(BENCH) bench/write_growth.py $(WRITE_GROWTH_ARGS); \
 	  status=$$?; \
 	  $(BENCH_GROWTH_STACK) $(BIN)/paystream stack down; exit $$status
 

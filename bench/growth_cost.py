@@ -17,7 +17,10 @@ At each size the existing benchmarks run as they are (bench/cluster_cost.py's ki
     event of its Python and of Postgres, the median of its warm runs;
   - bench/ingest_bench.py --rate-only: signed deposits at 1,000/s, open loop; p99 from
     each request's scheduled send, and the CPU per accepted delivery of the ingest server
-    and of Postgres (Debezium's walsender streaming the outbox included).
+    and of Postgres (Debezium's walsender streaming the outbox included). Their event
+    and trace ids are random, in the history's key space (--id-prefix).
+bench/write_growth.py then tells which part of the ingest's write grows (make
+bench-write-growth, on the history this bench leaves).
 Its baseline is the first size, measured in the same run. Target (issue 48): at the
 largest size each figure within 1.2x of the first. Ends with one line per figure,
 `growth <figure>: 1M <v> 10M <v> ratio <last/first>x`.
@@ -38,6 +41,10 @@ from paystream.stack.postgres import superuser_sql
 from paystream.stack.settings import StackSettings
 
 HISTORY_USERS = 10_000
+# The history's event ids: this prefix and an md5 (32 hex digits). The ingest phase's
+# deliveries take ids of the same form at random, as providers' ids are, so their
+# inserts land anywhere in the history's indexes, not on a few pages of their own.
+HISTORY_ID_PREFIX = "growth-"
 CHUNK = 500_000
 TARGET_RATIO = 1.2
 FIGURES = {
@@ -191,7 +198,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         "--ab", "--events", str(args.events), "--rounds", str(args.rounds),
         "--warmup-events", str(args.warmup_events)], {})
     out += run_bench("ingest_bench.py", [
-        "--rate-only", "--rate", str(args.rate), "--duration", str(args.seconds),
+        "--rate-only", "--id-prefix", HISTORY_ID_PREFIX, "--rate", str(args.rate),
+        "--duration", str(args.seconds),
         "--rounds", str(args.rounds)], {})
     found = {k: float(m.group(1).replace(",", "")) for k, rx in FIGURES.items()
              if (m := rx.search(out))}

@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -148,19 +149,27 @@ class CdcBacklog:
         return time.monotonic() - began
 
 
-def signed_requests(count: int, tag: str) -> list[tuple[bytes, dict[str, str]]]:
+def signed_requests(count: int, tag: str, id_prefix: str | None = None
+                    ) -> list[tuple[bytes, dict[str, str]]]:
     """Distinct signed deliveries: each is a new event, so each is a real write (and a
     deposit the ledger of `make run` applies later). Their users are created here: the
     ingest refuses an event of a user that does not exist (422 unknown_user), after
-    looking its users up, which every delivery measured here pays for."""
+    looking its users up, which every delivery measured here pays for.
+
+    Ids are numbered in a range of this run's own, unless `id_prefix` is given: then each
+    event id is that prefix and 32 random hex digits, and each message id (the trace id)
+    random, so the inserts land anywhere in the indexes of a history whose ids have that
+    form (bench/growth_cost.py's), as providers' ids do."""
     run = uuid.uuid4().hex[:8]
     users = [f"bench-user-{n}" for n in range(min(count, BENCH_USERS))]
     create_users(users)
     out = []
     for n in range(count):
-        body = payment_body(f"bench-{tag}-{run}-{n}", users[n % len(users)],
-                            f"{n % 997 + 1}.25")
-        out.append((body, payment_headers(body, msg_id=f"msg_{run}_{n}")))
+        event_id, msg_id = ((f"bench-{tag}-{run}-{n}", f"msg_{run}_{n}") if id_prefix is None
+                            else (id_prefix + secrets.token_hex(16),
+                                  f"msg_{secrets.token_hex(16)}"))
+        body = payment_body(event_id, users[n % len(users)], f"{n % 997 + 1}.25")
+        out.append((body, payment_headers(body, msg_id=msg_id)))
     return out
 
 
@@ -331,6 +340,10 @@ def main() -> int:
                         help="also write the figures as JSON (bench/report.py plots them)")
     parser.add_argument("--rate-only", action="store_true",
                         help="only the fixed-rate phases (bench/growth_cost.py's figures)")
+    parser.add_argument("--id-prefix", metavar="PREFIX",
+                        help="fixed-rate deliveries' event ids: PREFIX and random hex, spread "
+                             "over a history of such ids (default: numbered, a range of "
+                             "their own)")
     args = parser.parse_args()
     CLIENT["saturation"] = args.client
 
@@ -391,7 +404,8 @@ def main() -> int:
             for side, url in sides.items():
                 rate[side].append(measured(
                     side, f"{side}, {args.rate:.0f} req/s #{n + 1}", "open", url,
-                    signed_requests(int(args.duration * args.rate), f"rate{n}"),
+                    signed_requests(int(args.duration * args.rate), f"rate{n}",
+                                    args.id_prefix),
                     args.rate, args.duration, args.generators))
     ingest_rate = rate["ingest /webhooks/payments"]
     p99 = statistics.median(r.pct(0.99) for r in ingest_rate)
