@@ -5,11 +5,15 @@ with a message naming it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from paystream import ledger_consequences
+from paystream.consume import ledger_handler
+from paystream.env import SettingsError
 from paystream.ledger_consequences import (
     PRODUCT,
     DeclarationError,
@@ -93,3 +97,21 @@ def test_a_consequence_module_that_declares_nothing_refuses_to_start(
                        r" named as a ledger consequence's module \(\*_consequence\) but"
                        " declares no CONSEQUENCE"):
         found(["stray_feature"])
+
+
+def test_the_ledger_handler_refuses_to_start_naming_both_modules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`paystream consume ledger`'s handler, as it is built; a SettingsError, which every
+    command prints and exits 2 on (paystream/cli.py)."""
+    feature = tmp_path / "twice_feature"
+    feature.mkdir()
+    (feature / "__init__.py").write_text("")
+    (feature / "ledger_consequence.py").write_text(
+        "from paystream.ledger_consequences import Declared\n"
+        "CONSEQUENCE = Declared('invoices', object)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(ledger_consequences, "PRODUCT", (*PRODUCT, "twice_feature"))
+    with pytest.raises(SettingsError, match=re.escape(
+            "ledger consequence 'invoices' is declared twice: in"
+            " paystream.invoices.ledger_consequence and in twice_feature.ledger_consequence")):
+        ledger_handler()
