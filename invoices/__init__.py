@@ -9,8 +9,8 @@ payments arrive, settles or expires the invoice, and tells the user (docs/invoic
   reads.py     one invoice with its payments and history, and pages of them (the API's
                and the operator's answers)
   matching.py  payments matched to invoices by the ledger, in the batch that applies them
-  ledger_consequence.py  how the ledger's batch runs the matching (its registered
-               consequence; paystream/consume.py wires it)
+  ledger_consequence.py  how the ledger's batch runs the matching (its declared
+               consequence, after the chain deposits; paystream/consume.py finds it)
   expiry.py    the expiry scheduler: open invoices past their deadline, a round at a time
   operator.py  the operator's extend (a later deadline, a new reminder cycle)
   reconcile_check.py  the check `paystream reconcile` runs beside the ledger's: every

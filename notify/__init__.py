@@ -3,8 +3,8 @@ caused it and delivered as Standard-Webhooks-signed POSTs (docs/notifications.md
 
   intents.py      the intent: vocabulary, ids and wire form (the ledger, the API and
                   the operator write intents through it, in their own transactions)
-  ledger_consequence.py  the intents of a ledger batch, the last consequence the
-                  ledger runs in its transaction (paystream/consume.py wires it)
+  ledger_consequence.py  the intents of a ledger batch, the consequence the ledger
+                  runs last in its transaction (declared so; paystream/consume.py finds it)
   seal.py         the seal on a record of intents: made by every producer with a key
                   of the secrets folder, checked by the notifier before it records
   republish.py    after a failover: intents the notifier has not recorded, again

@@ -9,7 +9,9 @@ shortfall a person resolved (shortfall_resolved), written in the resolution's
 transaction.
 
 Typed by what it reads (Protocols below), so the ledger and this module import
-nothing of each other; paystream/consume.py registers it.
+nothing of each other. Declared below (CONSEQUENCE) to run last, after every other
+consequence (paystream/ledger_consequences.py): it sends what they told; its sealer is
+made once, at start-up.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
+from paystream.ledger_consequences import Declared
 from paystream.notify import intents
-from paystream.notify.seal import Sealer
+from paystream.notify.seal import Sealer, process_sealer
 from paystream.schema.amounts import format_amount
 from paystream.schema.db import Cursor
 from paystream.schema.events import NOTIFICATIONS_AGGREGATE, PaymentEvent, SettlementType
@@ -94,6 +97,14 @@ class Notifications:
                 [message for (topic, partition), batch_of in sorted(by_source.items())
                  for message in intents.outbox_batches(batch_of, f"{topic}-{partition}",
                                                        self.sealer)])
+
+
+def _at_start_up() -> Notifications:
+    """Built once, when the ledger starts: the process's sealer (its keys read now)."""
+    return Notifications(process_sealer())
+
+
+CONSEQUENCE = Declared("notifications", _at_start_up, last=True)
 
 
 class ResolvedShortfall(Protocol):

@@ -8,6 +8,9 @@ The command:
   consume.py            `paystream consume GROUP`: a consumer group, the finality watcher
   reconcile_checks.py   the features' checks every reconcile runs beside the ledger's
                         or the chain scanner
+  ledger_consequences.py  how a feature declares its ledger consequence (a
+                        `*_consequence` module of its folder), and how `consume ledger`
+                        finds, orders and builds them without naming any
   launch.py             starting `paystream` itself as a child process
   operator_cli.py       what operator commands share: exit codes, tables, a database
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from paystream.consumers.settings import ConfigError, ConsumerSettings
@@ -217,23 +217,21 @@ def _consume(args: argparse.Namespace) -> int:
     return BatchConsumer(settings, handler).run()
 
 
-def ledger_handler() -> Any:
+def ledger_handler(also: Sequence[str] = ()) -> Any:
     """The ledger group's handler: its settings, and the features that react to each
-    batch in its transaction, in this order (consumers/ledger/consequences.py): the
-    chain deposits, then the invoices the batch pays (their notices handed on), then the
-    notification intents of it all, in one outbox round trip."""
-    from paystream.consumers.ledger.chain_consequence import ChainDeposits
+    batch in its transaction (consumers/ledger/consequences.py): each declared in its
+    feature's folder, found here without being named, built at start-up and run in the
+    order they declare (paystream/ledger_consequences.py; a declaration that cannot be
+    ordered refuses to start). `also`: packages searched beside the product's (a
+    test's own)."""
+    from paystream import ledger_consequences
     from paystream.consumers.ledger.handler import LedgerHandler
     from paystream.consumers.ledger.reconcile import HotPathReconciler
     from paystream.consumers.ledger.settings import LedgerSettings
-    from paystream.invoices.ledger_consequence import InvoicePayments
     from paystream.notify.intents import now_text
-    from paystream.notify.ledger_consequence import Notifications
-    from paystream.notify.seal import process_sealer
 
     return LedgerHandler(LedgerSettings.from_env(), HotPathReconciler.from_env(),
-                         (ChainDeposits(), InvoicePayments(), Notifications(process_sealer())),
-                         now_text)
+                         ledger_consequences.build(also), now_text)
 
 
 def _with_sender(settings: ConsumerSettings, handler: Any) -> int:

@@ -2,7 +2,8 @@
 each), the payment event, money, and the outbox. Nothing here runs on its own.
 
   migrations/         numbered SQL, applied once each (migrate.py); roles and grants
-  migrate.py          applying them, recorded in schema_migrations
+  migrate.py          applying them, recorded in schema_migrations; then the CHECKs
+                      that list declared values (event types, account kinds) synced
   db.py               where Postgres is, per role, and the connection factory
   events.py           the payment event: the ingest writes it, the consumers read it
   event_types/        each event type declared once: its shape, counter-account, intents
@@ -18,7 +19,7 @@ each), the payment event, money, and the outbox. Nothing here runs on its own.
   merchants.py        merchants (tenants): made, listed; the default one
   scan_backfills.py   a deposit address's past, scanned on request (the chain scanner's)
   balances.py         balance rows and their reads
-  accounts.py         the double-entry accounts
+  accounts.py         the double-entry accounts, and their kinds, each declared once
   transfers.py        transfers and their postings: the journal
   holds.py            withdrawals in flight
   reversals.py        what refunds, chargebacks and reverts took back

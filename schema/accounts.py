@@ -4,32 +4,99 @@ An account is named by (kind, owner, asset) and known to postings by its id. Use
 three per asset (available, pending, held: the balances row is their derived copy); the
 platform has the counter-accounts every transfer balances against. Which event posts to
 which account is consumers/ledger/postings.py's rule.
+
+Each kind is declared once (declare_kind, below): a new platform kind is that line, and
+the migrator makes accounts.kind's CHECK allow exactly the declared kinds (schema/
+migrate.py, sync_account_kinds), so it needs no numbered migration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from enum import StrEnum
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar, NamedTuple
 
 from paystream.schema.db import Cursor
 from paystream.schema.pgarray import text_array
 
+# Every declared kind by its name, in declaration order (declare_kind, retract_kind).
+_KINDS: dict[str, AccountKind] = {}
 
-class AccountKind(StrEnum):
-    AVAILABLE = "available"    # spendable (balances.balance)
-    PENDING = "pending"        # chain deposits before finality (balances.pending)
-    HELD = "held"              # withdrawals in flight (balances.held)
-    CUSTODY = "custody"        # what the deposit addresses of a network hold
-    SETTLEMENT = "settlement"  # what a payment gateway owes (or is owed)
-    FEES = "fees"              # fees the platform earned
-    RECEIVABLE = "receivable"  # reversals available funds could not cover (shortfalls)
-    OPENING = "opening"        # balances carried over from the v1 single-sided journal
-    ADJUSTMENTS = "adjustments"  # operator adjustments
 
-    @property
-    def is_user(self) -> bool:
-        return self in USER_KINDS
+class _Kinds(type):
+    """AccountKind's class: the declared kinds, walked in declaration order."""
+
+    def __iter__(cls) -> Iterator[AccountKind]:
+        return iter(list(_KINDS.values()))
+
+    def __len__(cls) -> int:
+        return len(_KINDS)
+
+
+class AccountKind(str, metaclass=_Kinds):
+    """A declared account kind: its name (a `str`, as the enum it replaces was). Adding
+    one is a declare_kind below, nothing more: the migrator keeps accounts.kind's CHECK
+    equal to the declared names (schema/migrate.py, sync_declared_checks)."""
+
+    AVAILABLE: ClassVar[AccountKind]    # spendable (balances.balance)
+    PENDING: ClassVar[AccountKind]      # chain deposits before finality (balances.pending)
+    HELD: ClassVar[AccountKind]         # withdrawals in flight (balances.held)
+    CUSTODY: ClassVar[AccountKind]      # what the deposit addresses of a network hold
+    SETTLEMENT: ClassVar[AccountKind]   # what a payment gateway owes (or is owed)
+    FEES: ClassVar[AccountKind]         # fees the platform earned
+    RECEIVABLE: ClassVar[AccountKind]   # reversals available funds could not cover
+    OPENING: ClassVar[AccountKind]      # balances carried over from the v1 journal
+    ADJUSTMENTS: ClassVar[AccountKind]  # operator adjustments
+
+    value: str
+    name: str
+    is_user: bool  # one of a user's three (USER_KINDS); the rest are the platform's
+
+    def __new__(cls, value: str) -> AccountKind:
+        """The declared kind named `value` (as an enum's lookup)."""
+        found = _KINDS.get(value)
+        if found is None:
+            raise ValueError(f"{value!r} is not a declared account kind")
+        return found
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"an account kind is fixed where it is declared ({name})")
+
+    def __repr__(self) -> str:
+        return f"AccountKind({self.value!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (AccountKind, (self.value,))
+
+
+def declare_kind(name: str, *, user: bool = False) -> AccountKind:
+    """Declare the account kind `name` (the platform's unless `user`)."""
+    assert name.isidentifier() and name.islower(), f"account kind {name!r}: [a-z0-9_]"
+    assert name not in _KINDS, f"account kind {name!r} is declared twice"
+    kind = str.__new__(AccountKind, name)
+    kind.__dict__.update(value=name, name=name.upper(), is_user=user)
+    _KINDS[name] = kind
+    type.__setattr__(AccountKind, kind.name, kind)
+    return kind
+
+
+def retract_kind(kind: AccountKind) -> None:
+    """Forget a declared kind: for a test that declares one for its own duration."""
+    del _KINDS[kind.value]
+    type.__delattr__(AccountKind, kind.name)
+
+
+# In this order in accounts.kind's CHECK. A user's three (owner = the user id):
+declare_kind("available", user=True)
+declare_kind("pending", user=True)
+declare_kind("held", user=True)
+# The platform's: per network (owner = network), per provider (owner = provider), and
+# the singletons (owner = PLATFORM).
+declare_kind("custody")
+declare_kind("settlement")
+declare_kind("fees")
+declare_kind("receivable")
+declare_kind("opening")
+declare_kind("adjustments")
 
 
 USER_KINDS = (AccountKind.AVAILABLE, AccountKind.PENDING, AccountKind.HELD)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -30,6 +30,7 @@ from psycopg2 import sql as pgsql
 from pydantic import Field
 
 from paystream.env import EnvSettings
+from paystream.schema.accounts import AccountKind
 from paystream.schema.db import Connection, Cursor, connect, database_url
 from paystream.schema.event_types import EventType
 
@@ -38,8 +39,10 @@ _LOCK_ID = 0x70617973  # advisory lock: two runners never apply the same file tw
 # A statement of an autocommit file ends with `;` at the end of a line.
 _STATEMENT_END = re.compile(r";[ \t]*(?:--[^\n]*)?$", re.M)
 # (table, column, constraint) of each CHECK that lists the declared event types' wire
-# names (0001 made it, 0009 widened it by hand; sync_event_types keeps it since).
+# names (0001 made it, 0009 widened it by hand; sync_event_types keeps it since), and of
+# each that lists the declared account kinds (0008 made it; sync_account_kinds keeps it).
 EVENT_TYPE_CHECKS = (("payment_events", "event_type", "payment_events_event_type_check"),)
+ACCOUNT_KIND_CHECKS = (("accounts", "kind", "accounts_kind_check"),)
 _QUOTED = re.compile(r"'((?:[^']|'')*)'")
 log = structlog.get_logger("paystream.migrate")
 
@@ -93,8 +96,9 @@ def apply_pending(conn: Connection, upto: str | None = None,
     applied in this call. `upto`: stop after the migration of that name (a database
     built as an older release left it: the migration tests); `files`: (name, sql) to
     apply instead of the shipped ones (the runner's own tests). An advisory lock keeps
-    two runners from applying one file twice. With neither `upto` nor `files`, the event
-    type CHECKs are then synced with the declarations (sync_event_types)."""
+    two runners from applying one file twice. With neither `upto` nor `files`, the CHECKs
+    of the declared event types and account kinds are then synced with the declarations
+    (sync_event_types, sync_account_kinds)."""
     settings = settings or MigrateSettings.from_env()
     applied: list[str] = []
     conn.autocommit = True
@@ -115,6 +119,7 @@ def apply_pending(conn: Connection, upto: str | None = None,
         applied.append(name)
     if upto is None and files is None:
         sync_event_types(conn, settings)
+        sync_account_kinds(conn, settings)
     with conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_ID,))
     return applied
@@ -146,20 +151,35 @@ def _execute(cur: Cursor, sql: str | pgsql.Composable) -> None:
 
 
 def sync_event_types(conn: Connection, settings: MigrateSettings | None = None) -> list[str]:
-    """Make each CHECK of EVENT_TYPE_CHECKS allow exactly the declared event types; return
-    the constraints changed. `conn` is left in autocommit.
+    """Make each CHECK of EVENT_TYPE_CHECKS allow exactly the declared event types
+    (schema/event_types/); return the constraints changed (sync_declared)."""
+    return sync_declared(conn, EVENT_TYPE_CHECKS, [t.value for t in EventType], settings)
+
+
+def sync_account_kinds(conn: Connection, settings: MigrateSettings | None = None
+                       ) -> list[str]:
+    """Make each CHECK of ACCOUNT_KIND_CHECKS allow exactly the declared account kinds
+    (schema/accounts.py); return the constraints changed (sync_declared)."""
+    return sync_declared(conn, ACCOUNT_KIND_CHECKS, [k.value for k in AccountKind],
+                         settings)
+
+
+def sync_declared(conn: Connection, checks: Sequence[tuple[str, str, str]],
+                  wanted: list[str], settings: MigrateSettings | None = None) -> list[str]:
+    """Make each CHECK (table, column, constraint) of `checks` allow exactly the values
+    `wanted` (`column IN (...)`, in that order); return the constraints changed. `conn`
+    is left in autocommit.
 
     Online, and only when the set differs: 1. in one transaction, under the lock timeout
     and its tries, the old constraint is dropped and the new one added NOT VALID (a short
     ACCESS EXCLUSIVE lock, no scan); 2. VALIDATE scans the rows under SHARE UPDATE
     EXCLUSIVE, which lets writes go on. A run that stopped between the two validates
-    next time. Removing a type whose rows remain fails at 2: the constraint then still
+    next time. Removing a value whose rows remain fails at 2: the constraint then still
     refuses it in new rows, and the run names it."""
     settings = settings or MigrateSettings.from_env()
-    wanted = [t.value for t in EventType]
     changed: list[str] = []
     conn.autocommit = True
-    for table, column, name in EVENT_TYPE_CHECKS:
+    for table, column, name in checks:
         found, valid = _check_values(conn, table, name)
         if found == set(wanted) and valid:
             continue
@@ -178,7 +198,7 @@ def sync_event_types(conn: Connection, settings: MigrateSettings | None = None) 
         validate = pgsql.SQL("ALTER TABLE {table} VALIDATE CONSTRAINT {name}").format(
             table=pgsql.Identifier(table), name=pgsql.Identifier(name))
         _with_lock_tries(conn, name, settings, partial(_execute, sql=validate))
-        log.info("event_type_check_synced", constraint=name, event_types=wanted,
+        log.info("declared_check_synced", constraint=name, values=wanted,
                  added=sorted(set(wanted) - (found or set())),
                  removed=sorted((found or set()) - set(wanted)))
         changed.append(name)

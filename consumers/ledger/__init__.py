@@ -5,9 +5,11 @@ imports it.
   handler.py       LedgerHandler: one batch in the batch transaction the commit protocol
                    opened (read, judge, lock balances, plan, claim outcomes, post, the
                    ledger's own consequences, then the registered ones)
-  consequences.py  what a feature registers to react to a batch in its transaction
-                   (invoices/ and notify/ have theirs; paystream/consume.py wires them)
-  chain_consequence.py  the chain deposits a batch holds, credits and settles
+  consequences.py  what a feature's consequence is handed to react to a batch in its
+                   transaction (invoices/ and notify/ declare theirs in their folders;
+                   paystream/ledger_consequences.py finds and orders them at start-up)
+  chain_consequence.py  the chain deposits a batch holds, credits and settles (a
+                   consequence the ledger declares as the features do theirs)
   settlements.py   the watcher's settlements judged against their held deposits
   replays.py       events applied before whose outcome housekeeping forgot
   shortfalls.py    what a debit could not take: account_shortfalls rows, listed and

@@ -1,6 +1,7 @@
 """Chain deposits, a consequence of the ledger's batch (consequences.py): what the plan
 decided about deposits held until final, written to chain_deposits and to the events'
-statuses (docs/finality.md).
+statuses (docs/finality.md). Declared below (CONSEQUENCE), as every feature declares its
+own (paystream/ledger_consequences.py).
 
 - a chain deposit planned pending_finality is held (chain_deposits.hold) for the
   finality watcher;
@@ -23,6 +24,7 @@ from paystream.consumers.ledger import shortfalls
 from paystream.consumers.ledger.consequences import AppliedBatch
 from paystream.consumers.ledger.metrics import count_reversal
 from paystream.consumers.ledger.plan import Candidate, Plan
+from paystream.ledger_consequences import Declared
 from paystream.schema import chain_deposits, processed_events
 from paystream.schema.amounts import format_amount
 from paystream.schema.chain_deposits import DepositState
@@ -112,3 +114,7 @@ def _record_reversals(cur: Cursor, reversals: Sequence[Candidate], plan: Plan) -
                          account_flagged=True, **fields)
         else:
             log.warning("deposit_reversed", **fields)
+
+
+# Found and ordered at start-up (paystream/ledger_consequences.py): it names no other.
+CONSEQUENCE = Declared("chain_deposits", ChainDeposits)

@@ -2,12 +2,14 @@
 
 The ledger plans and writes money (handler.py steps 1-7, and the statuses, holds,
 reversals and shortfalls of its own books). A feature that reacts to the money moved
-(chain deposits, invoices, notifications) is a Consequence, handed to the handler at
-start-up (paystream/consume.py `ledger_handler`) and run at step 8, in the order given,
-in the batch transaction: if one raises, the whole batch rolls back, offsets do not move,
-and the batch is applied again (tests/integration/test_ledger_consequences.py). So the
-ledger imports no feature (the import contract in .importlinter says so), and a new
-reaction to payments is a module of its own feature, registered in one place.
+(chain deposits, invoices, notifications) is a Consequence, declared in its own folder
+(a `*_consequence` module: paystream/ledger_consequences.py), found, ordered and built
+at start-up (paystream/consume.py `ledger_handler`), handed to the handler and run at
+step 8, in its declared order, in the batch transaction: if one raises, the whole batch
+rolls back, offsets do not move, and the batch is applied again
+(tests/integration/test_ledger_consequences.py). So the ledger imports no feature (the
+import contract in .importlinter says so), and a new reaction to payments is a module of
+its own feature that no other file names.
 
 A consequence sees only events planned in this transaction (a redelivery was dropped as
 a duplicate at step 6): nothing it writes happens twice.

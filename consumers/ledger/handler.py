@@ -35,9 +35,10 @@ this order (the steps are numbered at the call sites too):
      event_type) as the last line of defence), and one aggregated UPDATE of the
      balances rows that copy the users' accounts;
   8. the ledger's own consequences (holds, reversals, shortfalls, the statuses of the
-     events applied or rejected, through schema.status.transition), then each feature's
-     registered consequence in its order (consequences.py: the chain deposits, the
-     invoices the batch pays, the notification intents in one outbox round trip).
+     events applied or rejected, through schema.status.transition), then each declared
+     consequence in its declared order (consequences.py: the chain deposits, the
+     invoices the batch pays, ..., last the notification intents in one outbox round
+     trip).
 
 Why this order is safe when two appliers hold the same events (a rebalance can let two
 processes hold one batch for a moment; a crash between the DB commit and the offset

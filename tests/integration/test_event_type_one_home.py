@@ -25,6 +25,7 @@ from tests.support.cashback import cashback_declared
 from tests.support.consumers import create_users, record_of, store_events, wire_message
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
+from tests.support.migrations import allowed
 
 FAST = MigrateSettings(PAYSTREAM_MIGRATE_LOCK_TRIES=3, PAYSTREAM_MIGRATE_RETRY_PAUSE_S=0.1)
 [(TABLE, _, CONSTRAINT)] = EVENT_TYPE_CHECKS
@@ -32,11 +33,7 @@ _offsets = count(9_000_000)
 
 
 def _allowed(db: Connection) -> tuple[list[str], bool]:
-    with db.cursor() as cur:
-        cur.execute("SELECT pg_get_constraintdef(oid), convalidated FROM pg_constraint"
-                    " WHERE conrelid = %s::regclass AND conname = %s", (TABLE, CONSTRAINT))
-        definition, valid = cur.fetchone()
-    return [v.split("'")[1] for v in definition.split("ARRAY[")[1].split(", ")], valid
+    return allowed(db, TABLE, CONSTRAINT)
 
 
 @pytest.fixture

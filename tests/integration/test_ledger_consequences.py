@@ -1,8 +1,10 @@
-"""The ledger's registered consequences (consumers/ledger/consequences.py) against the
+"""The ledger's declared consequences (consumers/ledger/consequences.py) against the
 real Postgres, as the ledger role: they run in the batch transaction, in their order,
 only for events planned in it; one that raises leaves nothing of the batch behind (no
 money, no outcome, no status, no notice), and the consumer's isolation then
-dead-letters the records with its error instead of applying them without it."""
+dead-letters the records with its error instead of applying them without it. One
+declared in a test alone (tests/support/bonus_consequence.py) is found and placed as
+the product's are (paystream/ledger_consequences.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
+import psycopg2.errors
 import pytest
 
 from paystream.consume import ledger_handler
@@ -19,8 +22,10 @@ from paystream.consumers.ledger.handler import LedgerHandler
 from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.consumers.records import Origin, Record
 from paystream.schema.db import Connection, Cursor, connect, database_url
+from tests.support import bonus_consequence as bonus
 from tests.support.consumers import create_users, store_records
 from tests.support.ids import unique
+from tests.support.ledger import ledger_apply
 from tests.support.topics import TopicReader
 
 
@@ -142,3 +147,58 @@ def test_consequences_run_in_order_in_the_batch_and_a_failing_one_leaves_nothing
     assert again.outcomes["duplicate"] == 3 and seen == []
     assert _state(db, user, ids) == state
     assert notices.read(1, 3, lambda m: user in (m.value() or b"").decode()) == []
+
+
+def _points(conn: Connection, user: str) -> list[tuple[str, int]]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT event_id, points FROM bonus_points WHERE user_id = %s"
+                    " ORDER BY event_id", (user,))
+        rows = cur.fetchall()
+    conn.commit()
+    return rows
+
+
+@pytest.fixture
+def bonus_table(db: Connection) -> Iterator[None]:
+    with bonus.made(db):
+        yield
+
+
+@pytest.mark.usefixtures("bonus_table")
+def test_a_consequence_declared_in_a_test_alone_runs_in_its_place_in_the_batch(
+        db: Connection, ledger_conn: Connection,
+        topic_reader: Callable[[str], TopicReader]) -> None:
+    conn = ledger_conn
+    user = unique("bonus")
+    small = [deposit(user, f"{user}-d{i}", "7.9", i) for i in range(2)]
+    big = deposit(user, f"{user}-big", str(bonus.MOST_POINTS + 1), 2)
+    with db.cursor() as cur:
+        create_users(cur, [user])
+        store_records(cur, [*small, big])
+    notices = topic_reader("paystream.notifications")
+    # Found as `paystream consume ledger` finds the product's, in its declared place:
+    # after the invoices, before the notifications that run last.
+    handler = ledger_handler(also=("tests.support",))
+    assert [c.name for c in handler.consequences] == [
+        "chain_deposits", "invoices", "bonus_points", "notifications"]
+    assert "bonus_points" not in [c.name for c in ledger_handler().consequences]
+
+    # Too many points for its table: it fails in the batch transaction, after the
+    # ledger's writes and the consequences before it; nothing of the batch is left.
+    ids = [f"{user}-d0", f"{user}-d1", f"{user}-big"]
+    with conn.cursor() as cur, pytest.raises(psycopg2.errors.CheckViolation):
+        handler.apply(cur, [*small, big])
+    conn.rollback()
+    assert _state(db, user, ids) == {"balance": None, "outcomes": 0, "transfers": 0,
+                                     "statuses": ["received"]}
+    assert _points(conn, user) == []
+
+    # Within its table's bounds: its points are written with the batch's money, and the
+    # notifications after it still send the batch's intents.
+    result = ledger_apply(conn, small, also=("tests.support",))
+    assert not result.dead_letters and result.outcomes["applied"] == 2, result
+    assert _points(conn, user) == [(f"{user}-d0", 7), (f"{user}-d1", 7)]
+    assert _state(db, user, ids[:2])["balance"] == Decimal("15.8")
+    told = notices.read(1, 20, lambda m: user in (m.value() or b"").decode())
+    assert sorted(i["data"]["event_id"] for i in json.loads(told[0].value())["intents"]) \
+        == ids[:2]

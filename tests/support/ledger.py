@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 
 from paystream.consume import ledger_handler
@@ -13,10 +14,12 @@ from paystream.schema.accounts import AccountKind, AccountRef
 from paystream.schema.db import Connection, Cursor
 
 
-def ledger_apply(conn: Connection, records: list[Record]) -> BatchResult:
-    """One batch through the ledger, as the commit protocol's steps 1, 2 and 5 run it."""
+def ledger_apply(conn: Connection, records: list[Record], also: Sequence[str] = ()
+                 ) -> BatchResult:
+    """One batch through the ledger, as the commit protocol's steps 1, 2 and 5 run it;
+    `also`: packages whose consequences it runs beside the product's (ledger_handler)."""
     try:
-        result = apply_with_isolation(conn, ledger_handler(), records)
+        result = apply_with_isolation(conn, ledger_handler(also), records)
         conn.commit()
     except BaseException:
         conn.rollback()

@@ -1,4 +1,5 @@
-"""A scratch database built as an older release left it: the migration tests."""
+"""A scratch database built as an older release left it: the migration tests; what a
+CHECK the migrator keeps with the declarations allows."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from paystream.schema.db import PostgresAddress, connect
+from paystream.schema.db import Connection, PostgresAddress, connect
 from paystream.schema.migrate import apply_pending
 from paystream.stack.postgres import superuser_sql
 from paystream.stack.settings import StackSettings
@@ -40,3 +41,14 @@ def database_at(migration: str, setup_sql: str = "", *,
         finally:
             owner.close()
         yield address
+
+
+def allowed(db: Connection, table: str, constraint: str) -> tuple[list[str], bool]:
+    """(the values CHECK `constraint` of `table` lists, in its order; whether it is
+    validated): the CHECKs the migrator syncs with the declarations (schema/migrate.py
+    sync_declared)."""
+    with db.cursor() as cur:
+        cur.execute("SELECT pg_get_constraintdef(oid), convalidated FROM pg_constraint"
+                    " WHERE conrelid = %s::regclass AND conname = %s", (table, constraint))
+        definition, valid = cur.fetchone()
+    return [v.split("'")[1] for v in definition.split("ARRAY[")[1].split(", ")], valid
