@@ -62,7 +62,8 @@ def apply_one(conn: Connection, event: PaymentEvent) -> Outcome | None:
     available = row[0] if row is not None else 0
     outcome = decide(event, available)
     key = idempotency_key(event.event_id, event.event_type.value)
-    if processed_events.record(cur, [(key, event.event_id, event.event_type.value, outcome)]):
+    if processed_events.record(cur, [(key, event.event_id, event.event_type.value, outcome,
+                                      None)]):
         conn.rollback()
         return None
     moved = postings(event, outcome, available)

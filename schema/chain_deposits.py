@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from enum import StrEnum
 
@@ -65,6 +66,9 @@ class HeldDeposit:
     state: DepositState
     credited: bool  # the ledger credited it before finality (credited_at is set)
     network: str = ""  # whose custody account its money is in
+    # The UTC day the ledger recorded it: its settlements' claims are filed under it
+    # (schema/processed_events.py OutcomeRow).
+    day: date | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +87,10 @@ def held(cur: Cursor, event_ids: Iterable[str]) -> dict[str, HeldDeposit]:
     if not wanted:
         return {}
     cur.execute("SELECT event_id, user_id, asset, amount, state, credited_at IS NOT NULL,"
-                " network FROM chain_deposits WHERE event_id = ANY(%s)", (wanted,))
+                " network, (recorded_at AT TIME ZONE 'UTC')::date FROM chain_deposits"
+                " WHERE event_id = ANY(%s)", (wanted,))
     return {row[0]: HeldDeposit(row[1], row[2], row[3], DepositState(row[4]), row[5],
-                                row[6]) for row in cur.fetchall()}
+                                row[6], row[7]) for row in cur.fetchall()}
 
 
 # --- the ledger's moves, in the batch transaction that moves the money ----------------

@@ -21,7 +21,7 @@ deposit moves it to a final outcome, once (settle).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 
 import psycopg2.errors
@@ -68,11 +68,13 @@ REJECTIONS = frozenset({Outcome.INSUFFICIENT_FUNDS, Outcome.ACCOUNT_FLAGGED,
                         Outcome.INVALID_REVERSAL, Outcome.EXCEEDS_ORIGINAL,
                         Outcome.UNKNOWN_USER})
 
-# (idempotency key, event id, event type, outcome)
-OutcomeRow = tuple[str, str, str, Outcome]
+# (idempotency key, event id, event type, outcome, the event's day: the UTC date its
+# stored row was received on, or its deposit recorded on for a settlement; None when
+# the caller has none). The day is what the table is to be partitioned by (migration
+# 0044): fixed per event, so every claim of one event would meet in one partition.
+OutcomeRow = tuple[str, str, str, Outcome, date | None]
 _SAVEPOINT = "processed_events_record"
-# One row per key (migration 0020): the arbiter of the claim's ON CONFLICT.
-KEY_CONSTRAINT = "processed_events_key_once"
+_COPY_NULL = "\\N"  # COPY's text format for SQL NULL
 
 
 def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
@@ -98,13 +100,14 @@ def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
     if len(rows) == 1:
         # Inserted or not: nothing to undo, so no savepoint (one round trip).
         return _insert_missing(cur, rows)
-    ordered = sorted(rows)
+    ordered = sorted(rows, key=lambda row: row[0])
     cur.execute(f"SAVEPOINT {_SAVEPOINT}")
     try:
-        copy_rows(cur, "COPY processed_events (idempotency_key, event_id, event_type, outcome)"
-                       " FROM STDIN",
-                  (f"{key}\t{copy_text(event_id)}\t{copy_text(event_type)}\t{outcome.value}\n"
-                   for key, event_id, event_type, outcome in ordered))
+        copy_rows(cur, "COPY processed_events (idempotency_key, event_id, event_type, outcome,"
+                       " event_day) FROM STDIN",
+                  (f"{key}\t{copy_text(event_id)}\t{copy_text(event_type)}\t{outcome.value}"
+                   f"\t{_COPY_NULL if day is None else day.isoformat()}\n"
+                   for key, event_id, event_type, outcome, day in ordered))
     except psycopg2.errors.ExclusionViolation:
         cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
         taken = _insert_missing(cur, ordered)
@@ -118,13 +121,15 @@ def record(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
 def _insert_missing(cur: Cursor, rows: Sequence[OutcomeRow]) -> set[str]:
     """INSERT ... ON CONFLICT DO NOTHING of `rows` in key order; the keys it did not
     insert (taken)."""
+    # No arbiter named: on the table partitioned by day the key constraint is each
+    # partition's own, and DO NOTHING without a target is arbitrated by every one.
     cur.execute(
-        "INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
-        " SELECT k, e, t, o FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
-        " AS x(k, e, t, o) ORDER BY k"
-        f" ON CONFLICT ON CONSTRAINT {KEY_CONSTRAINT} DO NOTHING RETURNING idempotency_key",
+        "INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome,"
+        " event_day) SELECT k, e, t, o, d FROM unnest(%s::text[], %s::text[], %s::text[],"
+        " %s::text[], %s::date[]) AS x(k, e, t, o, d) ORDER BY k"
+        " ON CONFLICT DO NOTHING RETURNING idempotency_key",
         ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-         [r[3].value for r in rows]))
+         [r[3].value for r in rows], [r[4] for r in rows]))
     inserted = {row[0] for row in cur.fetchall()}
     return {r[0] for r in rows} - inserted
 

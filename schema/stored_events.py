@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from paystream.schema import visibility
@@ -42,49 +43,59 @@ class StoredEvent:
 
 
 def suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
-             ) -> dict[str, StoredEvent | None]:
+             ) -> tuple[dict[str, StoredEvent | None], dict[str, date]]:
     """Of `wanted` (event id, idempotency key, content hash) triples, those whose stored
     row is missing (None), holds another content hash, or is past `received`, by
-    idempotency key; the others (every honest first delivery) are not returned, so the
-    hot path reads nothing back. One query: a join on unnest by the primary keys of
-    payment_events and event_status (the outbox write inserts both rows together; an
-    event without its status row is not believed: None), and processed_events probed
-    only for rows past `received` (a redelivery)."""
+    idempotency key; and the day each stored row was received on (UTC), by idempotency
+    key: the day its claim is filed under (schema/processed_events.py). One query: a
+    join on unnest by the primary keys of payment_events and event_status (the outbox
+    write inserts both rows together; an event without its status row is not believed:
+    None); an honest first delivery sends back its key and day alone, and
+    processed_events is probed only for rows past `received` (a redelivery)."""
     if not wanted:
-        return {}
+        return {}, {}
     cur.execute(
-        "SELECT x.k, p.content_hash, s.status, s.status <> 'received' AND EXISTS"
-        " (SELECT 1 FROM processed_events q WHERE q.idempotency_key = x.k)"
-        " FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(e, k, h)"
-        " LEFT JOIN payment_events p ON p.event_id = x.e"
-        " LEFT JOIN event_status s ON s.event_id = x.e"
-        " WHERE p.event_id IS NULL OR s.event_id IS NULL OR p.content_hash <> x.h"
-        " OR s.status <> 'received'",
+        "SELECT k, day, bad, CASE WHEN bad THEN h END, CASE WHEN bad THEN st END,"
+        " CASE WHEN st <> 'received' THEN EXISTS"
+        "  (SELECT 1 FROM processed_events q WHERE q.idempotency_key = k) END"
+        " FROM (SELECT x.k, (p.received_at AT TIME ZONE 'UTC')::date AS day,"
+        "  p.content_hash AS h, s.status AS st, p.event_id IS NULL OR s.event_id IS NULL"
+        "  OR p.content_hash <> x.h OR s.status <> 'received' AS bad"
+        "  FROM unnest(%s::text[], %s::text[], %s::text[]) AS x(e, k, h)"
+        "  LEFT JOIN payment_events p ON p.event_id = x.e"
+        "  LEFT JOIN event_status s ON s.event_id = x.e) AS y",
         (text_array([w[0] for w in wanted]), text_array([w[1] for w in wanted]),
          text_array([w[2] for w in wanted])))
-    return {row[0]: None if row[1] is None or row[2] is None
-            else StoredEvent(row[1], EventStatus(row[2]), bool(row[3]))
-            for row in cur.fetchall()}
+    suspect: dict[str, StoredEvent | None] = {}
+    days: dict[str, date] = {}
+    for key, day, bad, content_hash, status, processed in cur.fetchall():
+        if day is not None:
+            days[key] = day
+        if bad:
+            suspect[key] = (None if content_hash is None or status is None
+                            else StoredEvent(content_hash, EventStatus(status), bool(processed)))
+    return suspect, days
 
 
 def visible_suspects(cur: Cursor, wanted: Sequence[tuple[str, str, str]]
-                     ) -> dict[str, StoredEvent | None]:
+                     ) -> tuple[dict[str, StoredEvent | None], dict[str, date]]:
     """`suspects`, with the rows missing looked up again after each of visibility.waits
     before they are judged missing (a record can come before its row is visible)."""
-    suspect = suspects(cur, wanted)
+    suspect, days = suspects(cur, wanted)
     if not _missing(wanted, suspect):
-        return suspect
+        return suspect, days
     for _ in visibility.waits(cur):
         missing = _missing(wanted, suspect)
         if not missing:
             break
-        again = suspects(cur, missing)
+        again, seen = suspects(cur, missing)
+        days.update(seen)
         for _event_id, key, _hash in missing:
             if key in again:
                 suspect[key] = again[key]
             else:  # visible now, and as the record says
                 del suspect[key]
-    return suspect
+    return suspect, days
 
 
 def _missing(wanted: Sequence[tuple[str, str, str]],

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from datetime import date
 from decimal import Decimal
 
 import structlog
@@ -93,6 +94,7 @@ from paystream.schema import (
 )
 from paystream.schema.amounts import format_amount
 from paystream.schema.balances import BalanceKey
+from paystream.schema.chain_deposits import HeldDeposit
 from paystream.schema.db import Connection, Cursor, DbRole
 from paystream.schema.events import EventType
 from paystream.schema.pgarray import text_array
@@ -140,8 +142,9 @@ class LedgerHandler:
         # deposit explains. Every record is judged before repeats of a key are dropped:
         # an altered copy next to its genuine one is a dead letter, whichever comes
         # first, and never hides the genuine one as its "duplicate".
-        valid, statuses = _outbox_events_only(cur, candidates, result)
+        valid, statuses, days = _outbox_events_only(cur, candidates, result)
         deposits, problems = settlements.judge(cur, valid)
+        days.update(_settlement_days(valid, deposits))
         valid, repeats = dedupe(_without_dead_letters(valid, problems, result))
         result.outcomes["duplicate"] += len(repeats)
         # Events of unknown users are set aside: rejected at step 6.
@@ -165,7 +168,7 @@ class LedgerHandler:
             # Step 6. Record each event's outcome, once: the claim. Events another
             # transaction recorded are duplicates: nothing was kept, plan without them.
             taken = processed_events.record(
-                cur, _outcome_rows([*plan.decisions, *forgotten, *strangers]))
+                cur, _outcome_rows([*plan.decisions, *forgotten, *strangers], days))
             if not taken:
                 break
             fresh = [c for c in fresh if c.key not in taken]
@@ -192,16 +195,17 @@ class LedgerHandler:
 
 
 def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchResult
-                        ) -> tuple[list[Candidate], dict[str, str]]:
+                        ) -> tuple[list[Candidate], dict[str, str], dict[str, date]]:
     """Dead-letter (into `result`) the events that do not match their stored row. One
     query for the batch; settlements have no row (the watcher writes only the outbox):
     settlements.judge judges them against their deposit. Also returns the status of
-    each event kept that the ledger processed before (a redelivery): step 4 needs it."""
+    each event kept that the ledger processed before (a redelivery): step 4 needs it;
+    and the day each stored row was received on, by key: its claim's (step 6)."""
     plain = [(c, c.event.content_hash()) for c in candidates if c.event.settles is None]
-    suspect = stored_events.visible_suspects(
+    suspect, days = stored_events.visible_suspects(
         cur, [(c.event.event_id, c.key, h) for c, h in plain])
     if not suspect:
-        return candidates, {}
+        return candidates, {}, days
     bad: dict[int, tuple[str, str]] = {}
     statuses: dict[str, str] = {}
     for c, content_hash in plain:
@@ -212,7 +216,14 @@ def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchR
                 bad[id(c)] = problem
             elif row is not None and row.status in stored_events.PROCESSED_STATUSES:
                 statuses[c.event.event_id] = row.status.value
-    return _without_dead_letters(candidates, bad, result), statuses
+    return _without_dead_letters(candidates, bad, result), statuses, days
+
+
+def _settlement_days(candidates: list[Candidate], deposits: dict[str, HeldDeposit]
+                     ) -> dict[str, date]:
+    """A settlement's claim is filed under the day its deposit was recorded on."""
+    return {c.key: held.day for c in candidates if c.event.settles is not None
+            and (held := deposits.get(c.event.settles)) is not None and held.day is not None}
 
 
 def _known_users_only(cur: Cursor, candidates: list[Candidate]
@@ -297,9 +308,10 @@ def _flagged_users(cur: Cursor, fresh: Sequence[Candidate]) -> set[str]:
     return {row[0] for row in cur.fetchall()}
 
 
-def _outcome_rows(outcomes: Iterable[tuple[Candidate, Outcome]]
+def _outcome_rows(outcomes: Iterable[tuple[Candidate, Outcome]], days: dict[str, date]
                   ) -> list[processed_events.OutcomeRow]:
-    return [(c.key, c.event.event_id, c.event.event_type.value, o) for c, o in outcomes]
+    return [(c.key, c.event.event_id, c.event.event_type.value, o, days.get(c.key))
+            for c, o in outcomes]
 
 
 def _write_balances(cur: Cursor, plan: Plan) -> None:

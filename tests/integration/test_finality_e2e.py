@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from datetime import UTC
 from decimal import Decimal
 
 import pytest
@@ -108,6 +109,18 @@ def test_pending_until_final_then_credited_once(pipe: Pipeline, chain: Chain,
         "SELECT p.outcome FROM processed_events p JOIN chain_deposits c"
         " ON p.event_id = c.event_id AND p.event_type = 'deposit'"
         " WHERE c.user_id = %s", (user,))} == {"applied"}
+    # Each claim is filed under its event's day: the deposit's, the UTC day its row was
+    # received on; its settlement's, the day the ledger recorded the deposit on.
+    filed = pipe.query(
+        "SELECT p.event_type, p.event_day, e.received_at, c.recorded_at FROM chain_deposits c"
+        " JOIN payment_events e ON e.event_id = c.event_id JOIN processed_events p"
+        " ON p.event_id IN (c.event_id, c.event_id || ':finalized') WHERE c.user_id = %s",
+        (user,))
+    assert sorted(t for t, *_ in filed) == ["deposit", "deposit", "deposit_finalized",
+                                            "deposit_finalized"], filed
+    for event_type, day, received_at, recorded_at in filed:
+        assert day == (received_at if event_type == "deposit" else recorded_at
+                       ).astimezone(UTC).date(), filed
     _reconciled(pipe, user)
     assert (pipe.metric("paystream_finality_finalisations_total", moved="false") or 0) >= 2
 

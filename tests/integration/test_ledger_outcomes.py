@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, date
 from decimal import Decimal
 from typing import Any
 
@@ -96,6 +97,13 @@ def test_each_outcome_is_inserted_once_with_its_final_value_and_a_replay_adds_no
         ("INSERT", f"{prefix}-none", "insufficient_funds"),
     ])  # no UPDATE: nothing provisional was corrected; no second INSERT on the replay
     with db.cursor() as cur:
+        # Each claim is filed under the UTC day its event's row was received on.
+        cur.execute("SELECT p.event_day, e.received_at FROM processed_events p"
+                    " JOIN payment_events e USING (event_id) WHERE p.event_id LIKE %s",
+                    (f"{prefix}-%",))
+        filed = cur.fetchall()
+        assert len(filed) == 4
+        assert all(day == at.astimezone(UTC).date() for day, at in filed), filed
         cur.execute("SELECT balance FROM balances WHERE user_id = %s", (rich,))
         assert cur.fetchall() == [(Decimal(6),)]
         cur.execute("SELECT count(*) FROM balances WHERE user_id = %s", (poor,))
@@ -172,10 +180,12 @@ def _wait_for_lock_wait(db: Connection, pid: int, timeout_s: float = 10.0) -> No
 def test_a_claim_with_one_key_taken_keeps_nothing_then_succeeds_without_it(
         ledger_db: Database, size: int) -> None:
     """record() is all or nothing: the COPY fails on the taken key, and the statement
-    that names it keeps nothing either (back to the savepoint)."""
+    that names it keeps nothing either (back to the savepoint). Each claim keeps the
+    day it was given, or none, by either statement."""
     prefix = unique("out-claim")
     rows = [(idempotency_key(f"{prefix}-{n}", "deposit"), f"{prefix}-{n}", "deposit",
-             Outcome.APPLIED) for n in range(size)]
+             Outcome.APPLIED, date(2026, 1 + n % 12, 1 + n % 28) if n % 3 else None)
+            for n in range(size)]
     conn = ledger_db.connection()
     try:
         with conn.cursor() as cur:
@@ -185,8 +195,8 @@ def test_a_claim_with_one_key_taken_keeps_nothing_then_succeeds_without_it(
                         (f"{prefix}-%",))
             assert cur.fetchone() == (1,)  # nothing of the refused claim stayed
             assert processed_events.record(cur, rows[:-1]) == set()
-            cur.execute("SELECT count(*) FROM processed_events WHERE event_id LIKE %s",
-                        (f"{prefix}-%",))
-            assert cur.fetchone() == (size,)
+            cur.execute("SELECT idempotency_key, event_day FROM processed_events"
+                        " WHERE event_id LIKE %s", (f"{prefix}-%",))
+            assert dict(cur.fetchall()) == {row[0]: row[4] for row in rows}
     finally:
         conn.rollback()  # test rows only: leave nothing behind
