@@ -1,6 +1,7 @@
 """The webhook providers, found where they are declared, one module each
-(ingest/registry.py): the product's, one order whatever the order they are found in,
-and each declaration that cannot be served refused with a message naming the modules."""
+(ingest/registry.py): the product's, a test's own beside them, one order whatever the
+order they are found in, and each declaration that cannot be served refused with a
+message naming the modules."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def test_the_product_serves_alchemy_and_the_payment_gateway() -> None:
         ("alchemy", "/webhooks/alchemy"), ("payments", "/webhooks/payments")]
     assert [c.__name__ for c in registry.settings_classes()] == [
         "AlchemySettings", "PaymentsSettings"]
+
+
+def test_a_provider_declared_in_a_test_alone_is_found_beside_them() -> None:
+    everything = found((*PRODUCT, "tests.support.providers"))
+    assert "tests.support.providers.second_gateway" in {f.module for f in everything}
+    assert [p.name for p in in_order(everything)] == ["alchemy", "gateway_two", "payments"]
 
 
 def test_the_order_is_by_name_whatever_the_order_found() -> None:
