@@ -2,7 +2,7 @@
 
 What uvicorn serves is IngestApp (ingest/serve.py: a public and an admin listener):
 every request passes the edge kit's RequestObserver (paystream/edge/observe.py: trace
-id, log line, metrics). On the public port a POST to one of the two webhook paths is
+id, log line, metrics). On the public port a POST to a provider's webhook path is
 answered by ingest.webhooks (the checks, in order, and the group-commit write; see
 there), `/healthz` by the FastAPI app, and anything else is a 404: nothing else is
 exposed to the internet. On the admin port (loopback by default) the FastAPI app serves
@@ -16,6 +16,7 @@ the answer is sent only after that COMMIT).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,7 +31,6 @@ from paystream.edge.probes import probes
 from paystream.edge.serve import frozen
 from paystream.ingest import api_schema, routes_webhooks
 from paystream.ingest.metrics import IngestMetrics
-from paystream.ingest.providers import BY_PATH
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.store import EventStore
 from paystream.ingest.webhooks import Webhooks
@@ -38,9 +38,9 @@ from paystream.ingest.writer import GroupCommitWriter
 
 FACTORY = "paystream.ingest.app:create_app_from_env"
 PUBLIC_API_PATHS = frozenset({"/healthz"})  # what the public port serves besides webhooks
-# The paths counted by name in the request metrics; any other is "other" (bounded).
-KNOWN_ENDPOINTS = frozenset({*BY_PATH, "/healthz", "/readyz", "/metrics", "/docs",
-                             "/openapi.json"})
+# The paths counted by name in the request metrics, with the providers'; any other is
+# "other" (bounded).
+KNOWN_ENDPOINTS = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 
 
 class IngestApp(EdgeApp):
@@ -50,7 +50,8 @@ class IngestApp(EdgeApp):
                  admin_port: int) -> None:
         # The FastAPI app's state holds the settings, store, writer and metrics.
         super().__init__(api, admin_port, metrics.answers.observe, service="ingest",
-                         endpoint=_endpoint, delivery_id_header="webhook-id")
+                         endpoint=_endpoint(frozenset({*KNOWN_ENDPOINTS, *webhooks.routes})),
+                         delivery_id_header="webhook-id")
         self._webhooks = webhooks
 
     def route(self, scope: Scope, on_admin: bool) -> ASGIApp:
@@ -97,7 +98,8 @@ def create_app(settings: IngestSettings, *, store: EventStore | None = None) -> 
 
     def refusal(request: Request, exc: RefusalError) -> JSONResponse:
         # Counted and logged as the webhooks' own refusals are.
-        provider = BY_PATH[request.url.path].name if request.url.path in BY_PATH else "none"
+        served = webhooks.routes.get(request.url.path)
+        provider = served.name if served is not None else "none"
         return routes_webhooks.response(webhooks.refusal(request.scope, provider, exc))
 
     handlers.install(app, invalid=_invalid, refusal=refusal)
@@ -109,9 +111,12 @@ def create_app_from_env() -> IngestApp:
     return frozen(create_app(IngestSettings.from_env(os.environ)))
 
 
-def _endpoint(scope: Scope) -> str:
-    path: str = scope.get("path", "")
-    return path if path in KNOWN_ENDPOINTS else "other"
+def _endpoint(known: frozenset[str]) -> Callable[[Scope], str]:
+    """A request's endpoint label: its path if `known`, else "other"."""
+    def endpoint(scope: Scope) -> str:
+        path: str = scope.get("path", "")
+        return path if path in known else "other"
+    return endpoint
 
 
 def _invalid(exc: RequestValidationError) -> tuple[str, str]:

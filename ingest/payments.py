@@ -49,12 +49,14 @@ CHAIN_ASSET = re.compile(r"[A-Z0-9_]+:.*")
 
 def parse_payment(obj: Any, default_asset: str,
                   assets: Collection[str] | None = None, *,
-                  reserved: tuple[str, ...] = RESERVED_PREFIXES) -> PaymentEvent:
+                  reserved: tuple[str, ...] = RESERVED_PREFIXES,
+                  provider: str = PROVIDER) -> PaymentEvent:
     """Validate a gateway body; raise PayloadError naming the first broken field.
 
     `assets` are the only assets the gateway may credit (PAYMENTS_ASSETS); by default
     the default asset alone. `reserved`: the event id prefixes refused (a statement's
-    resolution writes under its own)."""
+    resolution writes under its own). `provider`: the event's (another gateway that
+    sends this body names itself)."""
     if not isinstance(obj, dict):
         raise PayloadError("the payload must be a JSON object")
     event_id = _text(obj, "event_id", EVENT_ID_PATTERN)
@@ -109,7 +111,7 @@ def parse_payment(obj: Any, default_asset: str,
         # credits the user: money is never refused).
         invoice_id = _text(obj, "invoice_id", INVOICE_ID_PATTERN)
     return PaymentEvent(event_id=event_id, event_type=event_type, user_id=user_id,
-                        asset=asset, amount=amount, provider=PROVIDER, reference=reference,
+                        asset=asset, amount=amount, provider=provider, reference=reference,
                         fee=fee, invoice_id=invoice_id)
 
 

@@ -1,22 +1,26 @@
-"""The ingest's configuration: one frozen, validated object built from the environment.
+"""The ingest's configuration: one frozen, validated object built from the environment,
+with the settings of every provider it serves (ingest/registry.py: each provider's own
+class, declared in its module of ingest/providers/).
 
-A process that would run with a weak or missing webhook secret refuses to start: a
-short key makes forged webhooks, and so forged money, cheap to produce.
+What a provider's settings share is here: its webhook secrets, refused at start when
+missing or weak (`require_strong`): a short key makes forged webhooks, and so forged
+money, cheap to produce.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping, Sequence
 from typing import Annotated, ClassVar, Self
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, SkipValidation
 from pydantic_settings import NoDecode
 
 # SettingsError: a configuration the ingest must not run with (`paystream ingest` exits 2).
-from paystream.env import SettingsError, Words, words
+from paystream.env import EnvSettings, SettingsError, UnshownValueError, Words, variable_name, words
+from paystream.ingest import registry
 from paystream.schema.db import DbRole, RoleSettings
-from paystream.schema.events import ASSET_PATTERN
 
 MIN_SECRET_BYTES = 32
 STANDARD_WEBHOOKS_PREFIX = "whsec_"
@@ -28,8 +32,7 @@ def decode_standard_secret(text: str) -> bytes:
     try:
         return base64.b64decode(body, validate=True)
     except (binascii.Error, ValueError):
-        raise SettingsError("PAYMENTS_WEBHOOK_SECRET must be whsec_ followed by base64") \
-            from None
+        raise UnshownValueError("must be whsec_ followed by base64") from None
 
 
 def _keys(value: object) -> object:
@@ -42,40 +45,40 @@ def _secrets(value: object) -> object:
             else value)
 
 
+# A provider's secrets field: HMAC keys as their UTF-8 bytes, or Standard Webhooks
+# secrets decoded; several during a rotation (any one of them may have signed).
 Keys = Annotated[tuple[bytes, ...], NoDecode, BeforeValidator(_keys)]
 StandardSecrets = Annotated[tuple[bytes, ...], NoDecode, BeforeValidator(_secrets)]
 
 
+def require_strong(settings: EnvSettings, *fields: str) -> None:
+    """Refuse to start (SettingsError, naming the variable) unless each secrets field of
+    `fields` holds one secret at least, each of MIN_SECRET_BYTES at least."""
+    for field in fields:
+        name, keys = variable_name(type(settings), field), getattr(settings, field)
+        if not keys:
+            raise SettingsError(f"{name} is required")
+        for key in keys:
+            if len(key) < MIN_SECRET_BYTES:
+                raise SettingsError(
+                    f"{name} is {len(key)} bytes after decoding; at least "
+                    f"{MIN_SECRET_BYTES} are required: refusing to start")
+
+
 class IngestSettings(RoleSettings):
     """Read by `paystream ingest` ([ingest](ingest.md)). Limits are per worker process.
-    Webhook secrets the ingest refuses (missing, too short, not base64) stop it at start
-    with exit code 2 and the reason. `make run` generates development secrets once into
+    Each provider's own settings follow (its secrets and what its parser needs): webhook
+    secrets the ingest refuses (missing, too short, not base64) stop it at start with
+    exit code 2 and the reason. `make run` generates development secrets once into
     `.stack/dev-secrets.env` unless they are set in the environment."""
 
     doc_section = "Ingest"
     db_role: ClassVar[DbRole] = "ingest"
 
-    # HMAC keys, several during a rotation (any one of them may have signed a request).
-    alchemy_signing_keys: Keys = Field(
-        (), alias="ALCHEMY_SIGNING_KEY", repr=False,
-        json_schema_extra={"shown": "required"},
-        description="Alchemy's signing key, ≥ 32 bytes; several separated by spaces or "
-                    "commas during a rotation")
-    payments_secrets: StandardSecrets = Field(
-        (), alias="PAYMENTS_WEBHOOK_SECRET", repr=False,
-        json_schema_extra={"shown": "required"},
-        description="the gateway's Standard Webhooks secret, `whsec_<base64>`, ≥ 32 bytes "
-                    "decoded; several allowed")
-    payments_default_asset: str = Field(
-        "USD", alias="PAYMENTS_DEFAULT_ASSET",
-        description="the asset of a gateway event that names none; must be in "
-                    "`PAYMENTS_ASSETS`")
-    # The only assets the gateway may credit. Chain assets ("NETWORK:...") never: they
-    # come from chain providers and are spendable only once final.
-    payments_assets: Words = Field(
-        ("USD",), alias="PAYMENTS_ASSETS",
-        description="the only assets the gateway may credit, comma-separated; any other is "
-                    "a 400 `unsupported_asset`; a chain asset (`NETWORK:…`) refuses to start")
+    # Not a variable: every provider served, with its own settings (ingest/registry.py),
+    # read by from_env.
+    providers: Annotated[tuple[registry.Served, ...], SkipValidation] = Field(
+        (), repr=False)
     max_body_bytes: int = Field(1024 * 1024, alias="PAYSTREAM_INGEST_MAX_BODY_BYTES",
                                 ge=1024, description="body size limit (413 above it)")
     # Token bucket per (provider, source address): sustained rate and burst size.
@@ -152,30 +155,12 @@ class IngestSettings(RoleSettings):
     retry_after_s: int = Field(5, alias="PAYSTREAM_INGEST_RETRY_AFTER_S", ge=1,
                                description="`Retry-After` of a 503")
 
-    @model_validator(mode="after")
-    def _strong_secrets_and_gateway_assets(self) -> Self:
-        if not self.alchemy_signing_keys:
-            raise SettingsError("ALCHEMY_SIGNING_KEY is required")
-        if not self.payments_secrets:
-            raise SettingsError("PAYMENTS_WEBHOOK_SECRET is required")
-        for name, keys in (("ALCHEMY_SIGNING_KEY", self.alchemy_signing_keys),
-                           ("PAYMENTS_WEBHOOK_SECRET", self.payments_secrets)):
-            for key in keys:
-                if len(key) < MIN_SECRET_BYTES:
-                    raise SettingsError(
-                        f"{name} is {len(key)} bytes after decoding; at least "
-                        f"{MIN_SECRET_BYTES} are required: refusing to start"
-                    )
-        if ASSET_PATTERN.fullmatch(self.payments_default_asset) is None:
-            raise SettingsError(f"PAYMENTS_DEFAULT_ASSET is not a valid asset code: "
-                                f"{self.payments_default_asset!r}")
-        if not self.payments_assets:
-            raise SettingsError("PAYMENTS_ASSETS names no asset")
-        for asset in self.payments_assets:
-            if ASSET_PATTERN.fullmatch(asset) is None or ":" in asset:
-                raise SettingsError(f"PAYMENTS_ASSETS: {asset!r} is not a gateway asset code"
-                                    " (chain assets, NETWORK:..., are never allowed)")
-        if self.payments_default_asset not in self.payments_assets:
-            raise SettingsError(f"PAYMENTS_DEFAULT_ASSET {self.payments_default_asset!r} is "
-                                f"not in PAYMENTS_ASSETS {','.join(self.payments_assets)}")
-        return self
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, object] | None = None, *,
+                 also: Sequence[str] = ()) -> Self:
+        """The ingest's settings and every provider's (ingest/registry.py: those of
+        ingest/providers/ and of the packages `also` names, a test's own), from `env`
+        (default: os.environ)."""
+        return super().from_env(env, {"providers": registry.served(env, also),
+                                      **(overrides or {})})

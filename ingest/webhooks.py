@@ -1,4 +1,4 @@
-"""The webhook routes (one per provider of ingest/providers.py), answered as plain
+"""The webhook routes (one per provider served, ingest/registry.py), answered as plain
 ASGI: the checks, the write, the answer.
 
 Order of checks for every webhook, cheapest and most hostile first:
@@ -40,8 +40,8 @@ from paystream.ingest.errors import (
     NotApplicableError,
 )
 from paystream.ingest.metrics import IngestMetrics
-from paystream.ingest.providers import BY_PATH, Provider
 from paystream.ingest.recording import Recorded
+from paystream.ingest.registry import Served
 from paystream.ingest.request_body import parse_json, read_bounded, require_json
 from paystream.ingest.settings import IngestSettings
 from paystream.ingest.writer import GroupCommitWriter
@@ -66,7 +66,7 @@ class Answer:
 
 
 class Webhooks:
-    """POST to every provider's path (ingest/providers.py), as one ASGI app."""
+    """POST to every served provider's path (ingest/registry.py), as one ASGI app."""
 
     def __init__(self, settings: IngestSettings, writer: GroupCommitWriter,
                  metrics: IngestMetrics) -> None:
@@ -80,7 +80,8 @@ class Webhooks:
         self._failures = TokenBuckets(settings.auth_failure_rate_per_second,
                                       settings.auth_failure_burst,
                                       what="unauthenticated requests")
-        self.routes: dict[str, Provider] = BY_PATH
+        # The providers by path, built once: a request's route is one dict lookup.
+        self.routes: dict[str, Served] = {s.provider.path: s for s in settings.providers}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a POST to one of `routes` (the caller checked path and method)."""
@@ -99,15 +100,15 @@ class Webhooks:
                     "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def deliver(self, provider: Provider, scope: Scope, receive: Receive) -> Answer:
+    async def deliver(self, provider: Served, scope: Scope, receive: Receive) -> Answer:
         """One delivery of `provider`: verified, validated, written, answered; an
         IngestError for every refusal."""
         headers = _headers(scope)
-        settings = self._settings
+        settings, own = self._settings, provider.settings
         body = await self._authentic_body(
             scope, receive, headers, provider.name,
-            lambda raw: provider.verify(raw, headers, settings))
-        write = provider.delivery(parse_json(body), settings, trace_of(scope))
+            lambda raw: provider.verify(raw, headers, own, settings))
+        write = provider.delivery(parse_json(body), own, trace_of(scope))
         recorded = await self._writer.write(write)
         if recorded.refused is not None:  # recorded in refused_deliveries, nothing else
             raise recorded.refused.error(recorded.refused_event_id or "")

@@ -11,6 +11,8 @@ The command:
   ledger_consequences.py  how a feature declares its ledger consequence (a
                         `*_consequence` module of its folder), and how `consume ledger`
                         finds, orders and builds them without naming any
+  declarations.py       finding what modules declare without a list naming them (the
+                        ledger's consequences, the ingest's providers)
   launch.py             starting `paystream` itself as a child process
   operator_cli.py       what operator commands share: exit codes, tables, a database
 

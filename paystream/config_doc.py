@@ -29,6 +29,7 @@ from paystream.credentials import StateSettings
 from paystream.env import EnvSettings, default_text
 from paystream.finality.scanner.settings import ScannerSettings
 from paystream.finality.settings import FinalitySettings
+from paystream.ingest import registry
 from paystream.ingest.settings import IngestSettings
 from paystream.kafka_nodes import KafkaSettings
 from paystream.kafka_security import KafkaSecuritySettings
@@ -70,6 +71,7 @@ SETTINGS: tuple[type[EnvSettings], ...] = (
     BackupSettings,
     StandbySettings,
     IngestSettings,
+    *registry.settings_classes(),  # each provider's, found as the ingest finds them
     RunSettings,
     ApiSettings,
     ConsoleSettings,

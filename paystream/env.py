@@ -41,6 +41,11 @@ class SettingsError(ValueError):
     Commands print it and exit 2."""
 
 
+class UnshownValueError(ValueError):
+    """A validator's refusal of a value it must not print (a secret): the message is the
+    variable's name and this one's, never the value."""
+
+
 def words(text: str) -> tuple[str, ...]:
     """"USD,EUR", "a b" or "a, b" as ("USD", "EUR"), ...: a list variable's text, split
     on commas and white space."""
@@ -189,6 +194,8 @@ def _sentence(cls: type[BaseSettings], error: ErrorDetails) -> str:
     loc = error["loc"]
     field = str(loc[0]) if loc else ""
     name = (variable_name(cls, field) if field in cls.model_fields else field) or cls.__name__
+    if isinstance(cause, UnshownValueError):
+        return f"{name} {cause}"
     kind = error["type"]
     if kind == "greater_than_equal":
         rule = f"must be at least {_number(ctx['ge'])}"

@@ -24,16 +24,12 @@ import it as the ledger does; it imports none of them but by name, at start-up.
 from __future__ import annotations
 
 import heapq
-import importlib
-import importlib.util
-import pkgutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from paystream.env import SettingsError
+from paystream import declarations
+from paystream.declarations import DeclarationError
 
 if TYPE_CHECKING:
     from paystream.schema.db import Cursor
@@ -41,6 +37,7 @@ if TYPE_CHECKING:
 SUFFIX = "_consequence"  # the modules that declare one
 ATTRIBUTE = "CONSEQUENCE"
 PRODUCT = ("paystream",)  # where `paystream consume ledger` looks
+__all__ = ["DeclarationError", "Declared", "Found", "build", "found", "in_order"]
 
 
 class Writer(Protocol):
@@ -60,16 +57,8 @@ class Declared:
     last: bool = False
 
 
-@dataclass(frozen=True)
-class Found:
-    """A declaration and the module that made it (for the messages)."""
-
-    module: str
-    declared: Declared
-
-
-class DeclarationError(SettingsError):
-    """The declared consequences cannot be ordered; the message names the modules."""
+# A declaration and the module that made it (for the messages).
+Found = declarations.Found[Declared]
 
 
 def build(also: Sequence[str] = ()) -> list[Writer]:
@@ -87,17 +76,11 @@ def build(also: Sequence[str] = ()) -> list[Writer]:
 
 def found(roots: Sequence[str]) -> list[Found]:
     """The declaration of every `*_consequence` module under the packages `roots`."""
-    modules = sorted({name for root in roots for name in _modules_under(root)
-                      if name.rpartition(".")[2].endswith(SUFFIX)})
-    declarations = []
-    for name in modules:
-        declared = getattr(importlib.import_module(name), ATTRIBUTE, None)
-        if not isinstance(declared, Declared):
-            raise DeclarationError(
-                f"{name} is named as a ledger consequence's module (*{SUFFIX}) but declares"
-                f" no {ATTRIBUTE} = Declared(...) (paystream/ledger_consequences.py)")
-        declarations.append(Found(name, declared))
-    return declarations
+    return declarations.found(
+        roots, chosen=lambda name: name.rpartition(".")[2].endswith(SUFFIX),
+        attribute=ATTRIBUTE, kind=Declared,
+        chosen_as=f"a ledger consequence's module (*{SUFFIX})",
+        see="paystream/ledger_consequences.py")
 
 
 def in_order(declarations: Sequence[Found]) -> list[Declared]:
@@ -147,35 +130,3 @@ def _sorted(waits_for: dict[str, set[str]]) -> list[str]:
                                + ", ".join(f"{name!r} after {sorted(waiting[name])}"
                                            for name in stuck))
     return order
-
-
-def _modules_under(root: str) -> Iterator[str]:
-    """The name of every module and package under the package `root`, itself included."""
-    package = importlib.import_module(root)
-    yield root
-    for info in pkgutil.iter_modules(package.__path__, root + "."):
-        if not info.ispkg:
-            yield info.name
-    for name in _subpackages(package):
-        yield from _modules_under(name)
-
-
-def _subpackages(package: ModuleType) -> list[str]:
-    """The packages the import system resolves as `package`'s children: the folders
-    inside its own (an installed wheel), and the folders beside it that an editable
-    install of the source checkout maps onto it (pyproject.toml's package-dir), each
-    kept only if `package.<folder>` imports from that very folder."""
-    names: list[str] = []
-    for folder in map(Path, package.__path__):
-        for place in (folder, folder.parent):
-            for child in sorted(place.iterdir()):
-                name = f"{package.__name__}.{child.name}"
-                if (name in names or not child.name.isidentifier()
-                        or not (child / "__init__.py").is_file()):
-                    continue
-                spec = importlib.util.find_spec(name)
-                if (spec is not None and spec.submodule_search_locations
-                        and Path(spec.submodule_search_locations[0]).resolve()
-                        == child.resolve()):
-                    names.append(name)
-    return names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -152,7 +153,10 @@ def test_missing_stale_future_and_reserialised_signatures_are_401(client: TestCl
 
 def test_a_rotated_secret_is_accepted(db) -> None:
     new_secret = b"the-next-payments-secret-32-bytes!!"
-    with _client(payments_secrets=(PAYMENTS_SECRET_BYTES, new_secret)) as client:
+    both = " ".join("whsec_" + base64.b64encode(s).decode()
+                    for s in (PAYMENTS_SECRET_BYTES, new_secret))
+    rotated = IngestSettings.from_env(ingest_env(PAYMENTS_WEBHOOK_SECRET=both))
+    with TestClient(create_app(rotated), raise_server_exceptions=False) as client:
         for secret in (PAYMENTS_SECRET_BYTES, new_secret):
             body = payment_body(unique("ev"), known_user())
             assert _post_payment(client, body, secret=secret).status_code == 200

@@ -1,11 +1,14 @@
-"""The ingest's settings: frozen, validated, and refusing weak secrets."""
+"""The ingest's settings, with its providers' (ingest/providers/): frozen, validated, and
+refusing weak secrets."""
 
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import pytest
 
+from paystream.env import EnvSettings
 from paystream.ingest.settings import IngestSettings, SettingsError
 from tests.support.ingest import ALCHEMY_KEY, PAYMENTS_SECRET, PAYMENTS_SECRET_BYTES
 
@@ -15,20 +18,28 @@ def _env(**overrides: str) -> dict[str, str]:
             **overrides}
 
 
+def own(settings: IngestSettings, provider: str) -> Any:
+    """The settings of the provider named `provider`, as the ingest read them."""
+    [served] = [s for s in settings.providers if s.name == provider]
+    assert isinstance(served.settings, EnvSettings)
+    return served.settings
+
+
 def test_settings_from_env_decode_the_whsec_secret() -> None:
     settings = IngestSettings.from_env(_env(PAYMENTS_DEFAULT_ASSET="EUR",
                                             PAYMENTS_ASSETS="USD,EUR"))
-    assert settings.payments_secrets == (PAYMENTS_SECRET_BYTES,)
-    assert settings.alchemy_signing_keys == (ALCHEMY_KEY.encode(),)
-    assert settings.payments_default_asset == "EUR"
-    assert settings.payments_assets == ("USD", "EUR")
+    payments = own(settings, "payments")
+    assert payments.secrets == (PAYMENTS_SECRET_BYTES,)
+    assert own(settings, "alchemy").signing_keys == (ALCHEMY_KEY.encode(),)
+    assert payments.default_asset == "EUR"
+    assert payments.assets == ("USD", "EUR")
     assert settings.max_body_bytes == 1024 * 1024
 
 
 def test_settings_accept_several_secrets_for_a_rotation() -> None:
     other = "whsec_" + base64.b64encode(b"n" * 40).decode()
     settings = IngestSettings.from_env(_env(PAYMENTS_WEBHOOK_SECRET=f"{PAYMENTS_SECRET} {other}"))
-    assert settings.payments_secrets == (PAYMENTS_SECRET_BYTES, b"n" * 40)
+    assert own(settings, "payments").secrets == (PAYMENTS_SECRET_BYTES, b"n" * 40)
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -39,7 +50,8 @@ def test_settings_accept_several_secrets_for_a_rotation() -> None:
      "31 bytes after decoding"),
     # 44 characters of text, but only 31 bytes once decoded: the decoded length counts.
     ({"PAYMENTS_WEBHOOK_SECRET": base64.b64encode(b"y" * 31).decode()}, "31 bytes"),
-    ({"PAYMENTS_WEBHOOK_SECRET": "whsec_not*base64"}, "whsec_ followed by base64"),
+    ({"PAYMENTS_WEBHOOK_SECRET": "whsec_not*base64"},
+     "^PAYMENTS_WEBHOOK_SECRET must be whsec_ followed by base64$"),
     ({"PAYSTREAM_INGEST_MAX_BODY_BYTES": "lots"}, "must be an integer"),
     ({"PAYSTREAM_INGEST_RATE_PER_SECOND": "0"}, "RATE_PER_SECOND must be positive, got '0'"),
     ({"PAYMENTS_DEFAULT_ASSET": "U S D"}, "not a valid asset"),
@@ -54,7 +66,7 @@ def test_settings_refuse_to_start_with_a_clear_message(overrides: dict, message:
 
 
 def test_the_gateway_may_credit_usd_alone_by_default() -> None:
-    assert IngestSettings.from_env(_env()).payments_assets == ("USD",)
+    assert own(IngestSettings.from_env(_env()), "payments").assets == ("USD",)
 
 
 def test_settings_are_frozen() -> None:
