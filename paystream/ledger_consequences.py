@@ -9,9 +9,9 @@ lives, in a module whose name ends in `_consequence`, as a module-level
 path); `after` names the consequences it runs after; `last` says it runs after every
 other (the notifications: they send what the others told). `paystream consume ledger`
 (paystream/consume.py `ledger_handler`) finds every declaration under the `paystream`
-import root (`found`), orders them (`in_order`: among those free to run, by name, so
-every process runs one order) and builds them: a new consequence is a module of its
-feature's folder, and no other file names it.
+import root (`found`, by paystream/discovery.py's walk), orders them (`in_order`: among
+those free to run, by name, so every process runs one order) and builds them: a new
+consequence is a module of its feature's folder, and no other file names it.
 
 A declaration that cannot be ordered refuses to start (DeclarationError, exit 2): a
 name declared twice, `after` a name nobody declares, two that run last, a cycle, or a
@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import heapq
 import importlib
-import importlib.util
-import pkgutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from paystream.discovery import modules_named
 from paystream.env import SettingsError
 
 if TYPE_CHECKING:
@@ -87,8 +84,7 @@ def build(also: Sequence[str] = ()) -> list[Writer]:
 
 def found(roots: Sequence[str]) -> list[Found]:
     """The declaration of every `*_consequence` module under the packages `roots`."""
-    modules = sorted({name for root in roots for name in _modules_under(root)
-                      if name.rpartition(".")[2].endswith(SUFFIX)})
+    modules = modules_named(roots, lambda own: own.endswith(SUFFIX))
     declarations = []
     for name in modules:
         declared = getattr(importlib.import_module(name), ATTRIBUTE, None)
@@ -148,34 +144,3 @@ def _sorted(waits_for: dict[str, set[str]]) -> list[str]:
                                            for name in stuck))
     return order
 
-
-def _modules_under(root: str) -> Iterator[str]:
-    """The name of every module and package under the package `root`, itself included."""
-    package = importlib.import_module(root)
-    yield root
-    for info in pkgutil.iter_modules(package.__path__, root + "."):
-        if not info.ispkg:
-            yield info.name
-    for name in _subpackages(package):
-        yield from _modules_under(name)
-
-
-def _subpackages(package: ModuleType) -> list[str]:
-    """The packages the import system resolves as `package`'s children: the folders
-    inside its own (an installed wheel), and the folders beside it that an editable
-    install of the source checkout maps onto it (pyproject.toml's package-dir), each
-    kept only if `package.<folder>` imports from that very folder."""
-    names: list[str] = []
-    for folder in map(Path, package.__path__):
-        for place in (folder, folder.parent):
-            for child in sorted(place.iterdir()):
-                name = f"{package.__name__}.{child.name}"
-                if (name in names or not child.name.isidentifier()
-                        or not (child / "__init__.py").is_file()):
-                    continue
-                spec = importlib.util.find_spec(name)
-                if (spec is not None and spec.submodule_search_locations
-                        and Path(spec.submodule_search_locations[0]).resolve()
-                        == child.resolve()):
-                    names.append(name)
-    return names
