@@ -6,10 +6,12 @@ the ingest's or the merchant API's port."""
 from __future__ import annotations
 
 import os
+from importlib import resources
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
+from jinja2 import Environment
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Scope
 
@@ -25,17 +27,10 @@ from paystream.console import (
     routes_search,
     routes_statements,
 )
-from paystream.console.database import ConsoleDatabase, DatabaseUnavailable, ValueRefused
-from paystream.console.settings import ConsoleSettings
-from paystream.console.web import (
-    Console,
-    Guard,
-    LoginRequired,
-    Refused,
-    render,
-    stylesheet,
-    templates,
-)
+from paystream.console_kit import web
+from paystream.console_kit.database import ConsoleDatabase, DatabaseUnavailable, ValueRefused
+from paystream.console_kit.settings import ConsoleSettings
+from paystream.console_kit.web import Console, Guard, LoginRequired, Refused, render
 from paystream.edge.app import add_routes
 from paystream.edge.observe import RequestObserver
 from paystream.logs import configure_logging
@@ -44,6 +39,23 @@ from paystream.rate_limit import TokenBuckets
 FACTORY = "paystream.console.app:create_app_from_env"
 ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications, routes_keys,
            routes_ledger, routes_statements, routes_health, routes_alerts, routes_audit)
+NAV = (("/search", "Search"), ("/dead-letters", "Dead letters"),
+       ("/notifications", "Notifications"), ("/endpoints", "Endpoints"),
+       ("/keys", "API keys"),
+       ("/ledger", "Ledger"), ("/statements", "Statements"), ("/health", "Health"),
+       ("/alerts", "Alerts"), ("/audit", "Audit"))
+
+
+def templates() -> Environment:
+    """Every page's template: the kit's frame (console_kit/templates/) and the console's
+    own pages (templates/), with the navigation every page shows."""
+    env = web.templates(("paystream.console",))
+    env.globals["nav"] = NAV
+    return env
+
+
+def stylesheet() -> bytes:
+    return (resources.files("paystream.console") / "static" / "console.css").read_bytes()
 
 
 def create_app(settings: ConsoleSettings) -> ASGIApp:

@@ -10,8 +10,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from paystream.console import audit
-from paystream.console.web import Operator, Posted, act, console_of, render
+from paystream.console_kit import audit
+from paystream.console_kit.web import Operator, Posted, act, console_of, render
 from paystream.consumers.ledger import shortfalls
 from paystream.edge.params import RowIdPath
 from paystream.notify.ledger_consequence import shortfall_resolved

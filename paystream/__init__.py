@@ -33,5 +33,6 @@ Shared by every part:
   backups.py            the backup repository: pgBackRest's configuration, the backups
   local_chain.py        the local chain (anvil) the stack runs
   edge/                 the HTTP edge kit the ingest and the merchant API are built on
+  console_kit/          the console's web kit: what every console page is made with
   chaos/                `paystream chaos`: the invariants proven while parts crash
 """
