@@ -12,7 +12,7 @@ The command:
                         `*_consequence` module of its folder), and how `consume ledger`
                         finds, orders and builds them without naming any
   discovery.py          the walk that finds a feature's declaring modules by their
-                        name under the import root (the ledger's consequences)
+                        name under the import root (consequences, console pages)
   launch.py             starting `paystream` itself as a child process
   operator_cli.py       what operator commands share: exit codes, tables, a database
 

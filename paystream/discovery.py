@@ -1,6 +1,7 @@
 """Finding the modules a feature declares something in, by their name, under an import
-root: the ledger's consequences (`*_consequence`, paystream/ledger_consequences.py). A
-feature adds a module of that name to its own folder, and no list names it.
+root: the ledger's consequences (`*_consequence`, paystream/ledger_consequences.py) and
+the console's pages (`console_routes`, console/pages.py). A feature adds a module of
+that name to its own folder, and no list names it.
 
 The walk imports each package on the way (its `__init__`), never the modules it names:
 the caller imports those it wants.

@@ -1,6 +1,6 @@
 """The console's web kit: what a feature's console pages are made with, below the
-features (.importlinter's layers), so a feature's console routes can import it from
-its own folder. The app that assembles them is console/ (`paystream console`).
+features (.importlinter's layers), so each feature's `console_routes.py` imports it
+from its own folder. The app that assembles them is console/ (`paystream console`).
 
   settings.py      the console's settings (PAYSTREAM_CONSOLE_*)
   access.py        console keys, login sessions, the CSRF token of a session
