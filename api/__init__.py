@@ -31,4 +31,6 @@ seeing its merchant's resources only.
   metrics.py              every API metric, declared once
   settings.py             the API's settings
   cli.py                  `paystream api`, `paystream merchants`, `paystream apikeys`
+  console_routes.py       the console's page of merchants' keys: listed by merchant,
+                          revoked (as `paystream apikeys revoke`); templates/keys.html
 """

@@ -58,10 +58,13 @@ from starlette.requests import Request
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from paystream.console import access, routes_dead_letters, routes_search  # noqa: E402
-from paystream.console.database import ConsoleDatabase  # noqa: E402
-from paystream.console.settings import ConsoleSettings  # noqa: E402
-from paystream.console.web import SESSION_COOKIE, templates  # noqa: E402
+from paystream.console import routes_search  # noqa: E402
+from paystream.console.app import templates  # noqa: E402
+from paystream.console_kit import access  # noqa: E402
+from paystream.console_kit.database import ConsoleDatabase  # noqa: E402
+from paystream.console_kit.settings import ConsoleSettings  # noqa: E402
+from paystream.console_kit.web import SESSION_COOKIE  # noqa: E402
+from paystream.consumers.dead_letters import console_routes as routes_dead_letters  # noqa: E402
 from paystream.launch import free_port, paystream_argv  # noqa: E402
 from paystream.schema.db import (  # noqa: E402
     Connection,

@@ -4,27 +4,25 @@ notifications, shortfalls and statement differences without SQL. It runs as the
 operator's role and its actions are the operator commands' own functions, each recorded
 in operator_actions.
 
-  settings.py                the console's settings (PAYSTREAM_CONSOLE_*)
-  access.py                  console keys, login sessions, the CSRF token of a session
-  audit.py                   the record of operator actions (operator_actions)
-  database.py                each page's work in one transaction of a database thread
-  web.py                     templates, security headers and host check, the logged-in
-                             operator and CSRF-checked form dependencies
-  app.py                     the app: routers, error pages, the request observer
+What every page is made with (settings, keys and sessions, the audit, the database,
+templates, CSRF-checked forms) is the console's web kit, paystream/console_kit/.
+
+  app.py                     the app: routers, the templates and the navigation, error
+                             pages, the request observer
+  pages.py                   how the features' pages are found: each feature's
+                             `console_routes.py` (dead letters, notifications and
+                             endpoints, the ledger, statements, API keys), in its folder
   cli.py                     `paystream console` and `console keys create|list|revoke`
   search.py                  the search box: an event, user, trace, key, hash, address
   story.py                   an event's whole story: body, outcome, postings, dead
                              letters, notifications, timeline
+
+The console's own pages, those of no one feature:
   routes_auth.py             login and logout
   routes_search.py           search, the event page, the user page
-  routes_dead_letters.py     the dead letters: list, detail, replay, bulk replay, discard
-  routes_notifications.py    deliveries, attempts, redeliver, recover; endpoints
-  routes_ledger.py           shortfalls with resolve, holds, reconcile
-  routes_statements.py       settlement statements: the list, a statement's lines beside
-                             our events by result, approve a proposed fee adjustment
-  routes_keys.py             merchants' API keys: listed by merchant, revoked
   routes_health.py           `paystream health`, rendered
   routes_alerts.py           Alertmanager's alerts and silences; silence, expire
   routes_audit.py            the audit page
-  templates/                 the pages (Jinja2, autoescaped); static/ the stylesheet
+  templates/                 the pages (Jinja2, autoescaped) of the routes above; their
+                             frame is the kit's; static/ the stylesheet
 """

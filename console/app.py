@@ -6,44 +6,58 @@ the ingest's or the merchant API's port."""
 from __future__ import annotations
 
 import os
+from importlib import resources
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
+from jinja2 import Environment
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Scope
 
 from paystream.console import (
+    pages,
     routes_alerts,
     routes_audit,
     routes_auth,
-    routes_dead_letters,
     routes_health,
-    routes_keys,
-    routes_ledger,
-    routes_notifications,
     routes_search,
-    routes_statements,
 )
-from paystream.console.database import ConsoleDatabase, DatabaseUnavailable, ValueRefused
-from paystream.console.settings import ConsoleSettings
-from paystream.console.web import (
-    Console,
-    Guard,
-    LoginRequired,
-    Refused,
-    render,
-    stylesheet,
-    templates,
-)
+from paystream.console_kit import web
+from paystream.console_kit.database import ConsoleDatabase, DatabaseUnavailable, ValueRefused
+from paystream.console_kit.settings import ConsoleSettings
+from paystream.console_kit.web import Console, Guard, LoginRequired, Refused, render
+from paystream.consumers.ledger import console_routes as ledger_pages
 from paystream.edge.app import add_routes
 from paystream.edge.observe import RequestObserver
 from paystream.logs import configure_logging
+from paystream.notify.ledger_consequence import tell_shortfall_resolved
 from paystream.rate_limit import TokenBuckets
+from paystream.reconcile_checks import FEATURE_CHECKS
 
 FACTORY = "paystream.console.app:create_app_from_env"
-ROUTERS = (routes_auth, routes_search, routes_dead_letters, routes_notifications, routes_keys,
-           routes_ledger, routes_statements, routes_health, routes_alerts, routes_audit)
+# The console's own pages, then every feature's, found in its folder (pages.py).
+ROUTERS = (routes_auth, routes_search, routes_health, routes_alerts, routes_audit,
+           *pages.found())
+pages.refuse_duplicates(ROUTERS)
+NAV = (("/search", "Search"), ("/dead-letters", "Dead letters"),
+       ("/notifications", "Notifications"), ("/endpoints", "Endpoints"),
+       ("/keys", "API keys"),
+       ("/ledger", "Ledger"), ("/statements", "Statements"), ("/health", "Health"),
+       ("/alerts", "Alerts"), ("/audit", "Audit"))
+
+
+def templates() -> Environment:
+    """Every page's template: the kit's frame (console_kit/templates/), the console's own
+    pages (templates/) and each feature's, beside its routes; with the navigation every
+    page shows."""
+    env = web.templates(pages.template_packages(ROUTERS))
+    env.globals["nav"] = NAV
+    return env
+
+
+def stylesheet() -> bytes:
+    return (resources.files("paystream.console") / "static" / "console.css").read_bytes()
 
 
 def create_app(settings: ConsoleSettings) -> ASGIApp:
@@ -61,6 +75,8 @@ def create_app(settings: ConsoleSettings) -> ASGIApp:
         return Response(css, media_type="text/css")
 
     add_routes(app, *(module.router for module in ROUTERS))
+    # What the ledger's pages are handed of the features it imports none of.
+    app.state.ledger_pages = ledger_pages.Handed(tell_shortfall_resolved, FEATURE_CHECKS)
 
     @app.exception_handler(LoginRequired)
     async def login_first(request: Request, _: LoginRequired) -> Response:

@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from paystream.console.app import FACTORY
-    from paystream.console.settings import ConsoleSettings
+    from paystream.console_kit.settings import ConsoleSettings
     from paystream.edge.serve import uvicorn_config
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -45,7 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _create(args: argparse.Namespace) -> int:
-    from paystream.console import access
+    from paystream.console_kit import access
 
     try:
         with transaction("paystream-console-keys") as cur:
@@ -59,7 +59,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from paystream.console import access
+    from paystream.console_kit import access
 
     with transaction("paystream-console-keys") as cur:
         rows = access.list_keys(cur)
@@ -71,7 +71,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    from paystream.console import access
+    from paystream.console_kit import access
 
     try:
         with transaction("paystream-console-keys") as cur:

@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
-from paystream.console.web import Form, Operator, Posted, act, render
+from paystream.console_kit.web import Form, Operator, Posted, act, render
 from paystream.schema.db import Cursor
 from paystream.stack import alerts
 from paystream.stack.alertmanager import AlertmanagerConfig

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from paystream.console import audit
-from paystream.console.web import Operator, console_of, render
+from paystream.console_kit import audit
+from paystream.console_kit.web import Operator, console_of, render
 from paystream.edge.params import RowIdQuery
 
 router = APIRouter()

@@ -8,8 +8,8 @@ import secrets
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from paystream.console import access, audit
-from paystream.console.web import (
+from paystream.console_kit import access, audit
+from paystream.console_kit.web import (
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
     Operator,

@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from paystream.console.web import Operator, render
+from paystream.console_kit.web import Operator, render
 
 router = APIRouter()
 REFRESH_S = 15

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from paystream.api.reads import parse_cursor, transactions
 from paystream.console import search, story
-from paystream.console.web import Operator, Refused, console_of, render
+from paystream.console_kit.web import Operator, Refused, console_of, render
 from paystream.consumers.ledger.shortfalls import list_shortfalls
 from paystream.edge.errors import InvalidRequestError
 from paystream.edge.params import PrintableIdPath, UserIdPath, text_query

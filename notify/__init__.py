@@ -22,6 +22,8 @@ caused it and delivered as Standard-Webhooks-signed POSTs (docs/notifications.md
   address_guard.py  the SSRF guard: where a POST may go, at creation and at send time
   operator.py     the operator's view of deliveries: list, show, redeliver, recover
   cli.py          `paystream endpoints | notifications | notify`
+  console_routes.py  the console's pages: deliveries, attempts, redeliver, recover;
+                  endpoints, disable, enable (the commands' own functions); templates/
   metrics.py      every sender metric, declared once
   settings.py     the sender's and the reminders' settings
   crash_hooks.py  test-only crash points of the sender

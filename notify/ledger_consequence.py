@@ -122,11 +122,17 @@ class ResolvedShortfall(Protocol):
     def resolution(self) -> str | None: ...
 
 
+def tell_shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall,
+                            still_flagged: bool) -> None:
+    """shortfall_resolved sealed with this process's sealer, read when it tells: the
+    `tell` the doors (`paystream shortfalls resolve`, the console's ledger page) hand the
+    ledger's consumers/ledger/shortfalls.py resolve()."""
+    shortfall_resolved(cur, resolved, still_flagged, process_sealer())
+
+
 def shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall, still_flagged: bool,
                        sealer: Sealer) -> None:
-    """Tell the user a shortfall was resolved, in the resolution's transaction: the
-    `tell` the doors (`paystream shortfalls resolve`, the console) hand the ledger's
-    consumers/ledger/shortfalls.py resolve()."""
+    """Tell the user a shortfall was resolved, in the resolution's transaction."""
     intent = intents.new_intent(
         intents.IntentType.SHORTFALL_RESOLVED, resolved.source_event_id,
         resolved.user_id, event_type="shortfall_resolved", asset=resolved.asset,

@@ -12,7 +12,8 @@ The command:
                         `*_consequence` module of its folder), and how `consume ledger`
                         finds, orders and builds them without naming any
   declarations.py       finding what modules declare without a list naming them (the
-                        ledger's consequences, the ingest's providers)
+                        ledger's consequences, the ingest's providers, the console's
+                        pages)
   launch.py             starting `paystream` itself as a child process
   operator_cli.py       what operator commands share: exit codes, tables, a database
 
@@ -33,5 +34,6 @@ Shared by every part:
   backups.py            the backup repository: pgBackRest's configuration, the backups
   local_chain.py        the local chain (anvil) the stack runs
   edge/                 the HTTP edge kit the ingest and the merchant API are built on
+  console_kit/          the console's web kit: what every console page is made with
   chaos/                `paystream chaos`: the invariants proven while parts crash
 """

@@ -45,13 +45,13 @@ COMMAND_MODULES = (
 
 # What a feature's commands are handed of other features, as the ledger consumer is
 # handed its consequences (paystream/consume.py), so the ledger imports none: resolving a
-# shortfall (consumers/ledger/cli.py) tells its user through notify/.
+# shortfall (consumers/ledger/cli.py) tells its user through notify/. The console's app
+# hands its ledger pages the same (console/app.py).
 def _tell_shortfall_resolved(cur: Cursor, resolved: ResolvedShortfall,
                              still_flagged: bool) -> None:
-    from paystream.notify.ledger_consequence import shortfall_resolved
-    from paystream.notify.seal import process_sealer
+    from paystream.notify.ledger_consequence import tell_shortfall_resolved
 
-    shortfall_resolved(cur, resolved, still_flagged, process_sealer())
+    tell_shortfall_resolved(cur, resolved, still_flagged)
 
 
 def build_parser() -> argparse.ArgumentParser:

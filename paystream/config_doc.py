@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 from paystream.api.settings import ApiSettings
 from paystream.backups import BackupSettings
 from paystream.connectors.endpoint import ConnectSettings
-from paystream.console.settings import ConsoleSettings
+from paystream.console_kit.settings import ConsoleSettings
 from paystream.consumers.crash_hooks import CrashHookSettings
 from paystream.consumers.ledger.settings import LedgerSettings
 from paystream.credentials import StateSettings

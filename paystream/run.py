@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import Field
 
 from paystream.api.settings import ApiSettings
-from paystream.console.settings import ConsoleSettings
+from paystream.console_kit.settings import ConsoleSettings
 from paystream.credentials import write_private
 from paystream.env import EnvSettings, read_one
 from paystream.launch import paystream_argv

@@ -15,6 +15,8 @@ settled, and takes the books out for its spreadsheets (docs/statements.md).
   export.py     postings, transfers, invoices and statements as CSV or Parquet, streamed
                 from one snapshot
   cli.py        `paystream statements ...` and `paystream export ...`
+  console_routes.py  the console's pages: the statements, one statement's lines beside
+                our events by result, approve a proposed fee adjustment; templates/
 
 Only the operator (paystream_ops) reads and writes its tables; the ledger never imports
 this package (.importlinter).

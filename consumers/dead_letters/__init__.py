@@ -7,4 +7,6 @@
   replay.py   the operator's side: list, show, replay one after its cause is fixed, or
               discard one with its reason (the console's pages and cli.py)
   cli.py      `paystream dlq list | show | replay | discard`
+console_routes.py  the console's pages: the list, one in detail, replay, bulk replay,
+            discard (replay.py's functions, as the commands); templates/
 """

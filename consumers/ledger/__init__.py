@@ -25,6 +25,9 @@ imports it.
 
 The operator's hand on the books (`paystream shortfalls | adjust | revert | holds`):
   cli.py             the commands (the console's ledger page calls the same actions)
+  console_routes.py  the console's ledger page: shortfalls with resolve, holds, the
+                     reconciliation; what it needs of other features the console's
+                     app hands it; templates/ledger.html
   operator_events.py adjustments, reverts and hold expiries as events into the outbox,
                      applied by this group like any other
   hold_expiry.py     the hold expiry scheduler (`holds expire --loop`)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -19,11 +18,11 @@ import requests
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
-from paystream.console.app import ROUTERS
+from paystream.console.app import ROUTERS, templates
 from tests.support.console import ConsoleServer, csrf_of, start_console
 from tests.support.ids import unique
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "console" / "templates"
+TEMPLATES = templates()  # the kit's, the console's and each feature's, beside its routes
 # (what it is, the value percent-encoded as a client would send it, refused at the door:
 # True in a URL and a form, "url" in a URL only: a reason typed in a text area has lines)
 HOSTILE: list[tuple[str, str, bool | str]] = [
@@ -54,9 +53,11 @@ BENIGN_PATH = {int: "999999999999", str: "none-such"}
 def _form_fields() -> list[str]:
     """The names of the inputs, text areas and selects of every template's forms."""
     names: set[str] = set()
-    for template in TEMPLATES.glob("*.html"):
+    loader = TEMPLATES.loader
+    assert loader is not None
+    for template in TEMPLATES.list_templates():
         names |= set(re.findall(r'<(?:input|textarea|select)[^>]*\sname="([a-z_]+)"',
-                                template.read_text()))
+                                loader.get_source(TEMPLATES, template)[0]))
     return sorted(names - {"csrf"})
 
 

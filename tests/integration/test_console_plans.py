@@ -33,10 +33,12 @@ import psycopg2.extensions
 import pytest
 from starlette.requests import Request
 
-from paystream.console import audit, routes_dead_letters, routes_search, search, story
-from paystream.console.database import ConsoleDatabase
-from paystream.console.settings import ConsoleSettings
-from paystream.console.web import templates
+from paystream.console import routes_search, search, story
+from paystream.console.app import templates
+from paystream.console_kit import audit
+from paystream.console_kit.database import ConsoleDatabase
+from paystream.console_kit.settings import ConsoleSettings
+from paystream.consumers.dead_letters import console_routes as routes_dead_letters
 from paystream.consumers.dead_letters.replay import DeadLetterFilter, matching_ids
 from paystream.notify.intents import IntentType, intent_id
 from paystream.schema.db import Connection, Cursor, connect, database_url, one_row

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from jinja2 import meta
 
-from paystream.console import access
-from paystream.console.routes_dead_letters import _filter
+from paystream.console.app import NAV, templates
 from paystream.console.story import Story
-from paystream.console.web import NAV, Guard, Refused, templates
+from paystream.console_kit import access
+from paystream.console_kit.web import Guard, Refused
+from paystream.consumers.dead_letters.console_routes import _filter
 from paystream.stack.alerts import Alert, Silence
 
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from paystream.console.web import host_name
+from paystream.console_kit.web import host_name
 from paystream.edge.params import form_refusal, url_refusal
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from paystream.console.web import Operator, Posted, Refused, act, console_of, render
+from paystream.console_kit.web import Operator, Posted, Refused, act, console_of, render
 from paystream.edge.params import RowIdPath, RowIdQuery, text_query
 from paystream.schema.db import Cursor
 from paystream.statements import decisions, reads

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import psycopg2
 
-from paystream.console.settings import ConsoleSettings
+from paystream.console_kit.settings import ConsoleSettings
 from paystream.edge.db_threads import DatabaseThreads, WaitedTooLong
 from paystream.schema.db import Connection, Cursor, connect
 

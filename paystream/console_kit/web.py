@@ -1,8 +1,9 @@
-"""What every console page is served with: the app's state, the templates (Jinja2, every
-value HTML-escaped: stored bodies are written by whoever sent them), the security
-headers and host check on every answer, and the two dependencies a route takes: the
-logged-in operator (`Operator`), or the operator and a POST's form, its CSRF token
-checked (`Posted`).
+"""What every console page is served with, whichever feature's folder its route lives in:
+the app's state, the templates (Jinja2, every value HTML-escaped: stored bodies are
+written by whoever sent them), the security headers and host check on every answer,
+and the two dependencies a route takes: the logged-in operator (`Operator`), or the
+operator and a POST's form, its CSRF token checked (`Posted`); an action with its record
+(`act`) and a page (`render`).
 
 No page runs script: the Content-Security-Policy allows no script at all (`default-src
 'none'`), styles only from the console itself, no frames, forms only to itself."""
@@ -11,20 +12,25 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote
 
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import (
+    ChoiceLoader,
+    Environment,
+    PackageLoader,
+    StrictUndefined,
+    select_autoescape,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from paystream.console import access
-from paystream.console.database import ConsoleDatabase
-from paystream.console.settings import ConsoleSettings
+from paystream.console_kit import access
+from paystream.console_kit.database import ConsoleDatabase
+from paystream.console_kit.settings import ConsoleSettings
 from paystream.edge.params import form_refusal, url_refusal
 from paystream.rate_limit import TokenBuckets
 from paystream.schema.amounts import format_amount
@@ -45,11 +51,7 @@ SECURITY_HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
-NAV = (("/search", "Search"), ("/dead-letters", "Dead letters"),
-       ("/notifications", "Notifications"), ("/endpoints", "Endpoints"),
-       ("/keys", "API keys"),
-       ("/ledger", "Ledger"), ("/statements", "Statements"), ("/health", "Health"),
-       ("/alerts", "Alerts"), ("/audit", "Audit"))
+KIT = "paystream.console_kit"  # its templates/: base.html, every page's frame; error.html
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,23 @@ class Console:
     failed_logins: TokenBuckets
 
 
-def templates() -> Environment:
-    env = Environment(loader=PackageLoader("paystream.console", "templates"),
+class DuplicateTemplateError(ValueError):
+    """Two folders hold a template of one name: which one a page gets would depend on
+    the order the folders are searched in."""
+
+
+def templates(packages: Sequence[str]) -> Environment:
+    """The templates of the kit and of `packages` (each one's templates/ folder), found
+    by name in one environment; DuplicateTemplateError if a name is in two of them."""
+    loaders = [PackageLoader(package, "templates") for package in (KIT, *packages)]
+    where: dict[str, str] = {}
+    for package, loader in zip((KIT, *packages), loaders, strict=True):
+        for name in loader.list_templates():
+            if name in where:
+                raise DuplicateTemplateError(f"template {name!r} is in {where[name]}'s templates/"
+                                    f" and in {package}'s")
+            where[name] = package
+    env = Environment(loader=ChoiceLoader(loaders),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["amount"] = lambda value: "" if value is None else format_amount(value)
@@ -74,10 +91,6 @@ def templates() -> Environment:
         sep=" ", timespec="seconds")
     env.filters["q"] = lambda value: quote(str(value), safe="")
     return env
-
-
-def stylesheet() -> bytes:
-    return (resources.files("paystream.console") / "static" / "console.css").read_bytes()
 
 
 def console_of(request: Request) -> Console:
@@ -149,7 +162,7 @@ async def _posted(request: Request) -> Form:
     fields = await read_form(request)
     token = request.cookies.get(SESSION_COOKIE, "")
     if not access.csrf_matches(token, fields.get("csrf")):
-        from paystream.console import audit
+        from paystream.console_kit import audit
 
         await console_of(request).db.write(lambda cur: audit.record(
             cur, session.actor, "csrf_refused", request.url.path, "refused",
@@ -174,7 +187,7 @@ async def act(request: Request, form: Form, action: str, target: str,
     """An operator action: `work(cur)` (returning what it did) and its record in
     operator_actions in ONE transaction; a refusal (one of `refusals`, raised by work)
     rolls the work back and is recorded on its own."""
-    from paystream.console import audit
+    from paystream.console_kit import audit
 
     db = console_of(request).db
 
@@ -195,7 +208,7 @@ async def act(request: Request, form: Form, action: str, target: str,
 def render(request: Request, template: str, http_status: int = 200, /, **context: Any
            ) -> HTMLResponse:
     page = console_of(request).templates.get_template(template).render(
-        nav=NAV, path=request.url.path, session=getattr(request.state, "session", None),
+        path=request.url.path, session=getattr(request.state, "session", None),
         csrf=getattr(request.state, "csrf", ""), **context)
     return HTMLResponse(page, status_code=http_status)
 

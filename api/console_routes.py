@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from paystream.api import keys
-from paystream.console.web import Operator, Posted, act, console_of, render
+from paystream.console_kit.web import Operator, Posted, act, console_of, render
 from paystream.edge.params import PrintableIdPath, text_query
 from paystream.schema import merchants
 from paystream.schema.db import Cursor

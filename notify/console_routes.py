@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from paystream.console.web import Form, Operator, Posted, Refused, act, console_of, render
+from paystream.console_kit.web import Form, Operator, Posted, Refused, act, console_of, render
 from paystream.edge.params import PrintableIdPath, text_query
 from paystream.notify import endpoints, operator
 from paystream.schema.db import Cursor

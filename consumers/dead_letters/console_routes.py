@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from paystream.console.web import Form, Operator, Posted, Refused, act, console_of, render
+from paystream.console_kit.web import Form, Operator, Posted, Refused, act, console_of, render
 from paystream.consumers.dead_letters.replay import (
     DeadLetterFilter,
     ReplayRefused,
