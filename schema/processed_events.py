@@ -16,6 +16,9 @@ result is final for its id; a retry cannot turn a rejection into a success). A w
 one is the state of an event in progress: a chain deposit held until its block is final
 (pending_finality), a credit before finality (credited). The settlement that decides the
 deposit moves it to a final outcome, once (settle).
+
+Each claim also carries its event's day (`event_day`, migration 0044: OutcomeRow), the
+key the table is to be partitioned by; NULL for claims written before it.
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ this order (the steps are numbered at the call sites too):
   5. plan in memory (plan.py): each user's events in offset order over the
      locked balances, so a withdrawal sees the deposit before it;
   6. record each event's final outcome, once (schema.processed_events.record): the
-     claim (the unknown users' rejections too: their status becomes `rejected`, and
-     nothing else is written for them: no balance row, no money, no notification).
+     claim, filed under its event's day (the unknown users' rejections too: their
+     status becomes `rejected`, and nothing else is written for them: no balance row,
+     no money, no notification).
      Nothing is inserted as `applied` and corrected later. Events another transaction
      recorded first are duplicates: the claim keeps nothing of this batch then, and
      steps 5 and 6 run again without them;
