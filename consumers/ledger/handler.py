@@ -223,6 +223,8 @@ def _outbox_events_only(cur: Cursor, candidates: list[Candidate], result: BatchR
 def _settlement_days(candidates: list[Candidate], deposits: dict[str, HeldDeposit]
                      ) -> dict[str, date]:
     """A settlement's claim is filed under the day its deposit was recorded on."""
+    if not deposits:  # most batches: no settlement, nothing to walk
+        return {}
     return {c.key: held.day for c in candidates if c.event.settles is not None
             and (held := deposits.get(c.event.settles)) is not None and held.day is not None}
 
