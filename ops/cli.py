@@ -107,10 +107,11 @@ def _add_health(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def _add_housekeeping(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hk = sub.add_parser("housekeeping",
-                        help="delete final processed_events entries, delivered "
+                        help="drop processed_events' expired daily partitions and delete"
+                             " the older final entries left in its others, delivered "
                              "notifications and refused deliveries older than their TTLs;"
-                             " create notification attempts' daily partitions ahead and"
-                             " drop the expired ones")
+                             " create notification attempts' and processed_events' daily"
+                             " partitions ahead and drop the expired ones")
     hk.add_argument("--ttl-days", type=float, default=None,
                     help="keep processed_events entries younger than this (default 14)")
     hk.add_argument("--notifications-ttl-days", type=float, default=None,
@@ -234,6 +235,7 @@ def _housekeeping(args: argparse.Namespace) -> int:
         FINAL_OUTCOMES,
         PurgeResult,
         maintain_attempt_partitions,
+        maintain_claim_partitions,
         purge_notifications,
         purge_processed_events,
         purge_refusals,
@@ -259,6 +261,14 @@ def _housekeeping(args: argparse.Namespace) -> int:
                   f" of at most {batch}")
 
     with database("paystream-housekeeping", autocommit=True) as conn:
+        # Before the rows: claims dropped with their day need no row deletes.
+        claims = maintain_claim_partitions(conn, ttl_days=ttl, dry_run=args.dry_run)
+        print(f"housekeeping{' (dry run)' if claims.dry_run else ''}: processed_events"
+              f" partitions of days older than {ttl:g} days"
+              f" {'past the TTL' if claims.dry_run else 'dropped'}: {claims.dropped};"
+              f" kept (a claim in it still waits): {claims.kept}; created ahead:"
+              f" {claims.created}; skipped (lock not granted or day already in the"
+              f" default): {claims.skipped}")
         report(purge_processed_events(conn, ttl_days=ttl, batch_size=batch,
                                       pause_s=args.pause, max_batches=args.max_batches,
                                       dry_run=args.dry_run),

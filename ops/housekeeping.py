@@ -1,20 +1,24 @@
-"""Housekeeping: forget idempotency rows whose outcome is final and older than a TTL,
-notifications whose deliveries are all final and older than theirs, and deliveries
-refused at the door (ingest/refusals.py) not retried within theirs; keep the daily
-partitions of notification_attempts created ahead and drop the expired ones whole
-(migration 0039, maintain_attempt_partitions).
+"""Housekeeping: forget the idempotency claims of days past their TTL by dropping each
+day's partition (migration 0047, maintain_claim_partitions) and the older claims of the
+legacy and default partitions by rows, notifications whose deliveries are all final and
+older than theirs, and deliveries refused at the door (ingest/refusals.py) not retried
+within theirs; keep the daily partitions of notification_attempts and of the claims
+created ahead and drop the expired ones whole (migration 0039, maintain_attempt_partitions).
 
 processed_events grows by one row per event. Past the TTL a redelivery is no longer
 plausible (Kafka retention, Debezium and consumer replays all act within hours), and if
 one does arrive, the ledger finds its effect on record (its journal row, its final
 status) and treats it as a duplicate, writing its outcome back as it was; the journal's
 UNIQUE (source_event_id, event_type) refuses a second effect whatever happens
-(tests/integration/test_ops_housekeeping.py shows both).
+(tests/integration/test_ops_housekeeping.py shows both). The TTL counts from the end of
+the day its event was received on (the partition's), so a claim is kept at least that
+long after its event arrived; one made later for an older day (a DLQ replay) may go
+sooner, as such a redelivery already had its chance.
 
-Only final outcomes are deleted (schema.processed_events.purge_final, the one writer of
-the table). An entry still waiting (`pending_finality`, `credited`) is the state of an
-event in progress and is never touched, whatever its age; an outcome not listed as
-final is kept too (allow-list, not deny-list).
+Only final outcomes are deleted (schema.processed_events, the one writer of the table).
+An entry still waiting (`pending_finality`, `credited`) is the state of an event in
+progress and is never touched, whatever its age: a day's partition holding one is kept
+whole; an outcome not listed as final is kept too (allow-list, not deny-list).
 
 Rows go in small batches, each one DELETE statement = one short transaction on an
 autocommit connection, so the purge never holds many locks or a long snapshot, and it
@@ -135,6 +139,31 @@ def maintain_attempt_partitions(conn: Connection, *,
         assert row is not None  # the function returns one row
         created, dropped, deleted, skipped = (int(v) for v in row)
         return PartitionResult(created, dropped, deleted, skipped)
+
+
+@dataclass(frozen=True)
+class ClaimPartitionResult:
+    created: int
+    dropped: int
+    kept: int  # past the TTL, kept whole because one of its claims still waits
+    skipped: int  # a lock not granted within 1 s, or a day already in the default
+    dry_run: bool = False
+
+
+def maintain_claim_partitions(conn: Connection, *, ttl_days: float = DEFAULT_TTL_DAYS,
+                              ahead_days: int = DEFAULT_PARTITIONS_AHEAD_DAYS,
+                              dry_run: bool = False) -> ClaimPartitionResult:
+    """processed_events' daily partitions: create those from today to `ahead_days`
+    ahead, drop each whose last instant is more than `ttl_days` old and none of whose
+    claims waits (a day of claims in one DROP TABLE, whatever the table's size). A dry
+    run counts the partitions past the TTL (dropped, or kept if a claim waits)."""
+    if ttl_days < 0 or ahead_days < 0:
+        raise ValueError("ttl_days and ahead_days must be >= 0")
+    with conn.cursor() as cur:
+        if dry_run:
+            return ClaimPartitionResult(0, processed_events.expired_partitions(cur, ttl_days),
+                                        0, 0, dry_run=True)
+        return ClaimPartitionResult(*processed_events.partitions(cur, ahead_days, ttl_days))
 
 
 def _purge(conn: Connection, purge: Callable[[Cursor, datetime, int], int],

@@ -7,7 +7,10 @@ module with SQL that writes the table; each function says what it guarantees:
   record(cur, rows)            each key's outcome, inserted once, never overwritten:
                                the claim (all or nothing; the keys already taken)
   settle(cur, keys, ...)       a waiting outcome becomes final, once
-  purge_final(cur, ...)        old final rows go; waiting rows stay, whatever their age
+  partitions(cur, ...)         each day's partition made ahead; past the window, dropped
+                               whole unless a claim in it still waits
+  purge_final(cur, ...)        old final rows of the legacy and default partitions go;
+                               waiting rows stay, whatever their age
   count_final(cur, cutoff)     what purge_final would delete
   outcome_of(cur, id, type)    one event's outcome (the DLQ replay's refusal)
 
@@ -17,8 +20,12 @@ one is the state of an event in progress: a chain deposit held until its block i
 (pending_finality), a credit before finality (credited). The settlement that decides the
 deposit moves it to a final outcome, once (settle).
 
-Each claim also carries its event's day (`event_day`, migration 0044: OutcomeRow), the
-key the table is to be partitioned by; NULL for claims written before it.
+Each claim carries its event's day (`event_day`, migration 0044: OutcomeRow), the key the
+table is partitioned by (0047): a partition per day, made ahead and dropped whole once
+its day is past the window and none of its claims waits (partitions). A claim with no
+day (written before 0044) is in the legacy partition with every day before 0047; one of
+a day with no partition any more is in the default partition; both are forgotten by
+rows (purge_final).
 """
 
 from __future__ import annotations
@@ -161,28 +168,81 @@ def outcome_of(cur: Cursor, event_id: str, event_type: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def partitions(cur: Cursor, ahead_days: int, keep_days: float | None
+               ) -> tuple[int, int, int, int]:
+    """The table owner's maintenance (migration 0047, processed_events_partitions): make
+    each day's partition from today to `ahead_days` ahead; drop each whose last instant is
+    older than `keep_days` (None: none) unless one of its claims waits. Returns (created,
+    dropped, kept because a claim waits, skipped because a lock was not granted in 1 s or
+    the day's claims are in the default partition already)."""
+    cur.execute("SELECT created, dropped, kept, skipped"
+                " FROM processed_events_partitions(%s, %s)", (ahead_days, keep_days))
+    row = cur.fetchone()
+    assert row is not None  # the function returns one row
+    created, dropped, kept, skipped = (int(v) for v in row)
+    return created, dropped, kept, skipped
+
+
+def expired_partitions(cur: Cursor, keep_days: float) -> int:
+    """How many days' partitions are past `keep_days`: what `partitions` would drop (or
+    keep, if a claim in it waits)."""
+    cur.execute(_DAY_PARTITIONS_ENDING_BY, (keep_days * 86400,))
+    row = cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+# The days' partitions (a bound "FOR VALUES FROM ('2026-12-10') TO ('2026-12-11')": not the
+# legacy one, FROM (MINVALUE), nor the default) whose last instant is past a cutoff.
+_DAY_PARTITIONS_ENDING_BY = r"""
+SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'processed_events'::regclass
+   AND pg_get_expr(c.relpartbound, c.oid) ~ '^FOR VALUES FROM \(''[0-9-]+'''
+   AND (substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([0-9-]+)''\)')::date)
+       ::timestamp AT TIME ZONE 'UTC' <= now() - make_interval(secs => %s)"""
+
+# The partitions whose claims are forgotten by rows: the legacy one (every claim made
+# before 0047; it empties as they expire) and the default one. Named, not read through
+# the table: the days' partitions have no processed_at index (they go whole).
+_BY_ROWS = ("processed_events_legacy", "processed_events_default")
+
+
+def _by_rows(cur: Cursor) -> list[str]:
+    cur.execute("SELECT to_regclass(t)::text FROM unnest(%s::text[]) AS t", (list(_BY_ROWS),))
+    return [row[0] for row in cur.fetchall() if row[0] is not None]
+
+
 def purge_final(cur: Cursor, cutoff: datetime, limit: int) -> int:
-    """Delete up to `limit` rows with a final outcome processed before `cutoff`, oldest
-    first; return how many. Waiting outcomes, and any outcome not in FINAL_OUTCOMES,
-    are never deleted. SKIP LOCKED: a row a ledger transaction holds is left for the
-    next call instead of making the caller wait on payments."""
-    cur.execute(
-        "WITH batch AS (SELECT idempotency_key FROM processed_events"
-        "  WHERE processed_at < %(cutoff)s AND outcome = ANY(%(final)s)"
-        "  ORDER BY processed_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-        " DELETE FROM processed_events AS p USING batch"
-        " WHERE p.idempotency_key = batch.idempotency_key",
-        {"cutoff": cutoff, "final": list(FINAL_OUTCOMES), "limit": limit})
-    return max(int(cur.rowcount), 0)
+    """Delete up to `limit` rows of the legacy and default partitions with a final
+    outcome processed before `cutoff`, oldest first in each; return how many. Waiting
+    outcomes, and any outcome not in FINAL_OUTCOMES, are never deleted. SKIP LOCKED: a
+    row a ledger transaction holds is left for the next call instead of making the
+    caller wait on payments."""
+    deleted = 0
+    for table in _by_rows(cur):
+        if deleted >= limit:
+            break
+        # `table` is one of _BY_ROWS, as Postgres spells it back.
+        cur.execute(
+            f"WITH batch AS (SELECT idempotency_key FROM {table}"
+            "  WHERE processed_at < %(cutoff)s AND outcome = ANY(%(final)s)"
+            "  ORDER BY processed_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+            f" DELETE FROM {table} AS p USING batch"
+            " WHERE p.idempotency_key = batch.idempotency_key",
+            {"cutoff": cutoff, "final": list(FINAL_OUTCOMES), "limit": limit - deleted})
+        deleted += max(int(cur.rowcount), 0)
+    return deleted
 
 
 def count_final(cur: Cursor, cutoff: datetime) -> int:
     """How many rows purge_final would delete with this cutoff (no limit)."""
-    cur.execute("SELECT count(*) FROM processed_events"
-                " WHERE processed_at < %s AND outcome = ANY(%s)",
-                (cutoff, list(FINAL_OUTCOMES)))
-    row = cur.fetchone()
-    return 0 if row is None else int(row[0])
+    total = 0
+    for table in _by_rows(cur):
+        cur.execute(f"SELECT count(*) FROM {table}"
+                    " WHERE processed_at < %s AND outcome = ANY(%s)",
+                    (cutoff, list(FINAL_OUTCOMES)))
+        row = cur.fetchone()
+        total += 0 if row is None else int(row[0])
+    return total
 
 
 def _key_array(keys: Sequence[str]) -> str:

@@ -29,7 +29,6 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
-import psycopg2.extensions
 import pytest
 from starlette.requests import Request
 
@@ -45,6 +44,7 @@ from paystream.schema.db import Connection, Cursor, connect, database_url, one_r
 from paystream.schema.idempotency import idempotency_key
 from tests.support.ids import unique
 from tests.support.ledger import plant_transfer
+from tests.support.recording import SENT, Recording
 
 T = TypeVar("T")
 NOISE = 300  # rows next to each answer that a read without its index would go through
@@ -63,20 +63,10 @@ PER_USER = frozenset({"holds", "account_shortfalls", "balances", "accounts", "us
                       "deposit_addresses", "api_idempotency"})
 WATCHED = BIG | PER_USER
 
-SENT: list[bytes] = []  # every statement a _Recording cursor executed, as sent
-
-
-class _Recording(psycopg2.extensions.cursor):
-    def execute(self, query: Any, vars: Any = None) -> None:
-        super().execute(query, vars)
-        assert self.query is not None
-        SENT.append(self.query)
-
-
 def _ops() -> Connection:
     """A connection as the console's role, recording every statement."""
     conn = connect(database_url("ops"))
-    conn.cursor_factory = _Recording
+    conn.cursor_factory = Recording
     return conn
 
 
@@ -141,6 +131,7 @@ class Scan:
 
 
 _INDEX_TABLES: dict[str, str] = {}  # index name -> its table: a bitmap index scan names none
+_PARENTS: dict[str, str] = {}  # a partition -> its table (processed_events_legacy -> ...)
 
 
 def _table_of(db: Connection, index: str) -> str:
@@ -149,7 +140,20 @@ def _table_of(db: Connection, index: str) -> str:
             cur.execute("SELECT indexname, tablename FROM pg_indexes"
                         " WHERE schemaname = current_schema()")
             _INDEX_TABLES.update(dict(cur.fetchall()))
-    return _INDEX_TABLES[index]
+    return _whole(db, _INDEX_TABLES[index])
+
+
+def _whole(db: Connection, table: str) -> str:
+    """The table `table` is a partition of (a plan names the partition it reads), or
+    `table` itself: a watched table read through its partitions is watched all the same."""
+    if table not in _PARENTS:
+        with db.cursor() as cur:
+            cur.execute("SELECT c.relname, p.relname FROM pg_inherits i"
+                        " JOIN pg_class c ON c.oid = i.inhrelid"
+                        " JOIN pg_class p ON p.oid = i.inhparent")
+            _PARENTS.update(dict(cur.fetchall()))
+        _PARENTS.setdefault(table, table)
+    return _PARENTS[table]
 
 
 def _scans(db: Connection, statement: bytes) -> tuple[int, list[Scan]]:
@@ -169,7 +173,7 @@ def _scans(db: Connection, statement: bytes) -> tuple[int, list[Scan]]:
         if "Relation Name" in node:
             loops = int(node.get("Actual Loops", 0))
             # EXPLAIN gives a node's rows and rows removed per loop
-            found.append(Scan(node["Relation Name"],
+            found.append(Scan(_whole(db, node["Relation Name"]),
                               f"{node['Node Type']} {node.get('Index Name', '')}".strip(),
                               round(float(node.get("Actual Rows", 0)) * loops),
                               round((float(node.get("Rows Removed by Filter", 0))

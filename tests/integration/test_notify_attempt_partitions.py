@@ -8,7 +8,6 @@ expired days whole, keeps the young ones and creates the days ahead."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -19,9 +18,9 @@ import pytest
 
 from paystream.notify import operator
 from paystream.ops.housekeeping import maintain_attempt_partitions
-from paystream.schema.db import Connection, PostgresAddress, connect
+from paystream.schema.db import Connection, Cursor, PostgresAddress, connect
 from paystream.schema.migrate import apply_pending
-from tests.support.migrations import database_at
+from tests.support.migrations import apply_under_writes, database_at
 
 INTENT = "ntf_" + "a" * 32
 ENDPOINT = "ep_" + "b" * 24
@@ -62,42 +61,20 @@ def test_the_migration_applies_while_the_notifier_inserts_attempts() -> None:
     """0037-0039 (and the later ones) under a writer inserting an attempt every 5 ms as
     the notifier does (by the table's name, no id): no insert fails, none waits long,
     every one is kept."""
-    waits: list[float] = []
-    errors: list[BaseException] = []
-    stop = threading.Event()
-    with database_at("0032_statements", BEFORE + FILL) as address:
-        def write() -> None:
-            with closing(connect(address.dsn("owner"))) as writer:
-                writer.autocommit = True
-                with writer.cursor() as cur:
-                    while not stop.is_set():
-                        started = time.monotonic()
-                        try:  # the notifier's columns (notify/store.py), 0032's too
-                            cur.execute("INSERT INTO notification_attempts (intent_id,"
-                                        " endpoint_id, attempt, started_at, latency_s,"
-                                        " status_code) VALUES (%s, %s, 1, now(), 0.1, 200)",
-                                        (INTENT, ENDPOINT))
-                        except Exception as exc:  # counted, asserted below
-                            errors.append(exc)
-                        waits.append(time.monotonic() - started)
-                        time.sleep(0.005)
+    def attempt(cur: Cursor, _: int) -> None:
+        # the notifier's columns (notify/store.py), 0032's too
+        cur.execute("INSERT INTO notification_attempts (intent_id, endpoint_id, attempt,"
+                    " started_at, latency_s, status_code) VALUES (%s, %s, 1, now(), 0.1, 200)",
+                    (INTENT, ENDPOINT))
 
-        writer = threading.Thread(target=write)
-        writer.start()
-        try:
-            time.sleep(0.2)
-            with closing(connect(address.dsn("owner"))) as owner:
-                applied = apply_pending(owner)
-            time.sleep(0.2)
-        finally:
-            stop.set()
-            writer.join()
-        assert "0039_notification_attempts_by_day" in applied
-        assert not errors, errors[:3]
-        assert max(waits) < 0.5, max(waits)
+    with database_at("0032_statements", BEFORE + FILL) as address:
+        seen = apply_under_writes(address, attempt)
+        assert "0039_notification_attempts_by_day" in seen.applied
+        assert not seen.errors, seen.errors[:3]
+        assert max(seen.waits) < 0.5, max(seen.waits)
         with closing(connect(address.dsn("owner"))) as owner, owner.cursor() as cur:
             cur.execute("SELECT count(*) FROM notification_attempts")
-            assert cur.fetchone()[0] == 300002 + len(waits)
+            assert cur.fetchone()[0] == 300002 + len(seen.waits)
 
 
 def _insert(cur, recorded_at: datetime | None = None) -> tuple[int, str]:

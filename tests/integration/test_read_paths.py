@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-import psycopg2.extensions
 import pytest
 
 from paystream.api import reads
@@ -24,24 +23,15 @@ from tests.support.consumers import record_of, store_events, wire_message
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
 from tests.support.notify import add_endpoint
+from tests.support.recording import SENT, Recording
 
 SETTLED = 300  # deposits of the test's network already final: history no read needs
 UNSETTLED = ["crediting", "reversing"]  # what the reads may look at (and filter)
 
 
-SENT: list[bytes] = []  # every statement a _Recording cursor executed, as sent
-
-
-class _Recording(psycopg2.extensions.cursor):
-    def execute(self, query: Any, vars: Any = None) -> None:
-        super().execute(query, vars)
-        assert self.query is not None
-        SENT.append(self.query)
-
-
 def _recording_connection() -> Connection:
     conn = connect(database_url("owner"))
-    conn.cursor_factory = _Recording
+    conn.cursor_factory = Recording
     return conn
 
 

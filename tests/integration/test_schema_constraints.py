@@ -83,28 +83,31 @@ def test_constraints_that_protect_money(db):
 
 def test_an_idempotency_key_is_claimed_once_by_the_table_itself(db):
     """processed_events keeps one row per key without a primary key (migration 0020: an
-    exclusion constraint over a hash index): a second row of a key fails whichever
-    statement inserts it, a lookup by key reads that index, and other keys pass."""
+    exclusion constraint over a hash index; 0047: one in each day's partition, and every
+    claim of one event carries its day): a second row of a key fails whichever statement
+    inserts it, a lookup by key reads each partition's index, and other keys pass."""
     key = idempotency_key(unique("claim"), "deposit")
     other = idempotency_key(unique("claim"), "deposit")
-    insert = ("INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome)"
-              " VALUES (%s, 'e', 'deposit', 'applied')")
+    insert = ("INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome,"
+              " event_day) VALUES (%s, 'e', 'deposit', 'applied',"
+              " (now() AT TIME ZONE 'UTC')::date + 3)")  # a day's partition, made ahead
     with db.cursor() as cur:
         cur.execute(insert, (key,))
     assert _fails(db, insert, (key,)) == "23P01"  # exclusion_violation
     with db.cursor() as cur:
         cur.execute(insert, (other,))
-        cur.execute("INSERT INTO processed_events (idempotency_key, event_id, event_type,"
-                    " outcome) VALUES (%s, 'e', 'deposit', 'applied')"
-                    " ON CONFLICT ON CONSTRAINT processed_events_key_once DO NOTHING"
-                    " RETURNING 1", (key,))
+        cur.execute(insert + " ON CONFLICT DO NOTHING RETURNING 1", (key,))
         assert cur.fetchall() == []
+        cur.execute("SELECT count(*) FROM pg_inherits"
+                    " WHERE inhparent = 'processed_events'::regclass")
+        partitions = cur.fetchone()[0]
+        assert partitions >= 3  # legacy, default, and the days made ahead
         cur.execute("SET enable_seqscan = off")  # a test database may be small
         cur.execute("EXPLAIN SELECT outcome FROM processed_events WHERE idempotency_key = %s",
                     (key,))
         plan = " ".join(row[0] for row in cur.fetchall())
         cur.execute("RESET enable_seqscan")
-        assert "processed_events_key_once" in plan, plan
+        assert plan.count("_key_once") == partitions and "Seq Scan" not in plan, plan
         cur.execute("SELECT count(*) FROM processed_events WHERE idempotency_key IN (%s, %s)",
                     (key, other))
         assert cur.fetchone() == (2,)

@@ -3,11 +3,13 @@ CHECK the migrator keeps with the declarations allows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, replace
 
-from paystream.schema.db import Connection, PostgresAddress, connect
+from paystream.schema.db import Connection, Cursor, PostgresAddress, connect
 from paystream.schema.migrate import apply_pending
 from paystream.stack.postgres import superuser_sql
 from paystream.stack.settings import StackSettings
@@ -52,3 +54,47 @@ def allowed(db: Connection, table: str, constraint: str) -> tuple[list[str], boo
                     " WHERE conrelid = %s::regclass AND conname = %s", (table, constraint))
         definition, valid = cur.fetchone()
     return [v.split("'")[1] for v in definition.split("ARRAY[")[1].split(", ")], valid
+
+
+@dataclass
+class UnderWrites:
+    """What applying the pending migrations under a writer saw: the migrations applied,
+    each write's seconds, and the writes that failed."""
+
+    applied: list[str]
+    waits: list[float]
+    errors: list[BaseException]
+
+
+def apply_under_writes(address: PostgresAddress, write: Callable[[Cursor, int], None]
+                       ) -> UnderWrites:
+    """Apply the pending migrations to `address` while a thread calls `write(cursor, n)`
+    every 5 ms (n = 1, 2, ...) on an autocommit connection of its own, as a release still
+    running would write, from 0.2 s before until 0.2 s after."""
+    seen = UnderWrites([], [], [])
+    stop = threading.Event()
+
+    def writer() -> None:
+        with closing(connect(address.dsn("owner"))) as conn:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                while not stop.is_set():
+                    started = time.monotonic()
+                    try:
+                        write(cur, len(seen.waits) + 1)
+                    except Exception as exc:  # counted: the caller asserts none
+                        seen.errors.append(exc)
+                    seen.waits.append(time.monotonic() - started)
+                    time.sleep(0.005)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.2)
+        with closing(connect(address.dsn("owner"))) as owner:
+            seen.applied = apply_pending(owner)
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+    return seen
