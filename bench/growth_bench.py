@@ -15,8 +15,10 @@ after each measurement the forgotten day is written again, so the next size star
 a full history. Prints one line per figure and size, and last
 `growth <figure>: 1M <v> 10M <v> 30M <v> ratio <30M/1M>x`.
 
-`--figures processed_events_by_rows` measures housekeeping's purge of the idempotency
-claims the same way (rows, the real purge_final batches): the table not partitioned yet.
+`--figures processed_events_by_partition processed_events_by_rows` measures the same for
+the ledger's idempotency claims: a day's partition dropped by housekeeping's function
+(migration 0047), against the real purge_final's batches on the legacy table, detached
+from the partitions so that it stands as the table was before 0047.
 
 Not measured here yet: ingest and ledger CPU per event and the
 ingest's p99 at 1,000/s against the stored events' count.
@@ -94,6 +96,10 @@ def prepare(conn: Connection, days: int, today: date) -> None:
         # Today and the days ahead exist already, as in production: the measured runs
         # only drop.
         cur.execute("SELECT notification_attempts_partitions(14, NULL)")
+        # The claims: the legacy table stands alone (the baseline purges it by rows); the
+        # past days get the partitions earlier runs of housekeeping would have made.
+        cur.execute("ALTER TABLE processed_events DETACH PARTITION processed_events_legacy")
+        cur.execute("SELECT processed_events_partitions(0, NULL, %s)", (days,))
     conn.commit()
 
 
@@ -103,17 +109,18 @@ _ROWS = {
     "attempts": ("INSERT INTO {table} (intent_id, endpoint_id, attempt, started_at, latency_s,"
                  " status_code, recorded_at) SELECT 'ntf_' || md5((n %% %(deliveries)s + 1)"
                  "::text), 'ep_' || repeat('b', 24), 1, r, 0.05, 200, r"),
-    # As the ledger claims them: a 64-hex key per event, a final outcome.
+    # As the ledger claims them: a 64-hex key per event, a final outcome, its day.
     "processed_events": ("INSERT INTO {table} (idempotency_key, event_id, event_type, outcome,"
-                         " processed_at) SELECT md5(n::text) || md5((-n)::text),"
-                         " 'evt_growth_' || n, 'deposit', 'applied', r"),
+                         " processed_at, event_day) SELECT md5(n::text) || md5((-n)::text),"
+                         " 'evt_growth_' || n, 'deposit', 'applied', r,"
+                         " (r AT TIME ZONE 'UTC')::date"),
 }
 
 
 def fill(conn: Connection, table: str, rows_per_day: int, ages: range, today: date,
          start: int) -> None:
     """`rows_per_day` more rows on each day of `ages`, spread over its first 23 hours."""
-    kind = "processed_events" if table == "processed_events" else "attempts"
+    kind = "processed_events" if table.startswith("processed_events") else "attempts"
     with conn.cursor() as cur:
         cur.execute("SET synchronous_commit = off")
         for age in ages:
@@ -128,21 +135,38 @@ def fill(conn: Connection, table: str, rows_per_day: int, ages: range, today: da
             start += rows_per_day
 
 
-def by_partition(conn: Connection, today: date, days: int) -> tuple[float, int]:
-    """Housekeeping's maintenance forgetting the oldest day (keep_days chosen so only it
-    expires); its seconds and the partitions dropped."""
+def _drop_oldest(conn: Connection, today: date, days: int, function: str
+                 ) -> tuple[float, int]:
+    """Housekeeping's maintenance `function` forgetting the oldest day (keep_days chosen
+    so only it expires); its seconds and the partitions dropped. The connection is left
+    in autocommit for the caller to make the day's partition again."""
     oldest_end = _midnight(_day(today, days) + timedelta(days=1))
     keep = (datetime.now(UTC) - oldest_end).total_seconds() / 86400 - 1 / 86400
     conn.autocommit = True
     with conn.cursor() as cur:
         began = time.monotonic()
-        cur.execute("SELECT dropped FROM notification_attempts_partitions(0, %s)", (keep,))
-        took = time.monotonic() - began
-        dropped = int(cur.fetchone()[0])
-        day = _day(today, days)
+        cur.execute(f"SELECT dropped FROM {function}(0, %s)", (keep,))
+        return time.monotonic() - began, int(cur.fetchone()[0])
+
+
+def by_partition(conn: Connection, today: date, days: int) -> tuple[float, int]:
+    """A day of notification attempts forgotten by its partition, then made again."""
+    took, dropped = _drop_oldest(conn, today, days, "notification_attempts_partitions")
+    day = _day(today, days)
+    with conn.cursor() as cur:
         cur.execute(f"CREATE TABLE notification_attempts_{day:%Y%m%d} PARTITION OF"
                     " notification_attempts FOR VALUES FROM (%s) TO (%s)",
                     (_midnight(day), _midnight(day + timedelta(days=1))))
+    conn.autocommit = False
+    return took, dropped
+
+
+def by_claim_partition(conn: Connection, today: date, days: int) -> tuple[float, int]:
+    """A day of claims forgotten by its partition, then made again (the function makes
+    the days it is asked for that no partition covers)."""
+    took, dropped = _drop_oldest(conn, today, days, "processed_events_partitions")
+    with conn.cursor() as cur:
+        cur.execute("SELECT processed_events_partitions(0, NULL, %s)", (days,))
     conn.autocommit = False
     return took, dropped
 
@@ -167,8 +191,9 @@ def by_rows(conn: Connection, today: date, days: int) -> tuple[float, int]:
 
 
 def by_processed_rows(conn: Connection, today: date, days: int) -> tuple[float, int]:
-    """Housekeeping's processed_events purge (the real one, batches of BATCH) with its
-    TTL set so only the oldest day is older."""
+    """Housekeeping's processed_events purge (the real one, batches of BATCH, on the
+    legacy table: its rows are the ones it purges) with its TTL set so only the oldest
+    day is older."""
     oldest_end = _midnight(_day(today, days) + timedelta(days=1))
     ttl = (datetime.now(UTC) - oldest_end).total_seconds() / 86400 + 1 / 48
     conn.autocommit = True
@@ -184,7 +209,8 @@ MEASURES: dict[str, tuple[tuple[str, ...], Callable[[Connection, date, int],
                                                     tuple[float, int]]]] = {
     "attempts_by_partition": (("notification_attempts",), by_partition),
     "attempts_by_rows": (("attempts_flat",), by_rows),
-    "processed_events_by_rows": (("processed_events",), by_processed_rows),
+    "processed_events_by_partition": (("processed_events",), by_claim_partition),
+    "processed_events_by_rows": (("processed_events_legacy",), by_processed_rows),
 }
 
 

@@ -7,8 +7,11 @@ with their books, in one run on one stack of its own.
 The history: applied gateway deposits over 10,000 users, each with what the pipeline
 keeps of one (payment_events, event_status, processed_events, a transfer and its two
 postings), ids spread over the key space as providers' are (a hash), times over the
-90 days before today. It is written on the server (INSERT ... SELECT, 500,000 events a
-transaction), topped up from one size to the next. Before each measurement the tables
+90 days before today. The claims are filed by day (migration 0047) in the partitions
+housekeeping would have made, and before each measurement housekeeping's maintenance
+drops the days past its 14-day window, as its daily run keeps a stack that has run. It
+is written on the server (INSERT ... SELECT, 500,000 events a transaction), topped up
+from one size to the next. Before each measurement the tables
 are vacuumed and analysed, and the run waits for the stack to be quiet: Debezium's
 walsender past the fill's WAL (logical decoding reads all of it) and the WAL archived.
 
@@ -35,12 +38,14 @@ import time
 
 from cluster_cost import run_bench  # bench/, the script's folder
 
-from paystream.schema.db import connect, database_url, one_row
+from paystream.ops.housekeeping import DEFAULT_TTL_DAYS
+from paystream.schema.db import Cursor, connect, database_url, one_row
 from paystream.stack import backup
 from paystream.stack.postgres import superuser_sql
 from paystream.stack.settings import StackSettings
 
 HISTORY_USERS = 10_000
+HISTORY_DAYS = 90  # the history's events are received over the 90 days before today
 # The history's event ids: this prefix and an md5 (32 hex digits). The ingest phase's
 # deliveries take ids of the same form at random, as providers' ids are, so their
 # inserts land anywhere in the history's indexes, not on a few pages of their own.
@@ -93,8 +98,9 @@ _FILL = (
     "INSERT INTO event_status (event_id, status, status_changed_at)"
     " SELECT event_id, 'applied', at + interval '80 milliseconds' FROM growth_plan ORDER BY n",
     "INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome,"
-    " processed_at) SELECT claim, event_id, 'deposit', 'applied',"
-    " at + interval '50 milliseconds' FROM growth_plan ORDER BY n",
+    " processed_at, event_day) SELECT claim, event_id, 'deposit', 'applied',"
+    " at + interval '50 milliseconds', (at AT TIME ZONE 'UTC')::date"
+    " FROM growth_plan ORDER BY n",
     "WITH made AS (INSERT INTO transfers (source_event_id, event_type, created_at)"
     "  SELECT event_id, 'deposit', at + interval '50 milliseconds' FROM growth_plan"
     "  ORDER BY n RETURNING transfer_id, source_event_id)"
@@ -126,12 +132,25 @@ def prune_archive() -> int:
     return gone
 
 
+def claim_days(cur: Cursor) -> None:
+    """The claims' partitions a stack that has run has: one per day of the history (the
+    fill writes each claim under its event's day), none legacy (0047's, for the claims
+    made before it, emptied by housekeeping long ago)."""
+    cur.execute("SELECT to_regclass('processed_events_legacy')")
+    if one_row(cur)[0] is None:
+        return  # made by an earlier size
+    cur.execute("ALTER TABLE processed_events DETACH PARTITION processed_events_legacy")
+    cur.execute("DROP TABLE processed_events_legacy")
+    cur.execute("SELECT processed_events_partitions(14, NULL, %s)", (HISTORY_DAYS + 1,))
+
+
 def top_up(size: int, have: int, total: int, prune: bool) -> None:
     """Events numbered [have, size) of the history's `total`, CHUNK a transaction."""
     conn = connect(database_url("owner"), application_name="bench-growth-fill")
     try:
         with conn.cursor() as cur:
             cur.execute(_USERS, {"users": HISTORY_USERS})
+            claim_days(cur)
             conn.commit()
             for start in range(have, size, CHUNK):
                 cur.execute("SET LOCAL synchronous_commit = off")
@@ -152,6 +171,10 @@ def top_up(size: int, have: int, total: int, prune: bool) -> None:
             conn.commit()
         conn.autocommit = True
         with conn.cursor() as cur:
+            # Housekeeping's daily run: the claims past the window go with their days.
+            cur.execute("SELECT dropped FROM processed_events_partitions(14, %s)",
+                        (DEFAULT_TTL_DAYS,))
+            print(f"housekeeping dropped {one_row(cur)[0]} days of claims", flush=True)
             for table in TABLES:
                 cur.execute(f"VACUUM (ANALYZE) {table}")
     finally:
@@ -168,6 +191,8 @@ def quiet(timeout_s: float = 900) -> float:
         cur.execute("SELECT pg_current_wal_lsn(), pg_walfile_name(pg_current_wal_lsn())")
         lsn, segment = one_row(cur)
         while time.monotonic() - began < timeout_s:
+            # The archiver's counters are read once a transaction unless cleared.
+            cur.execute("SELECT pg_stat_clear_snapshot()")
             cur.execute("SELECT coalesce(bool_and(sent_lsn >= %s::pg_lsn), true),"
                         " (SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver)"
                         " FROM pg_stat_replication", (lsn,))

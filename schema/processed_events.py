@@ -202,7 +202,7 @@ SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 
 # The partitions whose claims are forgotten by rows: the legacy one (every claim made
 # before 0047; it empties as they expire) and the default one. Named, not read through
-# the table: the days' partitions have no processed_at index (they go whole).
+# the table: a day's partition goes whole (partitions), never row by row.
 _BY_ROWS = ("processed_events_legacy", "processed_events_default")
 
 

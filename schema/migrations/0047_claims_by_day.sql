@@ -36,6 +36,12 @@ CREATE TABLE processed_events_by_day (
                            'exceeds_original', 'unknown_user'))
 ) PARTITION BY RANGE ((COALESCE(event_day, '-infinity'::date)));
 
+-- The table is new and empty (and a partitioned table's index cannot be built
+-- CONCURRENTLY); attaching the legacy table adopts its equal index, no build, and every
+-- partition made later gets one. The failover's republish (notify/republish.py) reads
+-- the last minutes' claims by it.
+CREATE INDEX processed_events_by_processed_at ON processed_events_by_day (processed_at);
+
 -- The previous release keeps the name (it resolves to the partitioned table after the
 -- commit); only the old table object is renamed, to become a partition.
 -- squawk-ignore renaming-table
@@ -61,15 +67,16 @@ $$;
 -- Claims of a day with no partition: one whose partition housekeeping dropped (a DLQ
 -- replay, a settlement of an old deposit), or one of a day housekeeping did not make
 -- ahead because it missed two weeks of runs. Kept small: its expired final claims are
--- deleted by rows (schema/processed_events.py purge_final), hence its processed_at index.
+-- deleted by rows (schema/processed_events.py purge_final), by its processed_at index.
 CREATE TABLE processed_events_default PARTITION OF processed_events DEFAULT;
 ALTER TABLE processed_events_default ADD CONSTRAINT processed_events_default_key_once
     EXCLUDE USING hash (idempotency_key WITH =);
-CREATE INDEX processed_events_default_processed_at ON processed_events_default (processed_at);
 
 -- Housekeeping's partition maintenance (ops/housekeeping.py maintain_claim_partitions),
--- run as the operator. Creates the daily partitions from today to `ahead_days` ahead,
--- each with its key exclusion and an index of its waiting claims. Drops each day's
+-- run as the operator. Creates the daily partitions from `behind_days` before today to
+-- `ahead_days` ahead (housekeeping makes today's and later; behind, a day no partition
+-- covers, for a database restored or filled with older claims), each with its key
+-- exclusion and an index of its waiting claims. Drops each day's
 -- partition whose last instant is older than `keep_days`, unless one of its claims still
 -- waits (`pending_finality`, `credited`: an event in progress): it is kept, and counted.
 -- A lock not granted within 1 s skips that partition until the next run instead of
@@ -78,7 +85,7 @@ CREATE INDEX processed_events_default_processed_at ON processed_events_default (
 -- between, and in the order the ledger takes (the parent, then a partition).
 -- SECURITY DEFINER: creating and dropping a partition needs the table's owner.
 CREATE FUNCTION processed_events_partitions(
-        ahead_days INTEGER, keep_days DOUBLE PRECISION,
+        ahead_days INTEGER, keep_days DOUBLE PRECISION, behind_days INTEGER DEFAULT 0,
         OUT created INTEGER, OUT dropped INTEGER, OUT kept INTEGER, OUT skipped INTEGER)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = public, pg_temp
@@ -87,24 +94,29 @@ AS $$
 DECLARE
     today DATE := (now() AT TIME ZONE 'UTC')::date;
     cutoff TIMESTAMPTZ := now() - make_interval(secs => keep_days * 86400);
-    covered DATE;
     day DATE;
     name TEXT;
     waits BOOLEAN;
     part RECORD;
 BEGIN
     created := 0; dropped := 0; kept := 0; skipped := 0;
-    IF ahead_days < 0 OR ahead_days > 366 OR keep_days < 0 THEN
-        RAISE EXCEPTION 'ahead_days must be 0..366 and keep_days >= 0';
+    IF ahead_days NOT BETWEEN 0 AND 366 OR behind_days NOT BETWEEN 0 AND 3660
+       OR keep_days < 0 THEN
+        RAISE EXCEPTION 'ahead_days must be 0..366, behind_days 0..3660, keep_days >= 0';
     END IF;
-    -- Bounds read "FOR VALUES FROM (...) TO ('2026-12-10')"; the default's is DEFAULT.
-    SELECT max(substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([0-9-]+)''\)')::date)
-      INTO covered
-      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-     WHERE i.inhparent = 'processed_events'::regclass;
-    FOR day IN SELECT d::date FROM generate_series(today, today + ahead_days, interval '1 day') d
+    FOR day IN SELECT d::date FROM generate_series(today - behind_days, today + ahead_days,
+                                                   interval '1 day') d
     LOOP
-        CONTINUE WHEN covered IS NOT NULL AND day < covered;
+        -- A day some partition covers already: its own, or the legacy one's range.
+        -- Bounds read "FOR VALUES FROM (MINVALUE) TO ('2026-12-10')"; the default's is
+        -- DEFAULT (no FROM, no TO: never counted).
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
+                   LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) b
+             WHERE i.inhparent = 'processed_events'::regclass
+               AND coalesce(substring(b.bound FROM 'FROM \(''([0-9-]+)''\)')::date,
+                            '-infinity') <= day
+               AND substring(b.bound FROM 'TO \(''([0-9-]+)''\)')::date > day);
         name := 'processed_events_' || to_char(day, 'YYYYMMDD');
         BEGIN
             EXECUTE format('CREATE TABLE %I PARTITION OF processed_events'
@@ -149,8 +161,9 @@ BEGIN
     END LOOP;
 END
 $$;
-REVOKE ALL ON FUNCTION processed_events_partitions(INTEGER, DOUBLE PRECISION) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION processed_events_partitions(INTEGER, DOUBLE PRECISION)
+REVOKE ALL ON FUNCTION processed_events_partitions(INTEGER, DOUBLE PRECISION, INTEGER)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION processed_events_partitions(INTEGER, DOUBLE PRECISION, INTEGER)
     TO paystream_ops;
 
 -- The rights the table had (0007, 0010), on the new table. The operator's purge deletes

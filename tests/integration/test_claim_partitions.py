@@ -114,26 +114,17 @@ def test_a_claim_conflicts_in_its_days_partition_and_days_cross_into_the_next(
             owner.rollback()
 
 
-def _day_partition(cur: Any, day: date) -> None:
-    """A past day's partition as processed_events_partitions makes one (it makes only
-    today's and later): what earlier runs left."""
-    name = f"processed_events_{day:%Y%m%d}"
-    cur.execute(f"CREATE TABLE {name} PARTITION OF processed_events"
-                " FOR VALUES FROM (%s) TO (%s)", (day, day + timedelta(days=1)))
-    cur.execute(f"ALTER TABLE {name} ADD CONSTRAINT {name}_key_once"
-                " EXCLUDE USING hash (idempotency_key WITH =)")
-    cur.execute(f"CREATE INDEX {name}_waiting ON {name} (outcome)"
-                " WHERE outcome IN ('pending_finality', 'credited')")
-
-
 def _past(owner: Connection, ages: list[int], per_day: int = 1) -> None:
-    """What a year of runs leaves: the legacy partition gone, one partition per past
-    day of `ages` (days ago), `per_day` final claims in each."""
+    """What a year of runs leaves: the legacy partition gone, a partition for each day
+    from the oldest of `ages` (days ago) to today, `per_day` final claims in each day of
+    `ages`."""
     with owner.cursor() as cur:
         cur.execute("DROP TABLE processed_events_legacy")
+        cur.execute("SELECT created FROM processed_events_partitions(0, NULL, %s)",
+                    (max(ages),))
+        assert cur.fetchone()[0] == max(ages) + 1
         for age in ages:
             day = _today() - timedelta(days=age)
-            _day_partition(cur, day)
             noon = datetime.combine(day, datetime.min.time(), UTC) + timedelta(hours=12)
             events = [f"evt_{day:%Y%m%d}_{n}" for n in range(per_day)]
             execute_values(cur, "INSERT INTO processed_events (idempotency_key, event_id,"
@@ -154,13 +145,16 @@ def test_housekeeping_drops_expired_days_whole_but_keeps_one_that_waits(migrated
         owner.commit()
     with closing(connect(migrated.dsn("ops"))) as ops:
         ops.autocommit = True
+        # Days 20 to 15 ago are past the TTL (a day's last instant is 14 days old).
         dry = maintain_claim_partitions(ops, ttl_days=14, dry_run=True)
-        assert (dry.dropped, dry.created) == (3, 0)
+        assert (dry.dropped, dry.created) == (6, 0)
         started = time.monotonic()
         done = maintain_claim_partitions(ops, ttl_days=14, ahead_days=20)
         took = time.monotonic() - started
-        assert (done.dropped, done.kept, done.skipped) == (2, 1, 0)
-        assert done.created == 20 - 14  # 0047 made up to 14 days ahead
+        assert (done.dropped, done.kept, done.skipped) == (5, 1, 0)
+        # 0047 made up to 14 days ahead, from its bound (after tomorrow) on: tomorrow was
+        # the legacy partition's, now gone, and _past made up to today.
+        assert done.created == (20 - 14) + 1
         assert took < 1.0, took
         with ops.cursor() as cur:
             cur.execute("SELECT tableoid::regclass::text, count(*) FROM processed_events"
