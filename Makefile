@@ -218,7 +218,7 @@ bench-upgrade: install  ## migrations and a rolling restart under 200/s: 5xx, lo
 	$(BENCH_UPGRADE_STACK) $(BENCH) bench/upgrade_bench.py $(UPGRADE_BENCH_ARGS); \
 	  status=$$?; $(BENCH_UPGRADE_STACK) $(BIN)/paystream stack down; exit $$status
 
-bench-growth: stack-up  ## one day of notification attempts forgotten at 1 M, 10 M, 30 M: by partition vs by rows
+bench-growth: stack-up  ## one day of notification attempts (or claims: GROWTH_BENCH_ARGS) forgotten at 1 M, 10 M, 30 M: by partition vs by rows
 	$(BENCH) bench/growth_bench.py $(GROWTH_BENCH_ARGS)
 
 # A fresh stack of its own, thrown away after: the history fills its database, and the

@@ -62,7 +62,7 @@ FIGURES = {
     "ingest_postgres_us": re.compile(r"cpu/delivery at \d+ req/s, median of \d+: .*postgres "
                                      r"([\d.]+) us"),
     "ingest_p99_ms": re.compile(r"p99 at \d+ req/s: ([\d.]+) ms"),
-}
+}  # and housekeeping_day_ms: one day of claims forgotten (forget_a_day)
 TABLES = ("payment_events", "event_status", "processed_events", "transfers", "postings")
 
 _USERS = """
@@ -213,8 +213,11 @@ def _previous_segment(name: str) -> str:
 
 def table_sizes() -> str:
     with connect(database_url("owner")) as conn, conn.cursor() as cur:
-        cur.execute("SELECT string_agg(t || ' ' || pg_size_pretty(pg_total_relation_size(t)),"
-                    " ', ') FROM unnest(%s::text[]) t", (list(TABLES),))
+        # A partitioned table's size is its partitions' (a plain table has no tree).
+        cur.execute("SELECT string_agg(t || ' ' || pg_size_pretty(coalesce((SELECT"
+                    " sum(pg_total_relation_size(relid)) FROM pg_partition_tree(t)),"
+                    " pg_total_relation_size(t))), ', ') FROM unnest(%s::text[]) t",
+                    (list(TABLES),))
         return str(one_row(cur)[0])
 
 
@@ -233,6 +236,30 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         raise SystemExit(f"no {', '.join(sorted(missing))} in the benches' output:\n"
                          f"{out[-3000:]}")
     return found
+
+
+def forget_a_day() -> float:
+    """Housekeeping's maintenance forgetting one more day of claims, the oldest its
+    window keeps (its TTL shortened to just below that day's age), as its daily run
+    does; its seconds. The day is then made again, empty, for the next size's fill."""
+    with connect(database_url("owner")) as conn, conn.cursor() as cur:
+        conn.autocommit = True
+        cur.execute("SELECT min(substring(pg_get_expr(c.relpartbound, c.oid)"
+                    "  FROM 'TO \\(''([0-9-]+)''\\)')::date) FROM pg_inherits i"
+                    " JOIN pg_class c ON c.oid = i.inhrelid"
+                    " WHERE i.inhparent = 'processed_events'::regclass"
+                    "  AND pg_get_expr(c.relpartbound, c.oid) ~ '^FOR VALUES FROM \\(''[0-9]'")
+        (oldest_end,) = one_row(cur)
+        cur.execute("SELECT extract(epoch FROM now() - %s::timestamp AT TIME ZONE 'UTC')"
+                    " / 86400 - 1e-6", (oldest_end,))
+        (keep,) = one_row(cur)
+        began = time.monotonic()
+        cur.execute("SELECT dropped FROM processed_events_partitions(0, %s)", (keep,))
+        took = time.monotonic() - began
+        if one_row(cur)[0] != 1:
+            raise SystemExit("housekeeping did not drop the oldest day of claims")
+        cur.execute("SELECT processed_events_partitions(0, NULL, %s)", (HISTORY_DAYS + 1,))
+    return took
 
 
 def label(size: int) -> str:
@@ -265,6 +292,7 @@ def main() -> int:
               f"after {waited:.0f} s more); {table_sizes()}; load {os.getloadavg()[0]:.2f}",
               flush=True)
         found = measure(args)
+        found["housekeeping_day_ms"] = forget_a_day() * 1000
         for key, value in found.items():
             figures.setdefault(key, {})[label(size)] = value
         print(f"{label(size)}: " + ", ".join(f"{k} {v:,.1f}" for k, v in found.items())
