@@ -263,12 +263,15 @@ def _housekeeping(args: argparse.Namespace) -> int:
     with database("paystream-housekeeping", autocommit=True) as conn:
         # Before the rows: claims dropped with their day need no row deletes.
         claims = maintain_claim_partitions(conn, ttl_days=ttl, dry_run=args.dry_run)
-        print(f"housekeeping{' (dry run)' if claims.dry_run else ''}: processed_events"
-              f" partitions of days older than {ttl:g} days"
-              f" {'past the TTL' if claims.dry_run else 'dropped'}: {claims.dropped};"
-              f" kept (a claim in it still waits): {claims.kept}; created ahead:"
-              f" {claims.created}; skipped (lock not granted or day already in the"
-              f" default): {claims.skipped}")
+        if claims.dry_run:
+            print(f"housekeeping (dry run): processed_events partitions of days older than"
+                  f" {ttl:g} days to drop (or keep, if a claim in it still waits):"
+                  f" {claims.dropped}")
+        else:
+            print(f"housekeeping: processed_events partitions of days older than {ttl:g}"
+                  f" days dropped: {claims.dropped}; kept (a claim in it still waits):"
+                  f" {claims.kept}; created ahead: {claims.created}; skipped (lock not"
+                  f" granted or day already in the default): {claims.skipped}")
         report(purge_processed_events(conn, ttl_days=ttl, batch_size=batch,
                                       pause_s=args.pause, max_batches=args.max_batches,
                                       dry_run=args.dry_run),
