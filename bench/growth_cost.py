@@ -11,9 +11,9 @@ postings), ids spread over the key space as providers' are (a hash), times over 
 housekeeping would have made, and before each measurement housekeeping's maintenance
 drops the days past its 14-day window, as its daily run keeps a stack that has run. It
 is written on the server (INSERT ... SELECT, 500,000 events a transaction), topped up
-from one size to the next. Before each measurement the tables
-are vacuumed and analysed, and the run waits for the stack to be quiet: Debezium's
-walsender past the fill's WAL (logical decoding reads all of it) and the WAL archived.
+from one size to the next. Before each measurement the tables are vacuumed and
+analysed, and the run waits for the stack to be quiet: Debezium's walsender past the
+fill's WAL (logical decoding reads all of it) and the WAL archived.
 
 At each size the existing benchmarks run as they are (bench/cluster_cost.py's kit):
   - bench/ledger_bench.py --ab: the ledger group draining preloaded events; CPU per

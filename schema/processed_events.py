@@ -191,7 +191,7 @@ def expired_partitions(cur: Cursor, keep_days: float) -> int:
     return 0 if row is None else int(row[0])
 
 
-# The days' partitions (a bound "FOR VALUES FROM ('2026-12-10') TO ('2026-12-11')": not the
+# The days' partitions (a bound "FOR VALUES FROM ('<day>') TO ('<next day>')": not the
 # legacy one, FROM (MINVALUE), nor the default) whose last instant is past a cutoff.
 _DAY_PARTITIONS_ENDING_BY = r"""
 SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid

@@ -31,7 +31,7 @@ from paystream.schema.processed_events import Outcome
 from tests.support.consumers import store_records
 from tests.support.ids import unique
 from tests.support.migrations import apply_under_writes, database_at
-from tests.support.recording import SENT, Recording
+from tests.support.recording import SENT, Recording, analyzed, nodes
 
 CLAIM = ("INSERT INTO processed_events (idempotency_key, event_id, event_type, outcome,"
          " processed_at, event_day) VALUES (%s, %s, 'deposit', %s, %s, %s)"
@@ -183,12 +183,6 @@ def test_housekeeping_drops_expired_days_whole_but_keeps_one_that_waits(migrated
         assert (again.created, again.dropped, again.kept, again.skipped) == (0, 1, 0, 0)
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
 def test_reads_by_key_probe_each_partitions_index_at_thirty_days(migrated) -> None:
     """Every read of a claim by its key, as the code sends it (the ledger's check of a
     redelivery, a settlement, the DLQ replay's refusal; the API's is test_api.py's), over
@@ -223,13 +217,7 @@ def test_reads_by_key_probe_each_partitions_index_at_thirty_days(migrated) -> No
             filled = {row[0] for row in cur.fetchall()}
             assert len(filled) == 30
             for statement in SENT:
-                cur.execute("BEGIN")
-                cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
-                plan = cur.fetchone()[0]
-                cur.execute("ROLLBACK")
-                if isinstance(plan, str):
-                    plan = json.loads(plan)
-                scans = [n for n in _nodes(plan[0]["Plan"])  # the settlement's UPDATE too
+                scans = [n for n in nodes(analyzed(cur, statement))  # the UPDATE's too
                          if n.get("Relation Name", "").startswith("processed_events")
                          and n["Node Type"] != "ModifyTable"]
                 why = [(n["Relation Name"], n["Node Type"]) for n in scans]

@@ -7,7 +7,6 @@ expired days whole, keeps the young ones and creates the days ahead."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -21,6 +20,7 @@ from paystream.ops.housekeeping import maintain_attempt_partitions
 from paystream.schema.db import Connection, Cursor, PostgresAddress, connect
 from paystream.schema.migrate import apply_pending
 from tests.support.migrations import apply_under_writes, database_at
+from tests.support.recording import analyzed, nodes
 
 INTENT = "ntf_" + "a" * 32
 ENDPOINT = "ep_" + "b" * 24
@@ -158,12 +158,6 @@ def test_housekeeping_drops_expired_days_whole_and_keeps_the_young(migrated) -> 
         assert (again.created, again.dropped, again.deleted) == (0, 0, 0)
 
 
-def _nodes(plan: dict) -> Iterator[dict]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
 def test_an_intents_attempts_are_read_by_index_in_every_partition(migrated) -> None:
     """`notifications show` (notify.operator.show) over several days of other intents'
     attempts: each partition is read by its index, none scanned whole (the indexes of
@@ -192,13 +186,9 @@ def test_an_intents_attempts_are_read_by_index_in_every_partition(migrated) -> N
             _, _, attempts = operator.show(cur, other)
             assert len(attempts) == 1
             statement = cur.query
-            cur.execute("SET LOCAL enable_seqscan = off")
-            cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
-            plan = cur.fetchone()[0]
-        owner.rollback()
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    scans = [n for n in _nodes(plan[0]["Plan"])
+            # In the transaction that wrote the rows: its ROLLBACK takes them back too.
+            plan = analyzed(cur, statement, seqscan=False)
+    scans = [n for n in nodes(plan)
              if n.get("Relation Name", "").startswith("notification_attempts")]
     assert len({n["Relation Name"] for n in scans}) >= 4, scans
     assert all(n["Node Type"] != "Seq Scan" and not n.get("Rows Removed by Filter")

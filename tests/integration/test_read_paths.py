@@ -5,7 +5,6 @@ say whether an index fits the question. A table of settled history must cost not
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -23,7 +22,7 @@ from tests.support.consumers import record_of, store_events, wire_message
 from tests.support.ids import unique
 from tests.support.ledger import ledger_apply
 from tests.support.notify import add_endpoint
-from tests.support.recording import SENT, Recording
+from tests.support.recording import SENT, Recording, analyzed, nodes
 
 SETTLED = 300  # deposits of the test's network already final: history no read needs
 UNSETTLED = ["crediting", "reversing"]  # what the reads may look at (and filter)
@@ -40,24 +39,8 @@ def _scans(db: Connection, statement: bytes, table: str, *, seqscan: bool = Fals
     """The plan nodes that read `table` when `statement` runs under EXPLAIN ANALYZE (rolled
     back: an UPDATE changes nothing), sequential scans priced out unless `seqscan`."""
     with db.cursor() as cur:
-        cur.execute("BEGIN")
-        if not seqscan:
-            cur.execute("SET LOCAL enable_seqscan = off")
-        cur.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement)
-        plan = cur.fetchone()[0]
-        cur.execute("ROLLBACK")
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    found: list[dict[str, Any]] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        if node.get("Relation Name") == table:
-            found.append(node)
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan[0]["Plan"])
-    return found
+        plan = analyzed(cur, statement, seqscan=seqscan)
+    return [node for node in nodes(plan) if node.get("Relation Name") == table]
 
 
 def _discarded_rows(db: Connection, statement: bytes, table: str) -> tuple[int, list[str]]:
